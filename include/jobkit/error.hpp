@@ -1,0 +1,43 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace jobkit {
+
+/// What kind of failure a jobkit::error reports.
+enum class errc {
+  invalid_environment,  ///< a launcher variable is malformed, partial or contradicts another source
+  invalid_argument,     ///< a bad argument or configuration value passed by the caller
+  pmix,                 ///< a PMIx call failed; native_status() is the pmix_status_t
+  timeout,              ///< a deadline expired
+  internal,             ///< a broken invariant inside jobkit
+};
+
+/// Name of an error category, e.g. "invalid_environment".
+std::string_view to_string(errc code) noexcept;
+
+/// The one exception type jobkit throws; specific failures derive from it.
+class error : public std::runtime_error {
+ public:
+  /// @param native_status the status of the native library call that failed (0 when none)
+  error(errc code, const std::string& message, int native_status = 0);
+
+  errc code() const noexcept { return code_; }
+  /// The native status (pmix_status_t, ncclResult_t, cudaError_t) as an int, 0 when none.
+  int native_status() const noexcept { return native_status_; }
+
+ private:
+  errc code_;
+  int native_status_;
+};
+
+/// A blocking operation ran past its deadline.
+class timeout_error : public error {
+ public:
+  explicit timeout_error(const std::string& message, int native_status = 0)
+      : error(errc::timeout, message, native_status) {}
+};
+
+}  // namespace jobkit

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace jobkit {
+
+/// Where the values of an identity came from, in discovery order.
+enum class identity_source {
+  pmix,      ///< the PMIx server of the launcher (srun --mpi=pmix, Open MPI's mpirun)
+  slurm,     ///< the Slurm step environment (srun --mpi=none)
+  torchrun,  ///< RANK, LOCAL_RANK, WORLD_SIZE, ... (torchrun, composer)
+  defaults,  ///< no launcher: the single-rank defaults
+};
+
+/// "pmix", "slurm", "torchrun" or "default".
+std::string_view to_string(identity_source source) noexcept;
+
+/// Who this process is in its job step. A plain value: cheap to copy, compare and print.
+struct identity {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        ///< index among the step's processes on this node
+  int local_world_size = 1;  ///< the step's processes on this node (may differ between nodes)
+  int node_rank = 0;         ///< index of this node among the step's nodes
+  int num_nodes = 1;
+  std::string hostname;
+  std::string job_id;   ///< SLURM_JOB_ID, or the PMIx namespace outside Slurm; empty without a launcher
+  std::string step_id;  ///< SLURM_STEP_ID; empty outside a Slurm step
+  identity_source source = identity_source::defaults;
+
+  bool is_main_process() const noexcept { return rank == 0; }
+  bool is_local_main_process() const noexcept { return local_rank == 0; }
+  /// True when the step has more than one process.
+  bool is_distributed() const noexcept { return world_size > 1; }
+
+  friend bool operator==(const identity&, const identity&) = default;
+};
+
+/// One readable line: "rank 4/7 local 0/2 node 1/3 host c2 job 17 step 0 (pmix)".
+std::string to_string(const identity& id);
+
+/// One JSON object with the keys rank, world_size, local_rank, local_world_size, node_rank,
+/// num_nodes, hostname, job_id, step_id, source.
+std::string to_json(const identity& id);
+
+}  // namespace jobkit

@@ -1,0 +1,395 @@
+#include "identity_resolver.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <numeric>
+
+#include "jobkit/error.hpp"
+
+namespace jobkit::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw error(errc::invalid_environment, message);
+}
+
+/// One value of a candidate identity and where it came from, e.g. "SLURM_PROCID='3'".
+struct field {
+  int value;
+  std::string origin;
+};
+
+/// The identity one source claims. Every field is set, except for partial sources (PMIX_RANK
+/// read before PMIx_Init), which only know the rank.
+struct candidate {
+  identity_source source;
+  std::string name;
+  std::optional<field> rank, world_size, local_rank, local_world_size, node_rank, num_nodes;
+};
+
+std::string quoted(std::string_view name, std::string_view value) {
+  return fmt::format("{}='{}'", name, value);
+}
+
+std::optional<field> read_count(const environment& env, std::string_view name) {
+  auto value = env.get(name);
+  if (!value) return std::nullopt;
+  return field{parse_count(name, *value), quoted(name, *value)};
+}
+
+std::optional<field> read_size(const environment& env, std::string_view name) {
+  auto size = read_count(env, name);
+  if (size && size->value < 1) fail(fmt::format("{} must be at least 1", size->origin));
+  return size;
+}
+
+void require_less(const field& index, const field& bound) {
+  if (index.value >= bound.value) {
+    fail(fmt::format("{} must be less than {}", index.origin, bound.origin));
+  }
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (const auto& part : parts) {
+    if (!out.empty()) out += separator;
+    out += part;
+  }
+  return out;
+}
+
+void require_all_or_none(const environment& env, std::string_view what,
+                         const std::vector<std::string_view>& names) {
+  std::vector<std::string> set, unset;
+  for (auto name : names) {
+    if (auto value = env.get(name)) {
+      set.push_back(quoted(name, *value));
+    } else {
+      unset.emplace_back(name);
+    }
+  }
+  if (!set.empty() && !unset.empty()) {
+    fail(fmt::format("partial {}: {} {} set but {} {} not", what, join(set, ", "),
+                     set.size() == 1 ? "is" : "are", join(unset, ", "),
+                     unset.size() == 1 ? "is" : "are"));
+  }
+}
+
+std::optional<candidate> slurm_candidate(const environment& env) {
+  if (!env.has("SLURM_STEP_NUM_TASKS")) return std::nullopt;
+  require_all_or_none(env, "Slurm step environment",
+                      {"SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE",
+                       "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"});
+  candidate c{identity_source::slurm, "the Slurm step environment", {}, {}, {}, {}, {}, {}};
+  c.world_size = read_size(env, "SLURM_STEP_NUM_TASKS");
+  c.num_nodes = read_size(env, "SLURM_STEP_NUM_NODES");
+  c.rank = read_count(env, "SLURM_PROCID");
+  c.local_rank = read_count(env, "SLURM_LOCALID");
+  c.node_rank = read_count(env, "SLURM_NODEID");
+  const auto layout_text = *env.get("SLURM_STEP_TASKS_PER_NODE");
+  const auto layout = parse_tasks_per_node("SLURM_STEP_TASKS_PER_NODE", layout_text);
+  const auto layout_origin = quoted("SLURM_STEP_TASKS_PER_NODE", layout_text);
+
+  require_less(*c.rank, *c.world_size);
+  require_less(*c.node_rank, *c.num_nodes);
+  if (static_cast<int>(layout.size()) != c.num_nodes->value) {
+    fail(fmt::format("{} lists {} nodes but {}", layout_origin, layout.size(), c.num_nodes->origin));
+  }
+  const long total = std::accumulate(layout.begin(), layout.end(), 0L);
+  if (total != c.world_size->value) {
+    fail(fmt::format("{} adds up to {} tasks but {}", layout_origin, total, c.world_size->origin));
+  }
+  c.local_world_size = field{layout[c.node_rank->value],
+                             fmt::format("{} at {}", layout_origin, c.node_rank->origin)};
+  require_less(*c.local_rank, *c.local_world_size);
+  return c;
+}
+
+std::optional<candidate> torchrun_candidate(const environment& env) {
+  static const std::vector<std::string_view> names = {"RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                      "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"};
+  if (std::none_of(names.begin(), names.end(), [&](auto n) { return env.has(n); })) {
+    return std::nullopt;
+  }
+  candidate c{identity_source::torchrun, "the torchrun environment", {}, {}, {}, {}, {}, {}};
+  c.rank = read_count(env, "RANK");
+  c.world_size = read_size(env, "WORLD_SIZE");
+  if (!c.rank || !c.world_size) {
+    require_all_or_none(env, "torchrun environment",
+                        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+    // Only NODE_RANK or GROUP_RANK is set.
+    fail(fmt::format("partial torchrun environment: {} is set but RANK, WORLD_SIZE, LOCAL_RANK, "
+                     "LOCAL_WORLD_SIZE are not",
+                     env.has("NODE_RANK") ? quoted("NODE_RANK", *env.get("NODE_RANK"))
+                                          : quoted("GROUP_RANK", *env.get("GROUP_RANK"))));
+  }
+  require_less(*c.rank, *c.world_size);
+
+  c.local_rank = read_count(env, "LOCAL_RANK");
+  c.local_world_size = read_size(env, "LOCAL_WORLD_SIZE");
+  if (!c.local_rank || !c.local_world_size) {
+    if (c.world_size->value > 1 || c.local_rank || c.local_world_size) {
+      require_all_or_none(env, "torchrun environment",
+                          {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+    }
+    c.local_rank = field{0, "(implied by WORLD_SIZE=1)"};
+    c.local_world_size = field{1, "(implied by WORLD_SIZE=1)"};
+  }
+  require_less(*c.local_rank, *c.local_world_size);
+  if (c.local_world_size->value > c.world_size->value) {
+    fail(fmt::format("{} must not exceed {}", c.local_world_size->origin, c.world_size->origin));
+  }
+  if (c.world_size->value % c.local_world_size->value != 0) {
+    fail(fmt::format("{} is not a multiple of {}: torchrun starts the same number of processes on "
+                     "every node",
+                     c.world_size->origin, c.local_world_size->origin));
+  }
+  c.num_nodes = field{c.world_size->value / c.local_world_size->value,
+                      fmt::format("{} / {}", c.world_size->origin, c.local_world_size->origin)};
+
+  auto node_rank = read_count(env, "NODE_RANK");
+  auto group_rank = read_count(env, "GROUP_RANK");
+  if (node_rank && group_rank && node_rank->value != group_rank->value) {
+    fail(fmt::format("{} contradicts {}", node_rank->origin, group_rank->origin));
+  }
+  c.node_rank = node_rank ? node_rank : group_rank;
+  if (!c.node_rank) {
+    if (c.num_nodes->value > 1) {
+      fail(fmt::format("partial torchrun environment: {} and {} describe {} nodes but neither "
+                       "NODE_RANK nor GROUP_RANK is set",
+                       c.world_size->origin, c.local_world_size->origin, c.num_nodes->value));
+    }
+    c.node_rank = field{0, "(implied by a single node)"};
+  }
+  require_less(*c.node_rank, *c.num_nodes);
+  return c;
+}
+
+std::optional<candidate> pmix_rank_candidate(const environment& env) {
+  auto rank = read_count(env, "PMIX_RANK");
+  if (!rank) return std::nullopt;
+  candidate c{identity_source::pmix, "PMIX_RANK", {}, {}, {}, {}, {}, {}};
+  c.rank = rank;
+  return c;
+}
+
+candidate pmix_candidate(const pmix_facts& facts) {
+  auto from = [](int value, std::string_view key) {
+    return field{value, fmt::format("PMIx {}={}", key, value)};
+  };
+  candidate c{identity_source::pmix, "PMIx", {}, {}, {}, {}, {}, {}};
+  c.rank = from(facts.rank, "rank");
+  c.world_size = from(facts.world_size, "PMIX_JOB_SIZE");
+  c.local_rank = from(facts.local_rank, "PMIX_LOCAL_RANK");
+  c.local_world_size = from(facts.local_world_size, "PMIX_LOCAL_SIZE");
+  c.node_rank = from(facts.node_rank, "PMIX_NODEID");
+  c.num_nodes = from(facts.num_nodes, "PMIX_NUM_NODES");
+  auto invalid = [](const std::string& what) {
+    throw error(errc::pmix, fmt::format("the PMIx server reported an inconsistent identity: {}", what));
+  };
+  if (facts.world_size < 1 || facts.local_world_size < 1 || facts.num_nodes < 1) {
+    invalid(fmt::format("{}, {}, {}", c.world_size->origin, c.local_world_size->origin,
+                        c.num_nodes->origin));
+  }
+  for (auto [index, bound] : {std::pair{&c.rank, &c.world_size}, {&c.local_rank, &c.local_world_size},
+                              {&c.node_rank, &c.num_nodes}}) {
+    if ((*index)->value < 0 || (*index)->value >= (*bound)->value) {
+      invalid(fmt::format("{} is not below {}", (*index)->origin, (*bound)->origin));
+    }
+  }
+  if (!facts.local_peers.empty()) {
+    const auto& peers = facts.local_peers;
+    if (static_cast<int>(peers.size()) != facts.local_world_size ||
+        peers[facts.local_rank] != facts.rank) {
+      invalid(fmt::format("PMIX_LOCAL_PEERS={} does not hold rank {} at local rank {} of {}",
+                          fmt::join(peers, ","), facts.rank, facts.local_rank,
+                          facts.local_world_size));
+    }
+  }
+  return c;
+}
+
+std::string spawn_hint(const environment& env, const candidate& a, const candidate& b) {
+  const bool torchrun_involved =
+      a.source == identity_source::torchrun || b.source == identity_source::torchrun;
+  if (!torchrun_involved) {
+    return " The Slurm variables do not describe this PMIx job: they were probably inherited from "
+           "another job step.";
+  }
+  return fmt::format(
+      " Several processes seem to run inside one Slurm task ({}inside srun): each inherits the "
+      "task's SLURM_PROCID/PMIX_RANK. Launch one process per rank with srun "
+      "(--ntasks-per-node=N), or set JOBKIT_IDENTITY=torchrun to trust RANK and WORLD_SIZE.",
+      env.has("TORCHELASTIC_RUN_ID") ? "torchrun " : "a process launcher ");
+}
+
+void check_agreement(const environment& env, const std::vector<candidate>& candidates) {
+  using member = std::optional<field> candidate::*;
+  static const std::pair<member, const char*> fields[] = {
+      {&candidate::rank, "rank"},
+      {&candidate::world_size, "world size"},
+      {&candidate::local_rank, "local rank"},
+      {&candidate::local_world_size, "local world size"},
+      {&candidate::node_rank, "node rank"},
+      {&candidate::num_nodes, "number of nodes"}};
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    for (std::size_t j = i + 1; j < candidates.size(); ++j) {
+      const auto& a = candidates[i];
+      const auto& b = candidates[j];
+      std::vector<std::string> mismatches;
+      for (const auto& [m, what] : fields) {
+        if ((a.*m) && (b.*m) && (a.*m)->value != (b.*m)->value) {
+          mismatches.push_back(fmt::format("{} {} vs {}", what, (a.*m)->origin, (b.*m)->origin));
+        }
+      }
+      if (!mismatches.empty()) {
+        fail(fmt::format("{} contradicts {}: {}.{}", b.name, a.name, join(mismatches, "; "),
+                         spawn_hint(env, a, b)));
+      }
+    }
+  }
+}
+
+identity from_candidate(const candidate& c) {
+  identity id;
+  id.source = c.source;
+  id.rank = c.rank->value;
+  id.world_size = c.world_size->value;
+  id.local_rank = c.local_rank->value;
+  id.local_world_size = c.local_world_size->value;
+  id.node_rank = c.node_rank->value;
+  id.num_nodes = c.num_nodes->value;
+  return id;
+}
+
+}  // namespace
+
+source_request requested_source(const environment& env) {
+  auto value = env.get("JOBKIT_IDENTITY");
+  if (!value || value->empty() || *value == "auto") return source_request::automatic;
+  if (*value == "pmix") return source_request::pmix;
+  if (*value == "slurm") return source_request::slurm;
+  if (*value == "torchrun") return source_request::torchrun;
+  if (*value == "default") return source_request::defaults;
+  throw error(errc::invalid_argument,
+              fmt::format("{} is not one of auto, pmix, slurm, torchrun, default",
+                          quoted("JOBKIT_IDENTITY", *value)));
+}
+
+bool pmix_server_advertised(const environment& env) {
+  return env.has("PMIX_RANK") && env.has("PMIX_NAMESPACE");
+}
+
+int parse_count(std::string_view name, std::string_view value) {
+  if (!value.empty() && value.front() == '-' && value.size() > 1 &&
+      std::all_of(value.begin() + 1, value.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    fail(fmt::format("{} is negative", quoted(name, value)));
+  }
+  if (value.empty() || !std::all_of(value.begin(), value.end(),
+                                    [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    fail(fmt::format("{} is not a non-negative integer", quoted(name, value)));
+  }
+  int result = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
+  if (ec != std::errc{} || end != value.data() + value.size()) {
+    fail(fmt::format("{} is out of range (at most {})", quoted(name, value), INT_MAX));
+  }
+  return result;
+}
+
+std::vector<int> parse_tasks_per_node(std::string_view name, std::string_view value) {
+  auto bad = [&](std::string_view why) -> std::vector<int> {
+    fail(fmt::format("{} cannot be parsed: {} (expected a form like '4,2,1' or '2(x3),1')",
+                     quoted(name, value), why));
+  };
+  auto read_number = [&](std::string_view& rest) -> long {
+    std::size_t digits = 0;
+    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+    if (digits == 0) bad("a count is missing");
+    long number = 0;
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, number);
+    if (ec != std::errc{} || number > INT_MAX) bad("a count is out of range");
+    rest.remove_prefix(digits);
+    return number;
+  };
+  std::vector<int> per_node;
+  std::string_view rest = value;
+  if (rest.empty()) bad("it is empty");
+  while (true) {
+    const long tasks = read_number(rest);
+    if (tasks < 1) bad("a node has no tasks");
+    long repeat = 1;
+    if (rest.starts_with("(x")) {
+      rest.remove_prefix(2);
+      repeat = read_number(rest);
+      if (!rest.starts_with(")")) bad("a '(x' is not closed");
+      rest.remove_prefix(1);
+      if (repeat < 1) bad("a repeat count is 0");
+    }
+    if (static_cast<long>(per_node.size()) + repeat > 1'000'000) bad("too many nodes");
+    per_node.insert(per_node.end(), static_cast<std::size_t>(repeat), static_cast<int>(tasks));
+    if (rest.empty()) break;
+    if (rest.front() != ',') bad(fmt::format("unexpected '{}'", rest.front()));
+    rest.remove_prefix(1);
+  }
+  return per_node;
+}
+
+void check_environment_before_pmix(const environment& env) {
+  if (requested_source(env) != source_request::automatic) return;
+  std::vector<candidate> candidates;
+  for (auto c : {pmix_rank_candidate(env), slurm_candidate(env), torchrun_candidate(env)}) {
+    if (c) candidates.push_back(std::move(*c));
+  }
+  check_agreement(env, candidates);
+}
+
+identity resolve_identity(const environment& env, const pmix_facts* pmix, std::string hostname) {
+  std::optional<candidate> truth;
+  switch (requested_source(env)) {
+    case source_request::defaults:
+      break;
+    case source_request::pmix:
+      if (!pmix) fail("JOBKIT_IDENTITY='pmix' but no PMIx server is connected");
+      truth = pmix_candidate(*pmix);
+      break;
+    case source_request::slurm:
+      truth = slurm_candidate(env);
+      if (!truth) fail("JOBKIT_IDENTITY='slurm' but SLURM_STEP_NUM_TASKS is not set (not in an srun step)");
+      break;
+    case source_request::torchrun:
+      truth = torchrun_candidate(env);
+      if (!truth) fail("JOBKIT_IDENTITY='torchrun' but RANK and WORLD_SIZE are not set");
+      break;
+    case source_request::automatic: {
+      std::vector<candidate> found;
+      if (pmix) found.push_back(pmix_candidate(*pmix));
+      for (auto c : {slurm_candidate(env), torchrun_candidate(env)}) {
+        if (c) found.push_back(std::move(*c));
+      }
+      check_agreement(env, found);
+      if (!found.empty()) truth = found.front();
+      break;
+    }
+  }
+
+  identity id = truth ? from_candidate(*truth) : identity{};
+  id.hostname = std::move(hostname);
+  if (id.source != identity_source::defaults) {
+    if (auto job = env.get("SLURM_JOB_ID")) {
+      id.job_id = *job;
+    } else if (id.source == identity_source::pmix) {
+      id.job_id = pmix->nspace;
+    } else if (auto run = env.get("TORCHELASTIC_RUN_ID")) {
+      id.job_id = *run;
+    }
+    id.step_id = env.get("SLURM_STEP_ID").value_or("");
+  }
+  return id;
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "environment.hpp"
+#include "jobkit/identity.hpp"
+
+namespace jobkit::detail {
+
+/// What the PMIx server reported for this process.
+struct pmix_facts {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  int num_nodes = 1;
+  std::vector<int> local_peers;  ///< PMIX_LOCAL_PEERS in local-rank order; empty when not served
+  std::string nspace;
+};
+
+/// JOBKIT_IDENTITY: which source to trust ("auto" discovers and cross-checks them all).
+enum class source_request { automatic, pmix, slurm, torchrun, defaults };
+source_request requested_source(const environment& env);
+
+/// A PMIx server advertises itself through PMIX_RANK and PMIX_NAMESPACE in the environment of
+/// the processes it launched, so its presence is known before PMIx_Init.
+bool pmix_server_advertised(const environment& env);
+
+/// A decimal count: digits only, no sign, fits in an int.
+/// @throws jobkit::error naming the variable and its value
+int parse_count(std::string_view name, std::string_view value);
+
+/// SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE, e.g. "2(x3),1" -> {2, 2, 2, 1}.
+/// @throws jobkit::error naming the variable and its value
+std::vector<int> parse_tasks_per_node(std::string_view name, std::string_view value);
+
+/// Environment-only checks that must pass before PMIx_Init: the launcher variables are well formed
+/// and agree with PMIX_RANK, so several processes spawned inside one task never connect as one rank.
+void check_environment_before_pmix(const environment& env);
+
+/// The identity of this process. With pmix set, PMIx is the truth and every other source found in
+/// the environment must agree with it; otherwise the first source found in the documented order.
+/// @throws jobkit::error (invalid_environment) naming the variables and values at fault
+identity resolve_identity(const environment& env, const pmix_facts* pmix, std::string hostname);
+
+}  // namespace jobkit::detail

@@ -1,0 +1,141 @@
+#include "pmix_session.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "jobkit/error.hpp"
+
+namespace jobkit::detail {
+namespace {
+
+struct value_releaser {
+  void operator()(pmix_value_t* value) const noexcept { PMIX_VALUE_RELEASE(value); }
+};
+using value_ptr = std::unique_ptr<pmix_value_t, value_releaser>;
+
+value_ptr get(const pmix_proc_t& proc, const char* key, pmix_status_t* status) {
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  bool optional = true;  // job data is local: never ask the server for it
+  PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &optional, PMIX_BOOL);
+  pmix_value_t* value = nullptr;
+  *status = PMIx_Get(&proc, key, &info, 1, &value);
+  PMIX_INFO_DESTRUCT(&info);
+  return value_ptr(*status == PMIX_SUCCESS ? value : nullptr);
+}
+
+std::optional<long long> to_number(const pmix_value_t& v) {
+  switch (v.type) {
+    case PMIX_UINT8: return v.data.uint8;
+    case PMIX_UINT16: return v.data.uint16;
+    case PMIX_UINT32: return v.data.uint32;
+    case PMIX_UINT64: return static_cast<long long>(v.data.uint64);
+    case PMIX_INT8: return v.data.int8;
+    case PMIX_INT16: return v.data.int16;
+    case PMIX_INT32: return v.data.int32;
+    case PMIX_INT64: return v.data.int64;
+    case PMIX_INT: return v.data.integer;
+    case PMIX_UINT: return v.data.uint;
+    case PMIX_SIZE: return static_cast<long long>(v.data.size);
+    case PMIX_PROC_RANK: return v.data.rank;
+    default: return std::nullopt;
+  }
+}
+
+std::vector<int> parse_rank_list(const char* text) {
+  std::vector<int> ranks;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    int rank = 0;
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), rank);
+    if (ec != std::errc{}) return {};
+    ranks.push_back(rank);
+    rest.remove_prefix(static_cast<std::size_t>(end - rest.data()));
+    if (!rest.empty() && rest.front() == ',') rest.remove_prefix(1);
+  }
+  return ranks;
+}
+
+}  // namespace
+
+std::string pmix_status_text(pmix_status_t status) {
+  return fmt::format("{} ({})", PMIx_Error_string(status), status);
+}
+
+pmix_session::pmix_session() {
+  std::memset(&self_, 0, sizeof self_);
+  pmix_status_t status = PMIx_Init(&self_, nullptr, 0);
+  if (status != PMIX_SUCCESS) {
+    throw error(errc::pmix,
+                fmt::format("PMIx_Init failed: {}; the environment advertises a PMIx server "
+                            "(PMIX_RANK, PMIX_NAMESPACE) that cannot be reached",
+                            pmix_status_text(status)),
+                status);
+  }
+}
+
+pmix_session::~pmix_session() { PMIx_Finalize(nullptr, 0); }
+
+pmix_facts pmix_session::query_facts() const {
+  pmix_proc_t job;
+  PMIX_LOAD_PROCID(&job, self_.nspace, PMIX_RANK_WILDCARD);
+
+  auto number = [&](const pmix_proc_t& proc, const char* key,
+                    const char* name) -> std::optional<int> {
+    pmix_status_t status = PMIX_SUCCESS;
+    auto value = get(proc, key, &status);
+    if (!value) {
+      if (status == PMIX_ERR_NOT_FOUND) return std::nullopt;
+      throw error(errc::pmix,
+                  fmt::format("PMIx_Get({}) failed: {}", name, pmix_status_text(status)), status);
+    }
+    auto n = to_number(*value);
+    if (!n) {
+      throw error(errc::pmix, fmt::format("PMIx key {} has the non-numeric type {}", name,
+                                          PMIx_Data_type_string(value->type)));
+    }
+    return static_cast<int>(*n);
+  };
+  auto required = [&](const pmix_proc_t& proc, const char* key, const char* name) {
+    auto n = number(proc, key, name);
+    if (!n) throw error(errc::pmix, fmt::format("the PMIx server does not provide {}", name));
+    return *n;
+  };
+
+  pmix_facts facts;
+  facts.nspace = self_.nspace;
+  facts.rank = static_cast<int>(self_.rank);
+  facts.world_size = required(job, PMIX_JOB_SIZE, "PMIX_JOB_SIZE");
+  facts.local_rank = required(self_, PMIX_LOCAL_RANK, "PMIX_LOCAL_RANK");
+  facts.local_world_size = required(job, PMIX_LOCAL_SIZE, "PMIX_LOCAL_SIZE");
+  // A process's own PMIX_NODEID is right under Slurm 22.05 (only other ranks' values are wrong).
+  facts.node_rank = required(self_, PMIX_NODEID, "PMIX_NODEID");
+
+  if (auto nodes = number(job, PMIX_NUM_NODES, "PMIX_NUM_NODES")) {
+    facts.num_nodes = *nodes;
+  } else {
+    char* node_list = nullptr;
+    pmix_status_t status = PMIx_Resolve_nodes(self_.nspace, &node_list);
+    if (status != PMIX_SUCCESS || node_list == nullptr) {
+      throw error(errc::pmix,
+                  fmt::format("the PMIx server provides neither PMIX_NUM_NODES nor a node list: {}",
+                              pmix_status_text(status)),
+                  status);
+    }
+    facts.num_nodes = 1 + static_cast<int>(std::count(node_list, node_list + std::strlen(node_list), ','));
+    std::free(node_list);
+  }
+
+  pmix_status_t status = PMIX_SUCCESS;
+  if (auto peers = get(job, PMIX_LOCAL_PEERS, &status); peers && peers->type == PMIX_STRING) {
+    facts.local_peers = parse_rank_list(peers->data.string);
+  }
+  return facts;
+}
+
+}  // namespace jobkit::detail

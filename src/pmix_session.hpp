@@ -1,0 +1,32 @@
+#pragma once
+
+#include <pmix.h>
+
+#include "identity_resolver.hpp"
+
+namespace jobkit::detail {
+
+/// One reference on the process's PMIx client: PMIx_Init in the constructor, PMIx_Finalize in the
+/// destructor. PMIx counts references, so sessions coexist with each other and with MPI.
+class pmix_session {
+ public:
+  /// @throws jobkit::error (pmix) with the PMIx status when no server can be reached
+  pmix_session();
+  ~pmix_session();
+  pmix_session(const pmix_session&) = delete;
+  pmix_session& operator=(const pmix_session&) = delete;
+
+  const pmix_proc_t& self() const noexcept { return self_; }
+
+  /// The identity keys the server holds for this process.
+  /// @throws jobkit::error (pmix) when a required key is missing
+  pmix_facts query_facts() const;
+
+ private:
+  pmix_proc_t self_;
+};
+
+/// "PMIX_ERR_UNREACH (-25)"-style text for a status.
+std::string pmix_status_text(pmix_status_t status);
+
+}  // namespace jobkit::detail

@@ -1,0 +1,367 @@
+// Identity discovery on synthetic environments: order, layouts, and every bad input.
+#include "jobkit/identity.hpp"
+
+#include <string>
+#include <vector>
+
+#include "../catch.hpp"
+#include "environment.hpp"
+#include "identity_resolver.hpp"
+#include "jobkit/error.hpp"
+
+using jobkit::errc;
+using jobkit::identity_source;
+using jobkit::detail::map_environment;
+using jobkit::detail::pmix_facts;
+using jobkit::detail::resolve_identity;
+
+namespace {
+
+/// Rank 5 of an uneven step of 7 tasks laid out 4+2+1 over 3 nodes: second task of node 1.
+map_environment slurm_step() {
+  return {{"SLURM_JOB_ID", "42"},         {"SLURM_STEP_ID", "3"},
+          {"SLURM_STEP_NUM_TASKS", "7"},  {"SLURM_STEP_NUM_NODES", "3"},
+          {"SLURM_STEP_TASKS_PER_NODE", "4,2,1"},
+          {"SLURM_PROCID", "5"},          {"SLURM_LOCALID", "1"},
+          {"SLURM_NODEID", "1"}};
+}
+
+/// Rank 5 of torchrun with 2 nodes x 4 processes.
+map_environment torchrun() {
+  return {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+          {"NODE_RANK", "1"}};
+}
+
+pmix_facts pmix_rank5() {
+  pmix_facts f;
+  f.rank = 5;
+  f.world_size = 7;
+  f.local_rank = 1;
+  f.local_world_size = 2;
+  f.node_rank = 1;
+  f.num_nodes = 3;
+  f.local_peers = {4, 5};
+  f.nspace = "slurm.pmix.42.3";
+  return f;
+}
+
+std::string error_of(const map_environment& env, const pmix_facts* pmix = nullptr) {
+  try {
+    resolve_identity(env, pmix, "host");
+  } catch (const jobkit::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+struct bad_case {
+  const char* what;
+  map_environment env;
+  std::vector<std::string> expected;  // every part must appear in the message
+};
+
+map_environment with(map_environment env, std::initializer_list<std::pair<std::string, std::string>> set,
+                     std::initializer_list<std::string> unset = {}) {
+  for (const auto& [k, v] : set) env.set(k, v);
+  for (const auto& k : unset) env.unset(k);
+  return env;
+}
+
+}  // namespace
+
+TEST_CASE("without a launcher the documented single-rank defaults apply", "[identity]") {
+  const auto id = resolve_identity(map_environment{}, nullptr, "laptop");
+  CHECK(id.rank == 0);
+  CHECK(id.world_size == 1);
+  CHECK(id.local_rank == 0);
+  CHECK(id.local_world_size == 1);
+  CHECK(id.node_rank == 0);
+  CHECK(id.num_nodes == 1);
+  CHECK(id.hostname == "laptop");
+  CHECK(id.job_id.empty());
+  CHECK(id.step_id.empty());
+  CHECK(id.source == identity_source::defaults);
+  CHECK(id.is_main_process());
+  CHECK(id.is_local_main_process());
+  CHECK_FALSE(id.is_distributed());
+}
+
+TEST_CASE("a Slurm batch step (no srun) is a single rank", "[identity]") {
+  const map_environment batch = {{"SLURM_JOB_ID", "42"}, {"SLURM_PROCID", "0"},
+                                 {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "0"},
+                                 {"SLURM_NTASKS", "8"},  {"SLURM_TASKS_PER_NODE", "4(x2)"}};
+  const auto id = resolve_identity(batch, nullptr, "c1");
+  CHECK(id.source == identity_source::defaults);
+  CHECK(id.world_size == 1);
+}
+
+TEST_CASE("the Slurm step environment gives exact values for an uneven layout", "[identity]") {
+  const auto id = resolve_identity(slurm_step(), nullptr, "c2");
+  CHECK(id.source == identity_source::slurm);
+  CHECK(id.rank == 5);
+  CHECK(id.world_size == 7);
+  CHECK(id.local_rank == 1);
+  CHECK(id.local_world_size == 2);
+  CHECK(id.node_rank == 1);
+  CHECK(id.num_nodes == 3);
+  CHECK(id.job_id == "42");
+  CHECK(id.step_id == "3");
+  CHECK_FALSE(id.is_main_process());
+  CHECK_FALSE(id.is_local_main_process());
+  CHECK(id.is_distributed());
+}
+
+TEST_CASE("the local world size comes from this node's entry, not rank / tasks per node",
+          "[identity]") {
+  // Cyclic distribution of 7 tasks over 3 nodes: node 2 holds ranks 2 and 5 (3+2+2 per node).
+  auto env = with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "3,2(x2)"},
+                                 {"SLURM_PROCID", "5"},
+                                 {"SLURM_LOCALID", "1"},
+                                 {"SLURM_NODEID", "2"}});
+  const auto id = resolve_identity(env, nullptr, "c3");
+  CHECK(id.node_rank == 2);
+  CHECK(id.local_world_size == 2);
+  CHECK(id.local_rank == 1);
+}
+
+TEST_CASE("SLURM_STEP_TASKS_PER_NODE forms", "[identity]") {
+  using jobkit::detail::parse_tasks_per_node;
+  CHECK(parse_tasks_per_node("X", "1") == std::vector<int>{1});
+  CHECK(parse_tasks_per_node("X", "4,2,1") == std::vector<int>{4, 2, 1});
+  CHECK(parse_tasks_per_node("X", "2(x3),1") == std::vector<int>{2, 2, 2, 1});
+  CHECK(parse_tasks_per_node("X", "1(x2)") == std::vector<int>{1, 1});
+  CHECK(parse_tasks_per_node("X", "8(x1),3(x2),1") == std::vector<int>{8, 3, 3, 1});
+}
+
+TEST_CASE("torchrun variables are the third source", "[identity]") {
+  auto env = with(torchrun(), {{"TORCHELASTIC_RUN_ID", "run-7"}});
+  const auto id = resolve_identity(env, nullptr, "h");
+  CHECK(id.source == identity_source::torchrun);
+  CHECK(id.rank == 5);
+  CHECK(id.world_size == 8);
+  CHECK(id.local_rank == 1);
+  CHECK(id.local_world_size == 4);
+  CHECK(id.node_rank == 1);
+  CHECK(id.num_nodes == 2);
+  CHECK(id.job_id == "run-7");
+}
+
+TEST_CASE("torchrun's GROUP_RANK stands for NODE_RANK", "[identity]") {
+  auto env = with(torchrun(), {{"GROUP_RANK", "1"}}, {"NODE_RANK"});
+  CHECK(resolve_identity(env, nullptr, "h").node_rank == 1);
+}
+
+TEST_CASE("RANK=0 WORLD_SIZE=1 alone is a complete single-rank set", "[identity]") {
+  const auto id = resolve_identity(map_environment{{"RANK", "0"}, {"WORLD_SIZE", "1"}}, nullptr, "h");
+  CHECK(id.source == identity_source::torchrun);
+  CHECK(id.local_world_size == 1);
+  CHECK(id.num_nodes == 1);
+}
+
+TEST_CASE("a single-node torchrun needs no NODE_RANK", "[identity]") {
+  auto env = map_environment{{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
+                             {"LOCAL_WORLD_SIZE", "4"}};
+  const auto id = resolve_identity(env, nullptr, "h");
+  CHECK(id.node_rank == 0);
+  CHECK(id.num_nodes == 1);
+}
+
+TEST_CASE("PMIx is the truth, and agreeing environment sources are accepted", "[identity]") {
+  const auto facts = pmix_rank5();
+  const auto id = resolve_identity(slurm_step(), &facts, "c2");
+  CHECK(id.source == identity_source::pmix);
+  CHECK(id.rank == 5);
+  CHECK(id.local_world_size == 2);
+  CHECK(id.num_nodes == 3);
+  CHECK(id.job_id == "42");
+  CHECK(id.step_id == "3");
+
+  // Variables exported by a helper such as `jobkit exec` from the same identity.
+  pmix_facts uniform = facts;
+  uniform.world_size = 8;
+  uniform.local_world_size = 4;
+  uniform.num_nodes = 2;
+  uniform.local_peers = {4, 5, 6, 7};
+  const auto exported = resolve_identity(torchrun(), &uniform, "c2");
+  CHECK(exported.source == identity_source::pmix);
+  CHECK(exported.world_size == 8);
+}
+
+TEST_CASE("outside Slurm the job id is the PMIx namespace", "[identity]") {
+  auto facts = pmix_rank5();
+  facts.nspace = "prterun-host-1234@1";
+  const auto id = resolve_identity(map_environment{}, &facts, "h");
+  CHECK(id.job_id == "prterun-host-1234@1");
+  CHECK(id.step_id.empty());
+}
+
+TEST_CASE("JOBKIT_IDENTITY forces one source and ignores the others", "[identity]") {
+  SECTION("default ignores even malformed launcher variables") {
+    auto env = with(slurm_step(), {{"JOBKIT_IDENTITY", "default"}, {"RANK", "abc"}});
+    const auto id = resolve_identity(env, nullptr, "h");
+    CHECK(id.source == identity_source::defaults);
+    CHECK(id.job_id.empty());
+  }
+  SECTION("torchrun wins over a contradicting Slurm task") {
+    auto env = slurm_step();
+    for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+             {"JOBKIT_IDENTITY", "torchrun"}}) {
+      env.set(k, v);
+    }
+    const auto id = resolve_identity(env, nullptr, "h");
+    CHECK(id.source == identity_source::torchrun);
+    CHECK(id.rank == 1);
+    CHECK(id.world_size == 2);
+  }
+  SECTION("slurm") {
+    auto env = with(slurm_step(), {{"JOBKIT_IDENTITY", "slurm"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+    CHECK(resolve_identity(env, nullptr, "h").source == identity_source::slurm);
+  }
+}
+
+TEST_CASE("the environment is checked against PMIX_RANK before PMIx_Init", "[identity]") {
+  using jobkit::detail::check_environment_before_pmix;
+  SECTION("agreeing") {
+    auto env = with(slurm_step(), {{"PMIX_RANK", "5"}, {"PMIX_NAMESPACE", "slurm.pmix.42.3"}});
+    CHECK_NOTHROW(check_environment_before_pmix(env));
+    CHECK(jobkit::detail::pmix_server_advertised(env));
+  }
+  SECTION("a torchrun child that inherited its task's PMIX_RANK") {
+    auto env = with(torchrun(), {{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "slurm.pmix.42.3"},
+                                 {"TORCHELASTIC_RUN_ID", "x"}});
+    try {
+      check_environment_before_pmix(env);
+      FAIL("no error");
+    } catch (const jobkit::error& e) {
+      const std::string message = e.what();
+      CHECK(e.code() == errc::invalid_environment);
+      CHECK(contains(message, "PMIX_RANK='1'"));
+      CHECK(contains(message, "RANK='5'"));
+      CHECK(contains(message, "torchrun inside srun"));
+    }
+  }
+  SECTION("a forced source skips the check") {
+    auto env = with(torchrun(), {{"PMIX_RANK", "1"}, {"JOBKIT_IDENTITY", "torchrun"}});
+    CHECK_NOTHROW(check_environment_before_pmix(env));
+  }
+}
+
+TEST_CASE("bad input names the variable and its value", "[identity][errors]") {
+  const map_environment empty;
+  const std::vector<bad_case> cases = {
+      // numbers
+      {"non-numeric", with(torchrun(), {{"RANK", "abc"}}), {"RANK='abc'", "not a non-negative integer"}},
+      {"negative", with(torchrun(), {{"RANK", "-1"}}), {"RANK='-1'", "negative"}},
+      {"empty", with(torchrun(), {{"LOCAL_RANK", ""}}), {"LOCAL_RANK=''"}},
+      {"leading space", with(torchrun(), {{"WORLD_SIZE", " 8"}}), {"WORLD_SIZE=' 8'"}},
+      {"fraction", with(torchrun(), {{"RANK", "3.0"}}), {"RANK='3.0'"}},
+      {"plus sign", with(torchrun(), {{"RANK", "+3"}}), {"RANK='+3'"}},
+      {"overflow", with(torchrun(), {{"RANK", "99999999999"}}), {"RANK='99999999999'", "out of range"}},
+      {"zero world", with(torchrun(), {{"WORLD_SIZE", "0"}}), {"WORLD_SIZE='0'", "at least 1"}},
+      // torchrun bounds and partial sets
+      {"rank >= world", with(torchrun(), {{"RANK", "8"}}), {"RANK='8' must be less than WORLD_SIZE='8'"}},
+      {"local rank >= local world", with(torchrun(), {{"LOCAL_RANK", "4"}}),
+       {"LOCAL_RANK='4' must be less than LOCAL_WORLD_SIZE='4'"}},
+      {"RANK without WORLD_SIZE", map_environment{{"RANK", "0"}}, {"partial", "RANK='0'", "WORLD_SIZE"}},
+      {"WORLD_SIZE without RANK", map_environment{{"WORLD_SIZE", "4"}}, {"partial", "WORLD_SIZE='4'", "RANK"}},
+      {"no local values", with(torchrun(), {}, {"LOCAL_RANK", "LOCAL_WORLD_SIZE"}),
+       {"partial", "LOCAL_RANK, LOCAL_WORLD_SIZE are not"}},
+      {"LOCAL_RANK alone", map_environment{{"LOCAL_RANK", "0"}}, {"partial", "LOCAL_RANK='0'"}},
+      {"NODE_RANK alone", map_environment{{"NODE_RANK", "1"}}, {"partial", "NODE_RANK='1'"}},
+      {"local world > world", with(torchrun(), {{"LOCAL_WORLD_SIZE", "16"}}),
+       {"LOCAL_WORLD_SIZE='16' must not exceed WORLD_SIZE='8'"}},
+      {"uneven torchrun", with(torchrun(), {{"WORLD_SIZE", "7"}}),
+       {"WORLD_SIZE='7' is not a multiple of LOCAL_WORLD_SIZE='4'"}},
+      {"NODE_RANK vs GROUP_RANK", with(torchrun(), {{"GROUP_RANK", "0"}}),
+       {"NODE_RANK='1' contradicts GROUP_RANK='0'"}},
+      {"missing node rank", with(torchrun(), {}, {"NODE_RANK"}), {"neither NODE_RANK nor GROUP_RANK"}},
+      {"node rank >= nodes", with(torchrun(), {{"NODE_RANK", "2"}}), {"NODE_RANK='2' must be less than"}},
+      // Slurm step
+      {"non-numeric SLURM_PROCID", with(slurm_step(), {{"SLURM_PROCID", "x"}}), {"SLURM_PROCID='x'"}},
+      {"partial Slurm step", with(slurm_step(), {}, {"SLURM_LOCALID", "SLURM_NODEID"}),
+       {"partial Slurm step environment", "SLURM_LOCALID, SLURM_NODEID are not"}},
+      {"zero nodes", with(slurm_step(), {{"SLURM_STEP_NUM_NODES", "0"}}), {"SLURM_STEP_NUM_NODES='0'"}},
+      {"unclosed repeat", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "1(x2"}}),
+       {"SLURM_STEP_TASKS_PER_NODE='1(x2'", "not closed"}},
+      {"empty layout", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", ""}}),
+       {"SLURM_STEP_TASKS_PER_NODE=''", "empty"}},
+      {"missing count", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4,,1"}}), {"count is missing"}},
+      {"zero tasks on a node", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "0,6,1"}}),
+       {"a node has no tasks"}},
+      {"bad separator", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4;2;1"}}), {"unexpected ';'"}},
+      {"layout node count", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "5,2"}}),
+       {"lists 2 nodes but SLURM_STEP_NUM_NODES='3'"}},
+      {"layout task count", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4,2(x2)"}}),
+       {"adds up to 8 tasks but SLURM_STEP_NUM_TASKS='7'"}},
+      {"procid >= tasks", with(slurm_step(), {{"SLURM_PROCID", "7"}}),
+       {"SLURM_PROCID='7' must be less than SLURM_STEP_NUM_TASKS='7'"}},
+      {"nodeid >= nodes", with(slurm_step(), {{"SLURM_NODEID", "3"}}),
+       {"SLURM_NODEID='3' must be less than SLURM_STEP_NUM_NODES='3'"}},
+      {"localid >= tasks on node", with(slurm_step(), {{"SLURM_LOCALID", "2"}}),
+       {"SLURM_LOCALID='2' must be less than SLURM_STEP_TASKS_PER_NODE='4,2,1'"}},
+      // contradictions between sources
+      {"torchrun inside srun --mpi=none",
+       with(slurm_step(), {{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                           {"LOCAL_WORLD_SIZE", "4"}, {"NODE_RANK", "0"}, {"TORCHELASTIC_RUN_ID", "r"}}),
+       {"contradicts the Slurm step environment", "rank SLURM_PROCID='5' vs RANK='1'",
+        "world size SLURM_STEP_NUM_TASKS='7' vs WORLD_SIZE='8'", "torchrun inside srun"}},
+      // source selection
+      {"unknown JOBKIT_IDENTITY", with(empty, {{"JOBKIT_IDENTITY", "mpi"}}), {"JOBKIT_IDENTITY='mpi'"}},
+      {"forced slurm outside a step", with(empty, {{"JOBKIT_IDENTITY", "slurm"}}),
+       {"JOBKIT_IDENTITY='slurm'", "SLURM_STEP_NUM_TASKS"}},
+      {"forced torchrun without variables", with(empty, {{"JOBKIT_IDENTITY", "torchrun"}}),
+       {"JOBKIT_IDENTITY='torchrun'"}},
+      {"forced pmix without a server", with(empty, {{"JOBKIT_IDENTITY", "pmix"}}), {"JOBKIT_IDENTITY='pmix'"}},
+  };
+  REQUIRE(cases.size() >= 25);
+  for (const auto& c : cases) {
+    INFO(c.what);
+    const auto message = error_of(c.env);
+    INFO(message);
+    for (const auto& part : c.expected) CHECK(contains(message, part));
+  }
+}
+
+TEST_CASE("PMIx disagreeing with the environment is an error naming both", "[identity][errors]") {
+  const auto facts = pmix_rank5();
+  SECTION("Slurm variables of another step") {
+    const auto message = error_of(with(slurm_step(), {{"SLURM_PROCID", "4"}, {"SLURM_LOCALID", "0"}}), &facts);
+    CHECK(contains(message, "the Slurm step environment contradicts PMIx"));
+    CHECK(contains(message, "rank PMIx rank=5 vs SLURM_PROCID='4'"));
+    CHECK(contains(message, "local rank PMIx PMIX_LOCAL_RANK=1 vs SLURM_LOCALID='0'"));
+  }
+  SECTION("torchrun variables") {
+    const auto message = error_of(torchrun(), &facts);
+    CHECK(contains(message, "the torchrun environment contradicts PMIx"));
+    CHECK(contains(message, "world size PMIx PMIX_JOB_SIZE=7 vs WORLD_SIZE='8'"));
+  }
+}
+
+TEST_CASE("an inconsistent PMIx server answer is reported, not trusted", "[identity][errors]") {
+  auto facts = pmix_rank5();
+  facts.local_peers = {4, 6};
+  try {
+    resolve_identity(map_environment{}, &facts, "h");
+    FAIL("no error");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == errc::pmix);
+    CHECK(contains(e.what(), "PMIX_LOCAL_PEERS=4,6"));
+  }
+  facts = pmix_rank5();
+  facts.rank = 7;
+  CHECK(contains(error_of(map_environment{}, &facts), "PMIx rank=7 is not below PMIx PMIX_JOB_SIZE=7"));
+}
+
+TEST_CASE("identity prints as a line and as JSON", "[identity]") {
+  auto id = resolve_identity(slurm_step(), nullptr, "c\"2");
+  CHECK(jobkit::to_string(id) == "rank 5/7 local 1/2 node 1/3 host c\"2 job 42 step 3 (slurm)");
+  CHECK(jobkit::to_json(id) ==
+        R"({"rank":5,"world_size":7,"local_rank":1,"local_world_size":2,"node_rank":1,)"
+        R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","source":"slurm"})");
+  CHECK(jobkit::to_string(identity_source::defaults) == "default");
+}

@@ -1,0 +1,102 @@
+// The runtime on the real process environment, without a launcher.
+#include "jobkit/runtime.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "../catch.hpp"
+#include "jobkit/error.hpp"
+
+namespace {
+
+/// Sets variables for one test and removes every launcher variable it might inherit.
+class scoped_env {
+ public:
+  explicit scoped_env(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* name :
+         {"JOBKIT_IDENTITY", "PMIX_RANK", "PMIX_NAMESPACE", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID",
+          "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+          "GROUP_RANK", "TORCHELASTIC_RUN_ID"}) {
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : vars) {
+      setenv(name, value, 1);
+      names_.push_back(name);
+    }
+  }
+  ~scoped_env() {
+    for (const char* name : names_) unsetenv(name);
+  }
+
+ private:
+  std::vector<const char*> names_;
+};
+
+}  // namespace
+
+TEST_CASE("a runtime without a launcher is a single rank and needs no PMIx server", "[runtime]") {
+  scoped_env env({});
+  const jobkit::runtime rt;
+  CHECK_FALSE(rt.connected_to_pmix());
+  CHECK(rt.identity().source == jobkit::identity_source::defaults);
+  CHECK(rt.identity().world_size == 1);
+  CHECK_FALSE(rt.identity().hostname.empty());
+}
+
+TEST_CASE("a runtime reads torchrun variables, and moving it keeps the identity", "[runtime]") {
+  scoped_env env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                  {"NODE_RANK", "1"}});
+  jobkit::runtime rt;
+  jobkit::runtime moved = std::move(rt);
+  CHECK(moved.identity().source == jobkit::identity_source::torchrun);
+  CHECK(moved.identity().rank == 3);
+  CHECK(moved.identity().node_rank == 1);
+}
+
+TEST_CASE("a runtime refuses a malformed environment", "[runtime][errors]") {
+  scoped_env env({{"RANK", "3"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}});
+  try {
+    jobkit::runtime rt;
+    FAIL("no error");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == jobkit::errc::invalid_environment);
+    CHECK(std::string(e.what()) == "RANK='3' must be less than WORLD_SIZE='2'");
+  }
+}
+
+TEST_CASE("JOBKIT_IDENTITY=pmix without a PMIx server says how to launch", "[runtime][errors]") {
+  scoped_env env({{"JOBKIT_IDENTITY", "pmix"}});
+  try {
+    jobkit::runtime rt;
+    FAIL("no error");
+  } catch (const jobkit::error& e) {
+    CHECK(std::string(e.what()).find("srun --mpi=pmix") != std::string::npos);
+  }
+}
+
+TEST_CASE("an advertised but unreachable PMIx server is a PMIx error with its status", "[runtime][errors]") {
+  scoped_env env({{"PMIX_RANK", "0"}, {"PMIX_NAMESPACE", "nowhere"}});
+  try {
+    jobkit::runtime rt;
+    FAIL("no error");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == jobkit::errc::pmix);
+    CHECK(e.native_status() != 0);
+    CHECK(std::string(e.what()).find("PMIx_Init failed") != std::string::npos);
+  }
+}
+
+TEST_CASE("the seed getters answer from the process-wide runtime", "[runtime]") {
+  scoped_env env({{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "4"},
+                  {"NODE_RANK", "1"}});
+  CHECK(jobkit::rank() == 6);
+  CHECK(jobkit::world_size() == 8);
+  CHECK(jobkit::local_rank() == 2);
+  CHECK(jobkit::local_world_size() == 4);
+  CHECK(jobkit::node_rank() == 1);
+  CHECK(jobkit::num_nodes() == 2);
+  CHECK_FALSE(jobkit::is_main_process());
+  CHECK_FALSE(jobkit::is_local_main_process());
+  CHECK(jobkit::is_distributed());
+  CHECK(&jobkit::current_identity() == &jobkit::default_runtime().identity());
+}
