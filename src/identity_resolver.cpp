@@ -341,8 +341,9 @@ std::vector<int> parse_tasks_per_node(std::string_view name, std::string_view va
 
 void check_environment_before_pmix(const environment& env) {
   if (requested_source(env) != source_request::automatic) return;
+  // Complete sources first, so a contradiction is reported with every field that differs.
   std::vector<candidate> candidates;
-  for (auto c : {pmix_rank_candidate(env), slurm_candidate(env), torchrun_candidate(env)}) {
+  for (auto c : {slurm_candidate(env), torchrun_candidate(env), pmix_rank_candidate(env)}) {
     if (c) candidates.push_back(std::move(*c));
   }
   check_agreement(env, candidates);
