@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages jobkit builds and tests with (as root). Skips apt when every
+# package is already there.
+set -euo pipefail
+packages=(
+  g++ meson ninja-build pkg-config git python3   # build and test tools
+  libpmix-dev libpmix-bin libfmt-dev catch2      # jobkit's dependencies
+  slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
+  openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  ((EUID == 0)) || { echo "install-deps: run as root to install: ${missing[*]}" >&2; exit 1; }
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

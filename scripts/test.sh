@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds jobkit (warnings as errors; with and without CUDA/NCCL),
+# starts the dev cluster and runs every test. Last line: "N passed, N failed, N skipped".
+# With CI=true a skipped test counts as failed: CI must run everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+build=${JOBKIT_BUILD_DIR:-build-test}
+build_nogpu=$build-nogpu
+rm -f "$build/summary.txt"
+
+setup() {  # dir, options...
+  local dir=$1
+  shift
+  if [[ -f $dir/build.ninja ]]; then
+    meson setup --reconfigure "$dir" "$@" >/dev/null
+  else
+    meson setup "$dir" "$@" >/dev/null
+  fi
+}
+
+setup "$build" -Dwerror=true -Dtests=enabled --wrap-mode=nodownload
+ninja -C "$build"
+setup "$build_nogpu" -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled \
+  --wrap-mode=nodownload
+ninja -C "$build_nogpu"
+
+slurm/dev-cluster.sh start 3
+
+status=0
+meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
+meson test -C "$build_nogpu" --suite unit --print-errorlogs || status=$?
+
+python3 - "$build" "$build_nogpu" "${CI:-}" <<'PY' | tee "$build/summary.txt"
+import json, sys
+build, build_nogpu, ci = sys.argv[1], sys.argv[2], sys.argv[3] == "true"
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+for d in (build, build_nogpu):
+    for line in open(f"{d}/meson-logs/testlog.json"):
+        t = json.loads(line)
+        name = f"{d}: {t['name']}"
+        if t["result"] == "OK":
+            counts["passed"] += 1
+        elif t["result"] == "SKIP":
+            reason = next((l for l in t.get("stdout", "").splitlines() if l.startswith("SKIP")), "")
+            print(f"skipped {name}: {reason}")
+            counts["failed" if ci else "skipped"] += 1
+        else:
+            print(f"failed {name}: {t['result']}")
+            counts["failed"] += 1
+print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
+PY
+failed=$(tail -1 "$build/summary.txt" | sed 's/.* passed, \([0-9]*\) failed.*/\1/')
+((status == 0 && failed == 0))

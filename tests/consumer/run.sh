@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds tests/consumer against jobkit as a wrap subproject and runs it: packs jobkit's working
+# tree into the consumer's packagefiles (no download), writes the wrap, builds, runs.
+# usage: run.sh WORK_DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd -P)
+repo=$(cd "$here/../.." && pwd -P)
+work=$1
+version=$(sed -n "s/^  version: '\(.*\)',$/\1/p" "$repo/meson.build")
+name=jobkit-$version
+
+rm -rf "$work"
+mkdir -p "$work/subprojects/packagefiles"
+cp "$here/meson.build" "$here/main.cpp" "$work/"
+tarball=$work/subprojects/packagefiles/$name.tar.gz
+(cd "$repo" && git ls-files -co --exclude-standard -z |
+  tar --null -czf "$tarball" --transform "s,^,$name/," -T -)
+cat >"$work/subprojects/jobkit.wrap" <<WRAP
+[wrap-file]
+directory = $name
+source_filename = $name.tar.gz
+source_hash = $(sha256sum "$tarball" | cut -d' ' -f1)
+
+[provide]
+dependency_names = jobkit
+WRAP
+
+cd "$work"
+meson setup --wrap-mode=nodownload build
+ninja -C build
+out=$(env -u RANK -u WORLD_SIZE -u SLURM_STEP_NUM_TASKS -u PMIX_RANK ./build/consumer)
+echo "$out"
+grep -q '"source":"default"' <<<"$out" || { echo "FAIL: unexpected identity"; exit 1; }
