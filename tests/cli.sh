@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The jobkit program without a launcher: help, version, info, and exit status 2 with one line on
+# bad input or a bad environment.
+# usage: cli.sh JOBKIT_BINARY
+set -uo pipefail
+jobkit=$1
+failures=0
+clean=(env -u PMIX_RANK -u PMIX_NAMESPACE -u SLURM_STEP_NUM_TASKS -u RANK -u WORLD_SIZE -u LOCAL_RANK
+  -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK -u JOBKIT_IDENTITY)
+
+expect() {  # description, expected status, expected output pattern (grep -E), command...
+  local what=$1 status=$2 pattern=$3
+  shift 3
+  local out rc
+  out=$("${clean[@]}" "$@" 2>&1)
+  rc=$?
+  if ((rc != status)) || ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: $what: exit $rc (expected $status), output: $out"
+    failures=$((failures + 1))
+  elif ((status == 2)) && (($(wc -l <<<"$out") != 1)); then
+    echo "FAIL: $what: the error is not one line: $out"
+    failures=$((failures + 1))
+  else
+    echo "ok: $what"
+  fi
+}
+
+expect "--version" 0 '^jobkit [0-9]+\.[0-9]+\.[0-9]+$' "$jobkit" --version
+expect "--help" 0 'usage: jobkit' "$jobkit" --help
+expect "info --help" 0 'usage: jobkit info' "$jobkit" info --help
+expect "info" 0 '^rank 0/1 local 0/1 node 0/1 host .+ \(default\)$' "$jobkit" info
+expect "info --json" 0 \
+  '^\{"rank":0,"world_size":1,"local_rank":0,"local_world_size":1,"node_rank":0,"num_nodes":1,"hostname":".+","job_id":"","step_id":"","source":"default"\}$' \
+  "$jobkit" info --json
+expect "info from torchrun variables" 0 '"rank":3,"world_size":4,.*"source":"torchrun"' \
+  env RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "$jobkit" info --json
+expect "no command" 2 '^jobkit: no command given' "$jobkit"
+expect "unknown command" 2 "^jobkit: unknown command 'bogus'" "$jobkit" bogus
+expect "unknown option" 2 "^jobkit: info: unknown argument '--yaml'" "$jobkit" info --yaml
+expect "bad RANK" 2 "^jobkit: RANK='abc' is not a non-negative integer$" env RANK=abc WORLD_SIZE=2 "$jobkit" info
+expect "bad JOBKIT_IDENTITY" 2 "^jobkit: JOBKIT_IDENTITY='slrum'" env JOBKIT_IDENTITY=slrum "$jobkit" info
+expect "partial Slurm step" 2 "^jobkit: partial Slurm step environment" env SLURM_STEP_NUM_TASKS=2 "$jobkit" info
+exit $((failures > 0))
