@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tests/consumer against jobkit as a wrap subproject and runs it: packs jobkit's working
-# tree into the consumer's packagefiles (no download), writes the wrap, builds, runs.
+# tree into the consumer's packagefiles (no download), writes the wrap, builds it with jobkit as a
+# shared and as a static library, runs both.
 # usage: run.sh WORK_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd -P)
@@ -26,8 +27,10 @@ dependency_names = jobkit
 WRAP
 
 cd "$work"
-meson setup --wrap-mode=nodownload build
-ninja -C build
-out=$(env -u RANK -u WORLD_SIZE -u SLURM_STEP_NUM_TASKS -u PMIX_RANK ./build/consumer)
-echo "$out"
-grep -q '"source":"default"' <<<"$out" || { echo "FAIL: unexpected identity"; exit 1; }
+for library in shared static; do
+  meson setup --wrap-mode=nodownload -Ddefault_library=$library "build-$library"
+  ninja -C "build-$library"
+  out=$(env -u RANK -u WORLD_SIZE -u SLURM_STEP_NUM_TASKS -u PMIX_RANK "./build-$library/consumer")
+  echo "$library: $out"
+  grep -q '"source":"default"' <<<"$out" || { echo "FAIL: unexpected identity ($library)"; exit 1; }
+done
