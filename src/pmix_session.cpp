@@ -18,7 +18,7 @@ struct value_releaser {
 };
 using value_ptr = std::unique_ptr<pmix_value_t, value_releaser>;
 
-value_ptr get(const pmix_proc_t& proc, const char* key, pmix_status_t* status) {
+value_ptr get_local(const pmix_proc_t& proc, const char* key, pmix_status_t* status) {
   pmix_info_t info;
   PMIX_INFO_CONSTRUCT(&info);
   bool optional = true;  // job data is local: never ask the server for it
@@ -81,6 +81,61 @@ pmix_session::pmix_session() {
 
 pmix_session::~pmix_session() { PMIx_Finalize(nullptr, 0); }
 
+void pmix_session::put(const std::string& key, std::span<const std::byte> bytes) {
+  pmix_value_t value;
+  PMIX_VALUE_CONSTRUCT(&value);
+  value.type = PMIX_BYTE_OBJECT;
+  value.data.bo.bytes = reinterpret_cast<char*>(const_cast<std::byte*>(bytes.data()));
+  value.data.bo.size = bytes.size();
+  const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value);
+  if (status != PMIX_SUCCESS) {
+    throw error(errc::pmix, fmt::format("PMIx_Put({}) failed: {}", key, pmix_status_text(status)),
+                status);
+  }
+}
+
+void pmix_session::commit_and_fence(std::chrono::milliseconds timeout) {
+  pmix_status_t status = PMIx_Commit();
+  if (status != PMIX_SUCCESS) {
+    throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
+  }
+  pmix_info_t info[2];
+  bool collect = true;
+  int seconds = static_cast<int>(std::max<long long>(1, (timeout.count() + 999) / 1000));
+  PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+  PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
+  status = PMIx_Fence(nullptr, 0, info, 2);
+  PMIX_INFO_DESTRUCT(&info[0]);
+  PMIX_INFO_DESTRUCT(&info[1]);
+  if (status == PMIX_ERR_TIMEOUT) {
+    throw timeout_error(fmt::format("PMIx_Fence timed out after {} s: a rank never arrived", seconds),
+                        status);
+  }
+  if (status != PMIX_SUCCESS) {
+    throw error(errc::pmix,
+                fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),
+                status);
+  }
+}
+
+std::vector<std::byte> pmix_session::get_bytes(int rank, const std::string& key) {
+  pmix_proc_t proc;
+  PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(rank));
+  pmix_value_t* raw = nullptr;
+  const pmix_status_t status = PMIx_Get(&proc, key.c_str(), nullptr, 0, &raw);
+  value_ptr value(status == PMIX_SUCCESS ? raw : nullptr);
+  if (!value) {
+    throw error(errc::pmix,
+                fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
+                status);
+  }
+  if (value->type != PMIX_BYTE_OBJECT) {
+    throw error(errc::pmix, fmt::format("PMIx key {} of rank {} is not a byte object", key, rank));
+  }
+  const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
+  return {begin, begin + value->data.bo.size};
+}
+
 pmix_facts pmix_session::query_facts() const {
   pmix_proc_t job;
   PMIX_LOAD_PROCID(&job, self_.nspace, PMIX_RANK_WILDCARD);
@@ -88,7 +143,7 @@ pmix_facts pmix_session::query_facts() const {
   auto number = [&](const pmix_proc_t& proc, const char* key,
                     const char* name) -> std::optional<int> {
     pmix_status_t status = PMIX_SUCCESS;
-    auto value = get(proc, key, &status);
+    auto value = get_local(proc, key, &status);
     if (!value) {
       if (status == PMIX_ERR_NOT_FOUND) return std::nullopt;
       throw error(errc::pmix,
@@ -132,7 +187,7 @@ pmix_facts pmix_session::query_facts() const {
   }
 
   pmix_status_t status = PMIX_SUCCESS;
-  if (auto peers = get(job, PMIX_LOCAL_PEERS, &status); peers && peers->type == PMIX_STRING) {
+  if (auto peers = get_local(job, PMIX_LOCAL_PEERS, &status); peers && peers->type == PMIX_STRING) {
     facts.local_peers = parse_rank_list(peers->data.string);
   }
   return facts;

@@ -2,6 +2,12 @@
 
 #include <pmix.h>
 
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
 #include "identity_resolver.hpp"
 
 namespace jobkit::detail {
@@ -17,6 +23,15 @@ class pmix_session {
   pmix_session& operator=(const pmix_session&) = delete;
 
   const pmix_proc_t& self() const noexcept { return self_; }
+
+  /// Publishes bytes under a key for every rank (PMIx_Put, scope global). Keys must be fresh:
+  /// PMIx 4.2 may return stale values for a re-put key.
+  void put(const std::string& key, std::span<const std::byte> bytes);
+  /// PMIx_Commit, then a fence over all ranks that collects the data: a real barrier across nodes,
+  /// bounded by timeout.
+  void commit_and_fence(std::chrono::milliseconds timeout);
+  /// A key another rank put before the last fence.
+  std::vector<std::byte> get_bytes(int rank, const std::string& key);
 
   /// The identity keys the server holds for this process.
   /// @throws jobkit::error (pmix) when a required key is missing

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# PEER HARNESS ONLY (not part of jobkit): runs bench/peers/torch_gloo.py inside a Slurm step,
+# deriving torch's env:// rendezvous variables from Slurm's. A later jobkit feature is meant to set
+# RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT itself; this wrapper only stands in for it here.
+#
+#   srun --mpi=pmix -N3 -n24 bench/peers/run_torch_gloo.sh MASTER_PORT [torch_gloo.py args...]
+#
+#   RANK        = SLURM_PROCID
+#   WORLD_SIZE  = SLURM_STEP_NUM_TASKS
+#   MASTER_ADDR = first host of `scontrol show hostnames $SLURM_STEP_NODELIST`
+#   MASTER_PORT = first argument (chosen by the caller; must be free on MASTER_ADDR)
+# These four are always set here (an inherited RANK from the caller's shell would be wrong in every
+# task). Other variables pass through, e.g. GLOO_SOCKET_IFNAME (gloo's interface; unset, gloo uses
+# the address this task's host name resolves to: 127.0.0.1 on the dev cluster).
+set -euo pipefail
+
+if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ ]]; then
+  echo "usage: srun ... $0 MASTER_PORT [torch_gloo.py args...]" >&2
+  exit 2
+fi
+port=$1
+shift
+: "${SLURM_PROCID:?not inside a Slurm step (SLURM_PROCID unset)}"
+: "${SLURM_STEP_NUM_TASKS:?not inside a Slurm step (SLURM_STEP_NUM_TASKS unset)}"
+: "${SLURM_STEP_NODELIST:?not inside a Slurm step (SLURM_STEP_NODELIST unset)}"
+
+export RANK=$SLURM_PROCID
+export WORLD_SIZE=$SLURM_STEP_NUM_TASKS
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n1)
+[[ -n $MASTER_ADDR ]] || { echo "$0: no host in SLURM_STEP_NODELIST=$SLURM_STEP_NODELIST" >&2; exit 1; }
+export MASTER_ADDR
+export MASTER_PORT=$port
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+exec /usr/bin/python3 "$here/torch_gloo.py" "$@"

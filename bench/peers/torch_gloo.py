@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""PEER benchmark: torch.distributed with the gloo backend (not part of jobkit).
+
+Rendezvous is env:// ONLY: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must be set in the
+environment (under srun, bench/peers/run_torch_gloo.sh derives them from Slurm; later jobkit will
+set them itself). Run with Debian's /usr/bin/python3 (python3-torch 1.13).
+
+    usage: torch_gloo.py [ITERS [WARMUP [OBJ_ITERS]]]   (defaults: 500, 20, ITERS // 5 but >= 1)
+
+Ops (each: WARMUP untimed iterations, then ITERS timed ones; all_gather_object uses OBJ_ITERS):
+  init_process_group  wall time of init_process_group("gloo", init_method="env://") (iters 1,
+                      rank 0's own time, "timing":"rank0")
+  barrier             dist.barrier()
+  all_reduce          all_reduce (SUM) of a 1-element float32 tensor            bytes = 4
+  broadcast_object    broadcast_object_list([small dict]) from rank 0           bytes = pickled size
+  all_gather_object   all_gather_object of a small dict                         bytes = pickled size
+  broadcast           broadcast of a uint8 tensor of 64 B and of 1 KiB from rank 0
+
+A barrier precedes each op's loop (synchronised start). Rooted ops (broadcast, broadcast_object)
+have an untimed barrier after every iteration ("iter_sep":"barrier"), otherwise the root runs ahead.
+Every rank times every iteration (time.perf_counter_ns); iteration i's time is the MAX over ranks
+(all_reduce MAX of the time vectors, after the loop); median_us / p99_us are over those maxima,
+rank0_median_us is rank 0's own median. Rank 0 prints one JSON object per op on stdout, e.g.
+  {"impl":"torch_gloo","op":"barrier","ranks":24,"nodes":3,"bytes":0,"iters":500,
+   "median_us":...,"p99_us":...,"rank0_median_us":...,"timing":"max_over_ranks"}
+"nodes" = number of distinct socket.gethostname() values among the ranks.
+"""
+import json
+import math
+import os
+import pickle
+import socket
+import sys
+import time
+
+
+def median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def p99(v):
+    s = sorted(v)
+    return s[max(1, math.ceil(0.99 * len(s))) - 1]
+
+
+def main():
+    args = [int(a) for a in sys.argv[1:]]
+    iters = args[0] if len(args) > 0 else 500
+    warmup = args[1] if len(args) > 1 else 20
+    obj_iters = args[2] if len(args) > 2 else max(1, iters // 5)
+    if iters < 1 or warmup < 0 or obj_iters < 1:
+        sys.exit("usage: torch_gloo.py [ITERS>=1 [WARMUP>=0 [OBJ_ITERS>=1]]]")
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        sys.exit("torch_gloo.py: env:// rendezvous needs %s in the environment "
+                 "(under srun use bench/peers/run_torch_gloo.sh)" % ", ".join(missing))
+
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    t0 = time.perf_counter_ns()
+    dist.init_process_group("gloo", init_method="env://")
+    t_init_us = (time.perf_counter_ns() - t0) / 1e3
+    assert dist.get_rank() == rank and dist.get_world_size() == world
+
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    nodes = len(set(hosts))
+
+    def emit(op, nbytes, n, med, p, extra=None):
+        if rank != 0:
+            return
+        rec = {"impl": "torch_gloo", "op": op, "ranks": world, "nodes": nodes, "bytes": nbytes,
+               "iters": n, "median_us": round(med, 1), "p99_us": round(p, 1)}
+        rec.update(extra or {})
+        print(json.dumps(rec, separators=(",", ":")), flush=True)
+
+    emit("init_process_group", 0, 1, t_init_us, t_init_us, {"timing": "rank0"})
+
+    def bench(op, nbytes, fn, n, sep=False, check=None):
+        dist.barrier()  # synchronised start
+        for _ in range(warmup):
+            fn()
+            if sep:
+                dist.barrier()
+        times = [0.0] * n
+        for i in range(n):
+            a = time.perf_counter_ns()
+            fn()
+            times[i] = (time.perf_counter_ns() - a) / 1e3
+            if sep:
+                dist.barrier()
+        if check is not None:
+            check()
+        own = torch.tensor(times, dtype=torch.float64)
+        mx = own.clone()
+        dist.all_reduce(mx, op=dist.ReduceOp.MAX)
+        extra = {"rank0_median_us": round(median(times), 1), "timing": "max_over_ranks"}
+        if sep:
+            extra["iter_sep"] = "barrier"
+        emit(op, nbytes, n, median(mx.tolist()), p99(mx.tolist()), extra)
+
+    bench("barrier", 0, dist.barrier, iters)
+
+    x = torch.zeros(1, dtype=torch.float32)
+
+    def all_reduce():
+        x.fill_(1.0)
+        dist.all_reduce(x)
+
+    def check_all_reduce():
+        assert x.item() == float(world), x.item()
+
+    bench("all_reduce", 4, all_reduce, iters, check=check_all_reduce)
+
+    small = {"op": "step", "seq": 12345, "ok": True, "name": "rank0", "vals": [1.5, 2.5, 3.5]}
+    obj_bytes = len(pickle.dumps(small))
+    bol = [None]
+
+    def bcast_obj():
+        bol[0] = small if rank == 0 else None
+        dist.broadcast_object_list(bol, src=0)
+
+    def check_bcast_obj():
+        assert bol[0] == small, bol[0]
+
+    bench("broadcast_object", obj_bytes, bcast_obj, iters, sep=True, check=check_bcast_obj)
+
+    mine = dict(small, name="rank%d" % rank, seq=rank)
+    gathered = [None] * world
+
+    def all_gather_obj():
+        dist.all_gather_object(gathered, mine)
+
+    def check_gather():
+        assert [g["seq"] for g in gathered] == list(range(world)), gathered
+
+    bench("all_gather_object", len(pickle.dumps(mine)), all_gather_obj, obj_iters,
+          check=check_gather)
+
+    for nb in (64, 1024):
+        buf = torch.zeros(nb, dtype=torch.uint8)
+
+        def bcast():
+            if rank == 0:
+                buf.fill_(0xA5)
+            dist.broadcast(buf, src=0)
+
+        def check_bcast():
+            assert bool((buf == 0xA5).all()), "broadcast payload wrong"
+
+        bench("broadcast", nb, bcast, iters, sep=True, check=check_bcast)
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
