@@ -8,6 +8,7 @@ std::string_view to_string(errc code) noexcept {
     case errc::invalid_argument: return "invalid_argument";
     case errc::pmix: return "pmix";
     case errc::timeout: return "timeout";
+    case errc::peer_failure: return "peer_failure";
     case errc::internal: return "internal";
   }
   return "unknown";

@@ -341,7 +341,7 @@ std::string tcp_tree::describe(int rank) const {
   return fmt::format("rank {} ({})", rank, members_[static_cast<std::size_t>(rank)].host);
 }
 
-void tcp_tree::fail(const std::string& message, int origin_rank) {
+void tcp_tree::fail(const std::string& message, int origin_rank, errc code) {
   // Tell every neighbour, so the failure reaches every rank instead of a deadline.
   const auto deadline = clock::now() + std::chrono::milliseconds(200);
   for (auto* links : {&children_, &parent_link_}) {
@@ -356,7 +356,14 @@ void tcp_tree::fail(const std::string& message, int origin_rank) {
       l.fd = -1;
     }
   }
-  throw error(errc::internal, message);
+  if (code == errc::timeout) throw timeout_error(message);
+  throw error(code, message);
+}
+
+void tcp_tree::lost(int peer, const std::string& why, const op_context& op) {
+  fail(fmt::format("{} closed its connection ({}) during {} at {}: the process died or exited",
+                   describe(peer), why, op.name, op.site),
+       peer);
 }
 
 std::vector<rank_bytes> tcp_tree::gather_up(std::span<const std::byte> mine, const op_context& op) {
@@ -384,11 +391,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(std::span<const std::byte> mine, con
           "{} at {} timed out after {} ms on rank {}: rank(s) {} never arrived (at least one of "
           "them is late, stuck or in another collective)",
           op.name, op.site, op.timeout.count(), rank_, fmt::join(missing, ", "));
-      try {
-        fail(message, rank_);
-      } catch (const error&) {
-        throw timeout_error(message);
-      }
+      fail(message, rank_, errc::timeout);
     }
     for (std::size_t i = 0; i < children_.size(); ++i) {
       if (done[i] || fds[i].revents == 0) continue;
@@ -397,9 +400,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(std::span<const std::byte> mine, con
       try {
         f = receive_frame(child.fd, deadline);
       } catch (const link_closed& e) {
-        fail(fmt::format("{} closed its connection ({}) during {} at {}: the process died or exited",
-                         describe(child.peer), e.why, op.name, op.site),
-             child.peer);
+        lost(child.peer, e.why, op);
       } catch (const link_timeout&) {
         fail(fmt::format("{} stalled mid-message during {} at {}", describe(child.peer), op.name, op.site),
              child.peer);
@@ -436,19 +437,13 @@ std::vector<rank_bytes> tcp_tree::all_gather(std::span<const std::byte> mine, co
       send_frame(parent.fd, frame_type::up, sequence_, rank_, op.name, op.site, payload, deadline);
       f = receive_frame(parent.fd, deadline);
     } catch (const link_closed& e) {
-      fail(fmt::format("{} closed its connection ({}) during {} at {}: the process died or exited",
-                       describe(parent.peer), e.why, op.name, op.site),
-           parent.peer);
+      lost(parent.peer, e.why, op);
     } catch (const link_timeout&) {
       const auto message = fmt::format(
           "{} at {} timed out after {} ms on rank {} waiting for the result from {}: some rank "
           "outside this rank's subtree never arrived",
           op.name, op.site, op.timeout.count(), rank_, describe(parent.peer));
-      try {
-        fail(message, rank_);
-      } catch (const error&) {
-        throw timeout_error(message);
-      }
+      fail(message, rank_, errc::timeout);
     }
     if (f.header.type == static_cast<std::uint32_t>(frame_type::abort)) {
       fail(std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
@@ -464,9 +459,7 @@ std::vector<rank_bytes> tcp_tree::all_gather(std::span<const std::byte> mine, co
     try {
       send_frame(child.fd, frame_type::down, sequence_, rank_, op.name, op.site, payload, deadline);
     } catch (const link_closed& e) {
-      fail(fmt::format("{} closed its connection ({}) during {} at {}", describe(child.peer), e.why,
-                       op.name, op.site),
-           child.peer);
+      lost(child.peer, e.why, op);
     } catch (const link_timeout&) {
       fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), op.name, op.site),
            child.peer);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "jobkit/error.hpp"
+
 namespace jobkit::detail {
 
 class pmix_session;
@@ -54,7 +56,9 @@ class tcp_tree {
  private:
   struct link;
   std::vector<rank_bytes> gather_up(std::span<const std::byte> mine, const op_context& op);
-  [[noreturn]] void fail(const std::string& message, int origin_rank);
+  /// Sends an abort to every neighbour but origin_rank, closes the links, throws.
+  [[noreturn]] void fail(const std::string& message, int origin_rank, errc code = errc::peer_failure);
+  [[noreturn]] void lost(int peer, const std::string& why, const op_context& op);
   std::string describe(int rank) const;
 
   int rank_;

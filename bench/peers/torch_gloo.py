@@ -7,16 +7,17 @@ set them itself). Run with Debian's /usr/bin/python3 (python3-torch 1.13).
 
     usage: torch_gloo.py [ITERS [WARMUP [OBJ_ITERS]]]   (defaults: 500, 20, ITERS // 5 but >= 1)
 
-Ops (each: WARMUP untimed iterations, then ITERS timed ones; all_gather_object uses OBJ_ITERS):
+Ops (each: WARMUP untimed iterations, then ITERS timed ones; all_gather_object uses OBJ_ITERS
+timed ones after min(WARMUP, max(1, OBJ_ITERS // 10)) untimed ones: it is slow):
   init_process_group  wall time of init_process_group("gloo", init_method="env://") (iters 1,
                       rank 0's own time, "timing":"rank0")
   barrier             dist.barrier()
   all_reduce          all_reduce (SUM) of a 1-element float32 tensor            bytes = 4
-  broadcast_object    broadcast_object_list([small dict]) from rank 0           bytes = pickled size
+  broadcast_object_list  broadcast_object_list([small dict]) from rank 0        bytes = pickled size
   all_gather_object   all_gather_object of a small dict                         bytes = pickled size
   broadcast           broadcast of a uint8 tensor of 64 B and of 1 KiB from rank 0
 
-A barrier precedes each op's loop (synchronised start). Rooted ops (broadcast, broadcast_object)
+A barrier precedes each op's loop (synchronised start). Rooted ops (broadcast, broadcast_object_list)
 have an untimed barrier after every iteration ("iter_sep":"barrier"), otherwise the root runs ahead.
 Every rank times every iteration (time.perf_counter_ns); iteration i's time is the MAX over ranks
 (all_reduce MAX of the time vectors, after the loop); median_us / p99_us are over those maxima,
@@ -81,9 +82,9 @@ def main():
 
     emit("init_process_group", 0, 1, t_init_us, t_init_us, {"timing": "rank0"})
 
-    def bench(op, nbytes, fn, n, sep=False, check=None):
+    def bench(op, nbytes, fn, n, sep=False, check=None, nwarm=warmup):
         dist.barrier()  # synchronised start
-        for _ in range(warmup):
+        for _ in range(nwarm):
             fn()
             if sep:
                 dist.barrier()
@@ -128,7 +129,7 @@ def main():
     def check_bcast_obj():
         assert bol[0] == small, bol[0]
 
-    bench("broadcast_object", obj_bytes, bcast_obj, iters, sep=True, check=check_bcast_obj)
+    bench("broadcast_object_list", obj_bytes, bcast_obj, iters, sep=True, check=check_bcast_obj)
 
     mine = dict(small, name="rank%d" % rank, seq=rank)
     gathered = [None] * world
@@ -140,7 +141,7 @@ def main():
         assert [g["seq"] for g in gathered] == list(range(world)), gathered
 
     bench("all_gather_object", len(pickle.dumps(mine)), all_gather_obj, obj_iters,
-          check=check_gather)
+          check=check_gather, nwarm=min(warmup, max(1, obj_iters // 10)))
 
     for nb in (64, 1024):
         buf = torch.zeros(nb, dtype=torch.uint8)

@@ -12,6 +12,7 @@ enum class errc {
   invalid_argument,     ///< a bad argument or configuration value passed by the caller
   pmix,                 ///< a PMIx call failed; native_status() is the pmix_status_t
   timeout,              ///< a deadline expired
+  peer_failure,         ///< another rank died, closed its connection or called a different collective
   internal,             ///< a broken invariant inside jobkit
 };
 
