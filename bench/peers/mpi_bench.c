@@ -35,6 +35,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "timing.h"
+
 static int g_rank = -1;
 
 #define CHECK(call)                                                                    \
@@ -50,24 +52,6 @@ static int g_rank = -1;
         }                                                                              \
     } while (0)
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void stats(double *v, long n, double *median, double *p99) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    *median = (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    long k = (99 * n + 99) / 100; /* nearest rank, ceil(0.99 n) */
-    if (k < 1) k = 1;
-    *p99 = v[k - 1];
-}
 
 static int g_size, g_nodes;
 static long g_iters, g_warmup;

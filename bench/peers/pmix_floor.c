@@ -33,6 +33,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "timing.h"
+
 static pmix_proc_t g_self;
 
 #define CHECK(call)                                                                      \
@@ -45,25 +47,6 @@ static pmix_proc_t g_self;
         }                                                                                \
     } while (0)
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place. Median (mean of the two middle values for even n); p99 = nearest rank. */
-static void stats(double *v, long n, double *median, double *p99) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    *median = (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    long k = (long)((99 * n + 99) / 100); /* ceil(0.99 n) */
-    if (k < 1) k = 1;
-    *p99 = v[k - 1];
-}
 
 static uint32_t get_u32(const pmix_proc_t *who, const char *key) {
     pmix_value_t *val = NULL;
