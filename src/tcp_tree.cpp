@@ -342,14 +342,32 @@ std::string tcp_tree::describe(int rank) const {
 }
 
 void tcp_tree::fail(const std::string& message, int origin_rank, errc code) {
-  // Tell every neighbour, so the failure reaches every rank instead of a deadline.
+  // Tell every neighbour, so the failure reaches every rank instead of a deadline. Then close
+  // gracefully: a close with unread data sends a reset, which can destroy the abort in flight.
   const auto deadline = clock::now() + std::chrono::milliseconds(200);
   for (auto* links : {&children_, &parent_link_}) {
     for (auto& l : *links) {
-      if (l.fd < 0 || l.peer == origin_rank) continue;
+      if (l.fd < 0) continue;
+      if (l.peer != origin_rank) {
+        try {
+          send_frame(l.fd, frame_type::abort, sequence_, origin_rank, "abort", "",
+                     to_bytes(message), deadline);
+        } catch (...) {
+        }
+      }
+      ::shutdown(l.fd, SHUT_WR);
+    }
+  }
+  for (auto* links : {&children_, &parent_link_}) {
+    for (auto& l : *links) {
+      if (l.fd < 0) continue;
+      char discard[4096];
       try {
-        send_frame(l.fd, frame_type::abort, sequence_, origin_rank, "abort", "",
-                   to_bytes(message), deadline);
+        while (true) {
+          wait_for(l.fd, POLLIN, deadline);
+          const ssize_t n = ::recv(l.fd, discard, sizeof discard, 0);
+          if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+        }
       } catch (...) {
       }
       ::close(l.fd);
@@ -361,6 +379,20 @@ void tcp_tree::fail(const std::string& message, int origin_rank, errc code) {
 }
 
 void tcp_tree::lost(int peer, const std::string& why, const op_context& op) {
+  // The peer may have sent an abort just before closing: its reason is the one to report.
+  const auto& links = peer == (parent_link_.empty() ? -1 : parent_link_.front().peer) ? parent_link_ : children_;
+  for (const auto& l : links) {
+    if (l.peer != peer || l.fd < 0) continue;
+    try {
+      const auto f = receive_frame(l.fd, clock::now() + std::chrono::milliseconds(100));
+      if (f.header.type == static_cast<std::uint32_t>(frame_type::abort)) {
+        fail(std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
+             static_cast<int>(f.header.origin));
+      }
+    } catch (const link_closed&) {
+    } catch (const link_timeout&) {
+    }
+  }
   fail(fmt::format("{} closed its connection ({}) during {} at {}: the process died or exited",
                    describe(peer), why, op.name, op.site),
        peer);
