@@ -50,9 +50,6 @@ class tcp_tree {
   /// Entries are in rank order. Ranks that contribute nothing pass an empty span.
   std::vector<rank_bytes> all_gather(std::span<const std::byte> mine, const op_context& op);
 
-  /// The parent of a rank in the tree (-1 for rank 0), for tests and diagnostics.
-  int parent_of(int rank) const { return parent_[static_cast<std::size_t>(rank)]; }
-
  private:
   struct link;
   std::vector<rank_bytes> gather_up(std::span<const std::byte> mine, const op_context& op);
