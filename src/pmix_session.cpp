@@ -18,11 +18,11 @@ struct value_releaser {
 };
 using value_ptr = std::unique_ptr<pmix_value_t, value_releaser>;
 
-value_ptr get_local(const pmix_proc_t& proc, const char* key, pmix_status_t* status) {
+/// PMIx_Get; with local_only (PMIX_OPTIONAL), the server is not asked: job data is already local.
+value_ptr get_value(const pmix_proc_t& proc, const char* key, bool local_only, pmix_status_t* status) {
   pmix_info_t info;
   PMIX_INFO_CONSTRUCT(&info);
-  bool optional = true;  // job data is local: never ask the server for it
-  PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &optional, PMIX_BOOL);
+  PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &local_only, PMIX_BOOL);
   pmix_value_t* value = nullptr;
   *status = PMIx_Get(&proc, key, &info, 1, &value);
   PMIX_INFO_DESTRUCT(&info);
@@ -121,9 +121,8 @@ void pmix_session::commit_and_fence(std::chrono::milliseconds timeout) {
 std::vector<std::byte> pmix_session::get_bytes(int rank, const std::string& key) {
   pmix_proc_t proc;
   PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(rank));
-  pmix_value_t* raw = nullptr;
-  const pmix_status_t status = PMIx_Get(&proc, key.c_str(), nullptr, 0, &raw);
-  value_ptr value(status == PMIX_SUCCESS ? raw : nullptr);
+  pmix_status_t status = PMIX_SUCCESS;
+  const auto value = get_value(proc, key.c_str(), false, &status);
   if (!value) {
     throw error(errc::pmix,
                 fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
@@ -143,7 +142,7 @@ pmix_facts pmix_session::query_facts() const {
   auto number = [&](const pmix_proc_t& proc, const char* key,
                     const char* name) -> std::optional<int> {
     pmix_status_t status = PMIX_SUCCESS;
-    auto value = get_local(proc, key, &status);
+    auto value = get_value(proc, key, true, &status);
     if (!value) {
       if (status == PMIX_ERR_NOT_FOUND) return std::nullopt;
       throw error(errc::pmix,
@@ -187,7 +186,7 @@ pmix_facts pmix_session::query_facts() const {
   }
 
   pmix_status_t status = PMIX_SUCCESS;
-  if (auto peers = get_local(job, PMIX_LOCAL_PEERS, &status); peers && peers->type == PMIX_STRING) {
+  if (auto peers = get_value(job, PMIX_LOCAL_PEERS, true, &status); peers && peers->type == PMIX_STRING) {
     facts.local_peers = parse_rank_list(peers->data.string);
   }
   return facts;

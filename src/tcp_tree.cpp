@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "jobkit/error.hpp"
@@ -129,6 +130,18 @@ frame receive_frame(int fd, clock::time_point deadline) {
   return f;
 }
 
+/// The reason and origin rank an abort frame carries.
+struct abort_notice {
+  std::string reason;
+  int origin;
+};
+
+std::optional<abort_notice> abort_in(const frame& f) {
+  if (f.header.type != static_cast<std::uint32_t>(frame_type::abort)) return std::nullopt;
+  return abort_notice{std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
+                      static_cast<int>(f.header.origin)};
+}
+
 void set_socket_options(int fd) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -220,14 +233,14 @@ tcp_tree::tcp_tree(pmix_session& pmix, int rank, int world_size, int node_rank,
   for (int r = 0; r < world_size; ++r) {
     const auto bytes = pmix.get_bytes(r, key);
     std::istringstream in(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    member m;
-    int port = 0;
-    if (!(in >> m.rank >> m.node >> port >> m.host) || m.rank != r) {
+    int published_rank = -1, node = -1;
+    std::string host_of_rank;
+    if (!(in >> published_rank >> node >> ports[static_cast<std::size_t>(r)] >> host_of_rank) ||
+        published_rank != r) {
       bootstrap_failure(fmt::format("rank {} published a malformed endpoint", r));
     }
-    members_.push_back(m);
-    ports[static_cast<std::size_t>(r)] = port;
-    ranks_of_node[m.node].push_back(r);
+    hosts_.push_back(std::move(host_of_rank));
+    ranks_of_node[node].push_back(r);
   }
 
   // Node leaders (lowest rank of each node) form a binomial tree rooted at rank 0's node;
@@ -248,35 +261,32 @@ tcp_tree::tcp_tree(pmix_session& pmix, int rank, int world_size, int node_rank,
   for (int r = 0; r < world_size; ++r) {
     if (parent_[static_cast<std::size_t>(r)] == rank_) child_ranks.push_back(r);
   }
-  for (int child : child_ranks) {
-    std::vector<int> under;
-    for (int r = 0; r < world_size; ++r) {
-      for (int a = r; a != -1; a = parent_[static_cast<std::size_t>(a)]) {
-        if (a == child) {
-          under.push_back(r);
-          break;
-        }
-      }
+  subtree_.resize(child_ranks.size());
+  for (int r = 0; r < world_size; ++r) {
+    for (int a = r; a != -1; a = parent_[static_cast<std::size_t>(a)]) {
+      if (parent_[static_cast<std::size_t>(a)] != rank_) continue;
+      const auto child = std::find(child_ranks.begin(), child_ranks.end(), a) - child_ranks.begin();
+      subtree_[static_cast<std::size_t>(child)].push_back(r);
+      break;
     }
-    subtree_.push_back(std::move(under));
   }
 
   if (const int parent = parent_[static_cast<std::size_t>(rank_)]; parent >= 0) {
-    const auto& pm = members_[static_cast<std::size_t>(parent)];
+    const auto& parent_host = hosts_[static_cast<std::size_t>(parent)];
     addrinfo hints{};
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
     const auto service = std::to_string(ports[static_cast<std::size_t>(parent)]);
-    if (const int rc = ::getaddrinfo(pm.host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-      bootstrap_failure(fmt::format("cannot resolve {} (rank {}): {}", pm.host, parent, gai_strerror(rc)));
+    if (const int rc = ::getaddrinfo(parent_host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+      bootstrap_failure(fmt::format("cannot resolve {} (rank {}): {}", parent_host, parent, gai_strerror(rc)));
     }
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
     ::freeaddrinfo(found);
     if (rc != 0) {
       ::close(fd);
-      bootstrap_failure(fmt::format("cannot connect to rank {} at {}:{}: {}", parent, pm.host, service,
+      bootstrap_failure(fmt::format("cannot connect to rank {} at {}:{}: {}", parent, parent_host, service,
                                     std::strerror(errno)));
     }
     set_socket_options(fd);
@@ -338,7 +348,7 @@ tcp_tree::~tcp_tree() {
 }
 
 std::string tcp_tree::describe(int rank) const {
-  return fmt::format("rank {} ({})", rank, members_[static_cast<std::size_t>(rank)].host);
+  return fmt::format("rank {} ({})", rank, hosts_[static_cast<std::size_t>(rank)]);
 }
 
 void tcp_tree::fail(const std::string& message, int origin_rank, errc code) {
@@ -378,24 +388,18 @@ void tcp_tree::fail(const std::string& message, int origin_rank, errc code) {
   throw error(code, message);
 }
 
-void tcp_tree::lost(int peer, const std::string& why, const op_context& op) {
+void tcp_tree::lost(const link& l, const std::string& why, const op_context& op) {
   // The peer may have sent an abort just before closing: its reason is the one to report.
-  const auto& links = peer == (parent_link_.empty() ? -1 : parent_link_.front().peer) ? parent_link_ : children_;
-  for (const auto& l : links) {
-    if (l.peer != peer || l.fd < 0) continue;
-    try {
-      const auto f = receive_frame(l.fd, clock::now() + std::chrono::milliseconds(100));
-      if (f.header.type == static_cast<std::uint32_t>(frame_type::abort)) {
-        fail(std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
-             static_cast<int>(f.header.origin));
-      }
-    } catch (const link_closed&) {
-    } catch (const link_timeout&) {
+  try {
+    if (auto abort = abort_in(receive_frame(l.fd, clock::now() + std::chrono::milliseconds(100)))) {
+      fail(abort->reason, abort->origin);
     }
+  } catch (const link_closed&) {
+  } catch (const link_timeout&) {
   }
   fail(fmt::format("{} closed its connection ({}) during {} at {}: the process died or exited",
-                   describe(peer), why, op.name, op.site),
-       peer);
+                   describe(l.peer), why, op.name, op.site),
+       l.peer);
 }
 
 std::vector<rank_bytes> tcp_tree::gather_up(std::span<const std::byte> mine, const op_context& op) {
@@ -429,25 +433,24 @@ std::vector<rank_bytes> tcp_tree::gather_up(std::span<const std::byte> mine, con
       if (done[i] || fds[i].revents == 0) continue;
       const auto& child = children_[i];
       frame f;
+      std::vector<rank_bytes> under;
       try {
         f = receive_frame(child.fd, deadline);
+        if (auto abort = abort_in(f)) fail(abort->reason, abort->origin);
+        if (f.header.sequence != sequence_ || f.name != op.name || f.site != op.site) {
+          fail(fmt::format(
+                   "collectives out of step: {} is in {} #{} at {} while rank {} is in {} #{} at {}",
+                   describe(child.peer), f.name, f.header.sequence, f.site, rank_, op.name, sequence_,
+                   op.site),
+               rank_);
+        }
+        under = parse_entries(f.payload);
       } catch (const link_closed& e) {
-        lost(child.peer, e.why, op);
+        lost(child, e.why, op);
       } catch (const link_timeout&) {
         fail(fmt::format("{} stalled mid-message during {} at {}", describe(child.peer), op.name, op.site),
              child.peer);
       }
-      if (f.header.type == static_cast<std::uint32_t>(frame_type::abort)) {
-        fail(std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
-             static_cast<int>(f.header.origin));
-      }
-      if (f.header.sequence != sequence_ || f.name != op.name || f.site != op.site) {
-        fail(fmt::format("collectives out of step: {} is in {} #{} at {} while rank {} is in {} #{} at {}",
-                         describe(child.peer), f.name, f.header.sequence, f.site, rank_, op.name,
-                         sequence_, op.site),
-             rank_);
-      }
-      auto under = parse_entries(f.payload);
       std::move(under.begin(), under.end(), std::back_inserter(entries));
       done[i] = true;
       --pending;
@@ -464,12 +467,14 @@ std::vector<rank_bytes> tcp_tree::all_gather(std::span<const std::byte> mine, co
   if (!parent_link_.empty()) {
     const auto& parent = parent_link_.front();
     append_entries(payload, entries);
-    frame f;
     try {
       send_frame(parent.fd, frame_type::up, sequence_, rank_, op.name, op.site, payload, deadline);
-      f = receive_frame(parent.fd, deadline);
+      frame f = receive_frame(parent.fd, deadline);
+      if (auto abort = abort_in(f)) fail(abort->reason, abort->origin);
+      payload = std::move(f.payload);
+      entries = parse_entries(payload);
     } catch (const link_closed& e) {
-      lost(parent.peer, e.why, op);
+      lost(parent, e.why, op);
     } catch (const link_timeout&) {
       const auto message = fmt::format(
           "{} at {} timed out after {} ms on rank {} waiting for the result from {}: some rank "
@@ -477,12 +482,6 @@ std::vector<rank_bytes> tcp_tree::all_gather(std::span<const std::byte> mine, co
           op.name, op.site, op.timeout.count(), rank_, describe(parent.peer));
       fail(message, rank_, errc::timeout);
     }
-    if (f.header.type == static_cast<std::uint32_t>(frame_type::abort)) {
-      fail(std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
-           static_cast<int>(f.header.origin));
-    }
-    payload = std::move(f.payload);
-    entries = parse_entries(payload);
   } else {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     append_entries(payload, entries);
@@ -491,7 +490,7 @@ std::vector<rank_bytes> tcp_tree::all_gather(std::span<const std::byte> mine, co
     try {
       send_frame(child.fd, frame_type::down, sequence_, rank_, op.name, op.site, payload, deadline);
     } catch (const link_closed& e) {
-      lost(child.peer, e.why, op);
+      lost(child, e.why, op);
     } catch (const link_timeout&) {
       fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), op.name, op.site),
            child.peer);

@@ -33,12 +33,6 @@ struct rank_bytes {
 /// Not thread-safe: one collective at a time, called in the same order on every rank.
 class tcp_tree {
  public:
-  struct member {
-    int rank;
-    int node;  ///< node index; ranks of a node share a leader
-    std::string host;
-  };
-
   /// @throws jobkit::error when the endpoint exchange or a connection fails or times out
   tcp_tree(pmix_session& pmix, int rank, int world_size, int node_rank,
            std::chrono::milliseconds timeout);
@@ -55,12 +49,12 @@ class tcp_tree {
   std::vector<rank_bytes> gather_up(std::span<const std::byte> mine, const op_context& op);
   /// Sends an abort to every neighbour but origin_rank, closes the links, throws.
   [[noreturn]] void fail(const std::string& message, int origin_rank, errc code = errc::peer_failure);
-  [[noreturn]] void lost(int peer, const std::string& why, const op_context& op);
+  [[noreturn]] void lost(const link& l, const std::string& why, const op_context& op);
   std::string describe(int rank) const;
 
   int rank_;
   std::uint64_t sequence_ = 0;
-  std::vector<member> members_;
+  std::vector<std::string> hosts_;  // per rank
   std::vector<int> parent_;
   std::vector<std::vector<int>> subtree_;  // ranks under each child link, for timeout reports
   std::vector<link> children_;
