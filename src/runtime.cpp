@@ -2,12 +2,20 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <climits>
+#include <memory>
 #include <optional>
+#include <set>
 
 #include "identity_resolver.hpp"
+#include "inprocess_transport.hpp"
 #include "jobkit/error.hpp"
 #include "pmix_session.hpp"
+#include "tcp_transport.hpp"
 
 namespace jobkit {
 namespace {
@@ -23,14 +31,39 @@ std::string local_hostname() {
 struct runtime::impl {
   std::optional<detail::pmix_session> pmix;
   jobkit::identity id;
+  std::unique_ptr<detail::tcp_fabric> fabric;
+  std::optional<group> world, node, leaders;
+
+  detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
+    if (!fabric) {
+      if (!pmix) {
+        throw error(errc::invalid_environment,
+                    fmt::format("collectives across {} ranks need the launcher's PMIx server, but this rank's "
+                                "identity came from '{}' variables: launch with srun --mpi=pmix (or mpirun)",
+                                id.world_size, to_string(id.source)));
+      }
+      fabric = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
+    }
+    return *fabric;
+  }
+
+  group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+    if (ranks.size() == 1) return detail::make_single_rank_group(ranks.front(), id.hostname);
+    auto& f = connect(timeout);
+    auto state = std::make_shared<detail::group_state>();
+    state->link = std::make_unique<detail::tcp_tree>(f, ranks, timeout);
+    state->world_ranks = ranks;
+    for (const int r : ranks) state->hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
+    state->rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), id.rank) - ranks.begin());
+    return group(std::move(state));
+  }
 };
 
 runtime::runtime() : impl_(std::make_unique<impl>()) {
   const auto& env = detail::process_environment();
   const auto request = detail::requested_source(env);
   const bool use_pmix = request == detail::source_request::pmix ||
-                        (request == detail::source_request::automatic &&
-                         detail::pmix_server_advertised(env));
+                        (request == detail::source_request::automatic && detail::pmix_server_advertised(env));
   if (request == detail::source_request::pmix && !detail::pmix_server_advertised(env)) {
     throw error(errc::invalid_environment,
                 "JOBKIT_IDENTITY='pmix' but no PMIx server is advertised (PMIX_RANK and "
@@ -53,12 +86,99 @@ const jobkit::identity& runtime::identity() const noexcept { return impl_->id; }
 
 bool runtime::connected_to_pmix() const noexcept { return impl_->pmix.has_value(); }
 
+group& runtime::world() {
+  if (!impl_->world) {
+    std::vector<int> all(static_cast<std::size_t>(impl_->id.world_size));
+    for (int r = 0; r < impl_->id.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+    impl_->world = impl_->make(all, detail::default_timeout());
+  }
+  return *impl_->world;
+}
+
+group runtime::make_group(const std::vector<int>& world_ranks, call_options options) {
+  const auto& id = impl_->id;
+  const auto listed = fmt::format("[{}]", fmt::join(world_ranks, ", "));
+  if (world_ranks.empty()) throw error(errc::invalid_argument, "make_group: world_ranks is empty");
+  std::set<int> seen;
+  for (const int r : world_ranks) {
+    if (r < 0 || r >= id.world_size) {
+      throw error(errc::invalid_argument, fmt::format("make_group: world_ranks={} holds {}, outside 0 to {}", listed,
+                                                      r, id.world_size - 1));
+    }
+    if (!seen.insert(r).second) {
+      throw error(errc::invalid_argument, fmt::format("make_group: world_ranks={} holds {} twice", listed, r));
+    }
+  }
+  if (!seen.count(id.rank)) {
+    throw error(errc::invalid_argument,
+                fmt::format("make_group: world_ranks={} does not hold this rank ({}); only members call make_group",
+                            listed, id.rank));
+  }
+  if (options.timeout.count() < 0) {
+    throw error(errc::invalid_argument, fmt::format("make_group: timeout={} ms is negative", options.timeout.count()));
+  }
+  return impl_->make(world_ranks, options.timeout.count() == 0 ? detail::default_timeout() : options.timeout);
+}
+
+group& runtime::node_group() {
+  if (!impl_->node) {
+    const auto& id = impl_->id;
+    std::vector<int> ranks{id.rank};
+    if (id.local_world_size > 1) {
+      const auto& endpoints = impl_->connect(detail::default_timeout()).endpoints();
+      std::vector<std::pair<int, int>> local;  // (local rank, world rank)
+      for (int r = 0; r < id.world_size; ++r) {
+        const auto& e = endpoints[static_cast<std::size_t>(r)];
+        if (e.node == id.node_rank) local.emplace_back(e.local_rank, r);
+      }
+      std::sort(local.begin(), local.end());
+      ranks.clear();
+      for (const auto& [local_rank, r] : local) ranks.push_back(r);
+    }
+    impl_->node = impl_->make(ranks, detail::default_timeout());
+  }
+  return *impl_->node;
+}
+
+group& runtime::node_leaders_group() {
+  if (!impl_->leaders) {
+    const auto& id = impl_->id;
+    if (id.local_rank != 0) {
+      throw error(errc::invalid_argument,
+                  fmt::format("node_leaders_group: rank {} has local rank {}; only local rank 0 of each node is "
+                              "a member and may call it",
+                              id.rank, id.local_rank));
+    }
+    std::vector<int> ranks{id.rank};
+    if (id.num_nodes > 1) {
+      const auto& endpoints = impl_->connect(detail::default_timeout()).endpoints();
+      std::vector<std::pair<int, int>> leaders;  // (node, world rank)
+      for (int r = 0; r < id.world_size; ++r) {
+        const auto& e = endpoints[static_cast<std::size_t>(r)];
+        if (e.local_rank == 0) leaders.emplace_back(e.node, r);
+      }
+      std::sort(leaders.begin(), leaders.end());
+      ranks.clear();
+      for (const auto& [node, r] : leaders) ranks.push_back(r);
+    }
+    impl_->leaders = impl_->make(ranks, detail::default_timeout());
+  }
+  return *impl_->leaders;
+}
+
 runtime& default_runtime() {
   static runtime instance;
   return instance;
 }
 
 const identity& current_identity() { return default_runtime().identity(); }
+
+group& world() { return default_runtime().world(); }
+group make_group(const std::vector<int>& world_ranks, call_options options) {
+  return default_runtime().make_group(world_ranks, options);
+}
+group& node_group() { return default_runtime().node_group(); }
+group& node_leaders_group() { return default_runtime().node_leaders_group(); }
 
 int rank() { return current_identity().rank; }
 int world_size() { return current_identity().world_size; }

@@ -1,7 +1,9 @@
 #pragma once
 
+#include "jobkit/collectives.hpp"
 #include "jobkit/config.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
+#include "jobkit/serialize.hpp"

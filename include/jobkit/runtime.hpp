@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "jobkit/collectives.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit {
@@ -25,6 +26,15 @@ class runtime {
   const jobkit::identity& identity() const noexcept;
   /// True when the identity came from a PMIx server this runtime is connected to.
   bool connected_to_pmix() const noexcept;
+
+  /// Every rank of the job. Set up by the first collective: a single rank needs nothing; more
+  /// ranks exchange endpoints through one PMIx fence and connect a TCP tree.
+  /// @throws jobkit::error when world_size > 1 and no PMIx server is connected
+  group& world();
+  /// See jobkit::make_group, jobkit::node_group and jobkit::node_leaders_group.
+  group make_group(const std::vector<int>& world_ranks, call_options options = {});
+  group& node_group();
+  group& node_leaders_group();
 
  private:
   struct impl;

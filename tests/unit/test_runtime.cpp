@@ -1,7 +1,10 @@
 // The runtime on the real process environment, without a launcher.
 #include "jobkit/runtime.hpp"
 
+#include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 #include <string>
 
 #include "../catch.hpp"
@@ -99,4 +102,42 @@ TEST_CASE("the seed getters answer from the process-wide runtime", "[runtime]") 
   CHECK_FALSE(jobkit::is_local_main_process());
   CHECK(jobkit::is_distributed());
   CHECK(&jobkit::current_identity() == &jobkit::default_runtime().identity());
+}
+
+TEST_CASE("collectives across ranks without a PMIx server say how to launch", "[runtime][errors]") {
+  scoped_env env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
+  jobkit::runtime rt;
+  for (auto attempt : {std::function<void()>([&] { rt.world(); }), std::function<void()>([&] { rt.node_group(); }),
+                       std::function<void()>([&] { rt.make_group({0, 1}); })}) {
+    try {
+      attempt();
+      FAIL("no error");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == jobkit::errc::invalid_environment);
+      CHECK(std::string(e.what()).find("identity came from 'torchrun'") != std::string::npos);
+      CHECK(std::string(e.what()).find("launch with srun --mpi=pmix") != std::string::npos);
+    }
+  }
+  // A group of this rank alone needs nobody else.
+  CHECK(rt.make_group({1}).all_gather(5) == std::vector<int>{5});
+  CHECK_THROWS_WITH(rt.node_leaders_group(), Catch::Contains("rank 1 has local rank 1"));
+}
+
+TEST_CASE("make_group names the bad rank list", "[runtime][errors]") {
+  scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4"}});
+  jobkit::runtime rt;
+  CHECK_THROWS_WITH(rt.make_group({}), Catch::Contains("world_ranks is empty"));
+  CHECK_THROWS_WITH(rt.make_group({0, 4}), Catch::Contains("world_ranks=[0, 4] holds 4, outside 0 to 3"));
+  CHECK_THROWS_WITH(rt.make_group({0, 1, 1}), Catch::Contains("holds 1 twice"));
+  CHECK_THROWS_WITH(rt.make_group({1, 2}), Catch::Contains("does not hold this rank (0)"));
+  CHECK_THROWS_WITH(rt.make_group({0}, {.timeout = std::chrono::milliseconds(-5)}), Catch::Contains("timeout=-5 ms"));
+}
+
+TEST_CASE("a single-rank runtime's groups are itself", "[runtime]") {
+  scoped_env env({});
+  jobkit::runtime rt;
+  CHECK(rt.world().size() == 1);
+  CHECK(rt.node_group().world_ranks() == std::vector<int>{0});
+  CHECK(rt.node_leaders_group().size() == 1);
+  CHECK(rt.world().all_reduce(std::vector<int>{1, 2}, jobkit::reduce_op::max) == std::vector<int>{1, 2});
 }

@@ -1,0 +1,138 @@
+#include "jobkit/collectives.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "environment.hpp"
+#include "transport.hpp"
+
+namespace jobkit {
+
+std::string_view to_string(reduce_op op) noexcept {
+  switch (op) {
+    case reduce_op::sum: return "sum";
+    case reduce_op::prod: return "prod";
+    case reduce_op::min: return "min";
+    case reduce_op::max: return "max";
+    case reduce_op::band: return "band";
+    case reduce_op::bor: return "bor";
+    case reduce_op::bxor: return "bxor";
+  }
+  return "unknown";
+}
+
+void byte_reader::read_bytes(void* out, std::size_t size) {
+  if (size > remaining()) {
+    throw error(errc::internal, fmt::format("received value too short: {} more bytes expected, {} left "
+                                            "(do all ranks pass the same type?)",
+                                            size, remaining()));
+  }
+  if (size > 0) std::memcpy(out, bytes_.data() + at_, size);
+  at_ += size;
+}
+
+void byte_reader::expect(std::uint64_t count, std::size_t element_size) const {
+  if (element_size > 0 && count > remaining() / element_size) {
+    throw error(errc::internal, fmt::format("received value announces {} elements but only {} bytes are left "
+                                            "(do all ranks pass the same type?)",
+                                            count, remaining()));
+  }
+}
+
+namespace detail {
+
+void throw_trailing_bytes(std::size_t remaining) {
+  throw error(errc::internal,
+              fmt::format("received value has {} bytes left over (do all ranks pass the same type?)", remaining));
+}
+
+void throw_bitwise_on_floating(reduce_op op) {
+  throw error(errc::invalid_argument,
+              fmt::format("all_reduce: op={} needs an integral type, not a floating-point one", to_string(op)));
+}
+
+std::chrono::milliseconds parse_timeout(const std::string& name, const std::string& value) {
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(value.c_str(), &end);
+  if (value.empty() || end != value.c_str() + value.size() || errno != 0 || !std::isfinite(seconds) ||
+      seconds <= 0 || seconds > 1e9) {
+    throw error(errc::invalid_environment,
+                fmt::format("{}='{}' is not a positive number of seconds (e.g. 300 or 2.5)", name, value));
+  }
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+}
+
+std::chrono::milliseconds default_timeout() {
+  static const auto timeout = [] {
+    const auto value = process_environment().get("JOBKIT_TIMEOUT");
+    return value ? parse_timeout("JOBKIT_TIMEOUT", *value) : std::chrono::milliseconds(1800 * 1000);
+  }();
+  return timeout;
+}
+
+}  // namespace detail
+
+group::group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
+
+int group::rank() const noexcept { return state_->rank; }
+int group::size() const noexcept { return static_cast<int>(state_->world_ranks.size()); }
+const std::vector<int>& group::world_ranks() const noexcept { return state_->world_ranks; }
+
+std::string group::describe(int group_rank) const {
+  const auto r = static_cast<std::size_t>(group_rank);
+  return fmt::format("rank {} ({})", state_->world_ranks.at(r), state_->hosts.at(r));
+}
+
+detail::exchange group::make_exchange(std::string name, call_options options,
+                                      const std::source_location& site) const {
+  if (options.timeout.count() < 0) {
+    throw error(errc::invalid_argument,
+                fmt::format("{}: timeout={} ms is negative", name, options.timeout.count()));
+  }
+  std::string_view file = site.file_name();
+  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  detail::exchange ex;
+  ex.name = std::move(name);
+  ex.site = fmt::format("{}:{}", file, site.line());
+  ex.timeout = options.timeout.count() == 0 ? detail::default_timeout() : options.timeout;
+  return ex;
+}
+
+void group::check_root(std::string_view operation, int root) const {
+  if (root < 0 || root >= size()) {
+    throw error(errc::invalid_argument,
+                fmt::format("{}: root={} is not a rank of this group (ranks 0 to {})", operation, root, size() - 1));
+  }
+}
+
+std::vector<detail::rank_bytes> group::run(detail::exchange& ex) { return state_->link->run(ex); }
+
+void group::abort(const std::string& message) noexcept { state_->link->abort(message); }
+
+void group::fail_from_callable(const detail::exchange& ex) {
+  std::string what = "an exception that is not a std::exception";
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  abort(fmt::format("{} at {}: the callable threw on {}: {}", ex.name, ex.site, describe(rank()), what));
+  throw;
+}
+
+void group::fail_to_decode(const detail::exchange& ex, int from_rank, const error& e) const {
+  throw error(e.code(), fmt::format("{} at {}: the value from {} cannot be read: {}", ex.name, ex.site,
+                                    describe(from_rank), e.what()));
+}
+
+void group::barrier(call_options options, std::source_location site) {
+  auto ex = make_exchange("barrier", options, site);
+  run(ex);
+}
+
+}  // namespace jobkit

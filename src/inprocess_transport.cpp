@@ -1,0 +1,155 @@
+#include "inprocess_transport.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+namespace jobkit::detail {
+namespace {
+
+struct failure {
+  errc code;
+  std::string message;
+};
+
+[[noreturn]] void raise(const failure& f) {
+  if (f.code == errc::timeout) throw timeout_error(f.message);
+  throw error(f.code, f.message);
+}
+
+/// The rendezvous of the ranks of one in-process group. The last rank to arrive runs the
+/// exchange for everyone, with rank 0's fold and finish.
+class hub {
+ public:
+  explicit hub(int size) : arrivals_(static_cast<std::size_t>(size)), results_(static_cast<std::size_t>(size)) {}
+
+  std::vector<rank_bytes> run(int rank, const exchange& ex) {
+    std::unique_lock lock(mutex_);
+    if (failure_) raise(*failure_);
+    arrivals_[static_cast<std::size_t>(rank)] = &ex;
+    const auto round = round_;
+    if (++arrived_ == static_cast<int>(arrivals_.size())) {
+      complete();
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + ex.timeout;
+      if (!done_.wait_until(lock, deadline, [&] { return round_ != round || failure_; })) {
+        std::vector<int> missing;
+        for (std::size_t r = 0; r < arrivals_.size(); ++r) {
+          if (!arrivals_[r]) missing.push_back(static_cast<int>(r));
+        }
+        failure_ = failure{errc::timeout,
+                           fmt::format("{} at {} timed out after {} ms on rank {}: rank(s) {} never arrived",
+                                       ex.name, ex.site, ex.timeout.count(), rank, fmt::join(missing, ", "))};
+        done_.notify_all();
+      }
+    }
+    if (round_ == round) raise(*failure_);
+    return std::move(results_[static_cast<std::size_t>(rank)]);
+  }
+
+  void abort(const std::string& message) {
+    std::lock_guard lock(mutex_);
+    if (!failure_) failure_ = failure{errc::peer_failure, message};
+    done_.notify_all();
+  }
+
+ private:
+  void complete() {
+    const exchange& root = *arrivals_.front();
+    for (std::size_t r = 1; r < arrivals_.size(); ++r) {
+      const auto& other = *arrivals_[r];
+      if (other.name != root.name) {
+        failure_ = failure{errc::peer_failure,
+                           fmt::format("collectives out of step: rank {} is in {} at {} while rank 0 is in {} at {}",
+                                       r, other.name, other.site, root.name, root.site)};
+        done_.notify_all();
+        return;
+      }
+    }
+    std::vector<rank_bytes> entries;
+    for (std::size_t r = 0; r < arrivals_.size(); ++r) {
+      if (const auto& mine = arrivals_[r]->mine) {
+        entries.push_back(rank_bytes{static_cast<int>(r), {mine->begin(), mine->end()}});
+      }
+    }
+    try {
+      if (root.fold && !entries.empty()) entries = {root.fold(entries)};
+      if (root.finish) entries = root.finish(entries);
+    } catch (const std::exception& e) {
+      const auto* known = dynamic_cast<const error*>(&e);
+      failure_ = failure{known ? known->code() : errc::peer_failure,
+                         fmt::format("{} at {} failed on rank 0: {}", root.name, root.site, e.what())};
+      done_.notify_all();
+      return;
+    }
+    for (auto& result : results_) result.clear();
+    for (std::size_t r = 0; r < results_.size(); ++r) {
+      for (const auto& entry : entries) {
+        const bool wanted = root.to == delivery::everyone ||
+                            (root.to == delivery::one_rank && root.target == static_cast<int>(r)) ||
+                            (root.to == delivery::each_own && entry.rank == static_cast<int>(r));
+        if (wanted) results_[r].push_back(entry);
+      }
+    }
+    std::fill(arrivals_.begin(), arrivals_.end(), nullptr);
+    arrived_ = 0;
+    ++round_;
+    done_.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<const exchange*> arrivals_;
+  std::vector<std::vector<rank_bytes>> results_;
+  int arrived_ = 0;
+  std::uint64_t round_ = 0;
+  std::optional<failure> failure_;
+};
+
+class inprocess_transport final : public transport {
+ public:
+  inprocess_transport(std::shared_ptr<hub> shared, int rank) : hub_(std::move(shared)), rank_(rank) {}
+  std::vector<rank_bytes> run(const exchange& ex) override { return hub_->run(rank_, ex); }
+  void abort(const std::string& message) noexcept override {
+    try {
+      hub_->abort(message);
+    } catch (...) {
+    }
+  }
+
+ private:
+  std::shared_ptr<hub> hub_;
+  int rank_;
+};
+
+}  // namespace
+
+std::vector<group> make_inprocess_groups(int size, const std::string& hostname) {
+  auto shared = std::make_shared<hub>(size);
+  std::vector<int> ranks(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  std::vector<group> groups;
+  for (int r = 0; r < size; ++r) {
+    auto state = std::make_shared<group_state>();
+    state->link = std::make_unique<inprocess_transport>(shared, r);
+    state->world_ranks = ranks;
+    state->hosts.assign(static_cast<std::size_t>(size), hostname);
+    state->rank = r;
+    groups.emplace_back(std::move(state));
+  }
+  return groups;
+}
+
+group make_single_rank_group(int world_rank, const std::string& hostname) {
+  auto state = std::make_shared<group_state>();
+  state->link = std::make_unique<inprocess_transport>(std::make_shared<hub>(1), 0);
+  state->world_ranks = {world_rank};
+  state->hosts = {hostname};
+  return group(std::move(state));
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transport.hpp"
+
+namespace jobkit::detail {
+
+/// Groups of `size` ranks inside one process, one per thread: the same exchange semantics as
+/// the TCP data path (ordering, name checks, deadlines, aborts) without a launcher. A group of
+/// one rank is what a single-rank job uses: no PMIx, no sockets.
+std::vector<group> make_inprocess_groups(int size, const std::string& hostname = "localhost");
+
+/// A group whose only member is this process (world rank `world_rank`).
+group make_single_rank_group(int world_rank, const std::string& hostname);
+
+}  // namespace jobkit::detail

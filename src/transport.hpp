@@ -1,0 +1,38 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jobkit/collectives.hpp"
+
+namespace jobkit::detail {
+
+/// How the ranks of a group reach each other: over TCP between processes (tcp_tree), or inside
+/// one process (inprocess_transport, for a single rank and for unit tests).
+class transport {
+ public:
+  virtual ~transport() = default;
+  /// Runs one exchange (see detail::exchange) and returns the entries this rank receives, in
+  /// rank order. @throws jobkit::error on every member when any member fails
+  virtual std::vector<rank_bytes> run(const exchange& ex) = 0;
+  /// Ends the current or next exchange on every member with this message; the transport is
+  /// unusable afterwards.
+  virtual void abort(const std::string& message) noexcept = 0;
+};
+
+/// What a jobkit::group holds.
+struct group_state {
+  std::unique_ptr<transport> link;
+  std::vector<int> world_ranks;  // group rank -> world rank
+  std::vector<std::string> hosts;  // group rank -> hostname, for messages
+  int rank = 0;
+};
+
+/// The default deadline: JOBKIT_TIMEOUT seconds, else 1800 s.
+/// @throws jobkit::error (invalid_environment) naming the variable when it is malformed
+std::chrono::milliseconds default_timeout();
+/// Parses a JOBKIT_TIMEOUT value ("90", "2.5"); name is the variable, for the message.
+std::chrono::milliseconds parse_timeout(const std::string& name, const std::string& value);
+
+}  // namespace jobkit::detail

@@ -1,0 +1,255 @@
+// Collective semantics on in-process groups (one thread per rank): results, roots, user
+// callables, failures, deadlines. The same code runs over TCP in tests/launched.
+#include "jobkit/collectives.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../catch.hpp"
+#include "inprocess_transport.hpp"
+#include "jobkit/runtime.hpp"
+#include "transport.hpp"
+
+using namespace std::chrono_literals;
+using jobkit::group;
+using jobkit::reduce_op;
+
+namespace {
+
+template <class T>
+struct outcome {
+  std::optional<T> value;
+  std::string error;  // what() of the exception, if one was thrown
+  std::optional<jobkit::errc> code;
+  bool std_exception = false;  // a non-jobkit exception reached this rank
+};
+
+/// Runs fn(group) on `size` ranks, one thread each, and returns what every rank got.
+template <class F, class T = std::invoke_result_t<F&, group&>>
+std::vector<outcome<T>> on_ranks(int size, F fn) {
+  auto groups = jobkit::detail::make_inprocess_groups(size);
+  std::vector<outcome<T>> outcomes(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      auto& out = outcomes[static_cast<std::size_t>(r)];
+      try {
+        out.value.emplace(fn(groups[static_cast<std::size_t>(r)]));
+      } catch (const jobkit::error& e) {
+        out.error = e.what();
+        out.code = e.code();
+      } catch (const std::exception& e) {
+        out.error = e.what();
+        out.std_exception = true;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a single rank gets identity results without a launcher", "[collectives]") {
+  auto& world = jobkit::world();
+  REQUIRE(world.size() == 1);
+  REQUIRE(world.rank() == 0);
+  world.barrier();
+  CHECK(jobkit::broadcast(std::string("x")) == "x");
+  CHECK(jobkit::gather(2.5) == std::vector<double>{2.5});
+  CHECK(jobkit::all_gather(7) == std::vector<int>{7});
+  CHECK(jobkit::all_reduce(0.1, reduce_op::sum) == 0.1);
+  CHECK(jobkit::scatter(std::vector<std::string>{"only"}) == "only");
+  int calls = 0;
+  CHECK(jobkit::compute_and_broadcast([&] { return ++calls; }) == 1);
+  CHECK(calls == 1);
+  CHECK(jobkit::gather_from_all_ranks([] { return 3; }) == std::vector<int>{3});
+  CHECK(jobkit::reduce_and_broadcast([] { return 4; }, [](std::vector<int> v) { return v.size(); }) == 1u);
+  CHECK_THROWS_AS(jobkit::broadcast(1, 1), jobkit::error);
+}
+
+TEST_CASE("broadcast, gather and all_gather deliver the right values to the right ranks", "[collectives]") {
+  auto results = on_ranks(4, [](group& g) {
+    const auto from_two = g.broadcast(std::string(static_cast<std::size_t>(g.rank()) + 1, 'a' + g.rank()), 2);
+    const auto gathered = g.gather(std::vector<int>(static_cast<std::size_t>(g.rank()), g.rank()), 1);
+    const auto all = g.all_gather(std::to_string(g.rank() * 10));
+    return std::make_tuple(from_two, gathered, all);
+  });
+  for (int r = 0; r < 4; ++r) {
+    const auto& value = results[static_cast<std::size_t>(r)].value;
+    REQUIRE(value);
+    CHECK(std::get<0>(*value) == "ccc");
+    if (r == 1) {
+      CHECK(std::get<1>(*value) == std::vector<std::vector<int>>{{}, {1}, {2, 2}, {3, 3, 3}});
+    } else {
+      CHECK(std::get<1>(*value).empty());
+    }
+    CHECK(std::get<2>(*value) == std::vector<std::string>{"0", "10", "20", "30"});
+  }
+}
+
+TEST_CASE("all_reduce is exact, in rank order, identical everywhere", "[collectives]") {
+  auto results = on_ranks(5, [](group& g) {
+    const std::int64_t big = (std::int64_t{1} << 53) + g.rank();  // beyond float32 and float64 mantissas
+    return std::vector<std::int64_t>{
+        g.all_reduce(big, reduce_op::sum), g.all_reduce(std::int64_t{g.rank() + 1}, reduce_op::prod),
+        g.all_reduce(std::int64_t{10 - g.rank()}, reduce_op::min), g.all_reduce(std::int64_t{g.rank()}, reduce_op::max),
+        g.all_reduce(std::int64_t{0b111} << g.rank(), reduce_op::band),
+        g.all_reduce(std::int64_t{1} << g.rank(), reduce_op::bor), g.all_reduce(std::int64_t{3}, reduce_op::bxor)};
+  });
+  const std::int64_t expected_sum = 5 * (std::int64_t{1} << 53) + 10;
+  for (const auto& r : results) {
+    REQUIRE(r.value);
+    CHECK(*r.value == std::vector<std::int64_t>{expected_sum, 120, 6, 4, 0, 0b11111, 3});
+  }
+
+  auto doubles = on_ranks(4, [](group& g) {
+    return g.all_reduce(std::vector<double>{0.1 * g.rank(), 1e16, -1e16 * (g.rank() == 3)}, reduce_op::sum);
+  });
+  std::vector<double> expected{0.0, 1e16, 0.0};
+  for (int r = 1; r < 4; ++r) {
+    expected[0] += 0.1 * r;
+    expected[1] += 1e16;
+    expected[2] += -1e16 * (r == 3);
+  }
+  for (const auto& r : doubles) {
+    REQUIRE(r.value);
+    CHECK(*r.value == expected);  // bitwise: every rank sums in rank order
+  }
+}
+
+TEST_CASE("all_reduce refuses what cannot be reduced, on every rank", "[collectives]") {
+  auto bitwise = on_ranks(2, [](group& g) { return g.all_reduce(1.5, reduce_op::bxor); });
+  for (const auto& r : bitwise) {
+    CHECK(r.code == jobkit::errc::invalid_argument);
+    CHECK(contains(r.error, "bxor"));
+  }
+  auto lengths = on_ranks(3, [](group& g) {
+    return g.all_reduce(std::vector<int>(g.rank() == 2 ? 4u : 3u, 1), reduce_op::sum);
+  });
+  for (const auto& r : lengths) {
+    CHECK_FALSE(r.value);
+    CHECK(contains(r.error, "rank 0 (localhost) passed 3 elements but rank 2 (localhost) passed 4"));
+  }
+}
+
+TEST_CASE("scatter gives each rank its own value and checks the count on the root", "[collectives]") {
+  auto results = on_ranks(3, [](group& g) {
+    std::vector<std::string> values;
+    if (g.rank() == 1) values = {"zero", "one", "two"};
+    return g.scatter(values, 1);
+  });
+  CHECK(*results[0].value == "zero");
+  CHECK(*results[1].value == "one");
+  CHECK(*results[2].value == "two");
+
+  auto wrong = on_ranks(3, [](group& g) { return g.scatter(std::vector<int>{1, 2}, 0); });
+  for (const auto& r : wrong) CHECK(contains(r.error, "passed 2 values for a group of 3 ranks"));
+}
+
+TEST_CASE("compute_and_broadcast runs fn on the root only; its exception reaches every rank", "[collectives]") {
+  std::atomic<int> calls{0};
+  auto results = on_ranks(4, [&](group& g) {
+    return g.compute_and_broadcast([&] { return std::to_string(++calls) + " from root"; }, 3);
+  });
+  CHECK(calls == 1);
+  for (const auto& r : results) CHECK(*r.value == "1 from root");
+
+  auto failing = on_ranks(4, [](group& g) {
+    return g.compute_and_broadcast([]() -> int { throw std::runtime_error("disk full"); }, 1);
+  });
+  CHECK(failing[1].std_exception);  // the root gets its own exception back
+  CHECK(failing[1].error == "disk full");
+  for (int r : {0, 2, 3}) {
+    CHECK(failing[static_cast<std::size_t>(r)].code == jobkit::errc::peer_failure);
+    CHECK(contains(failing[static_cast<std::size_t>(r)].error, "the callable threw on rank 1 (localhost): disk full"));
+  }
+}
+
+TEST_CASE("gather_from_all_ranks and reduce_and_broadcast with a user reduction", "[collectives]") {
+  auto gathered = on_ranks(3, [](group& g) { return g.gather_from_all_ranks([&] { return g.rank() * 1.5; }, 2); });
+  CHECK(gathered[0].value->empty());
+  CHECK(*gathered[2].value == std::vector<double>{0.0, 1.5, 3.0});
+
+  std::atomic<int> reductions{0};
+  auto reduced = on_ranks(4, [&](group& g) {
+    return g.reduce_and_broadcast([&] { return std::string(1, 'a' + g.rank()); },
+                                  [&](std::vector<std::string> parts) {
+                                    ++reductions;
+                                    return std::accumulate(parts.rbegin(), parts.rend(), std::string());
+                                  });
+  });
+  CHECK(reductions == 1);
+  for (const auto& r : reduced) CHECK(*r.value == "dcba");
+
+  auto throwing = on_ranks(3, [](group& g) {
+    return g.reduce_and_broadcast([] { return 1; }, [](std::vector<int>) -> int { throw std::logic_error("bad reduce"); });
+  });
+  for (const auto& r : throwing) {
+    CHECK_FALSE(r.value);
+    CHECK(contains(r.error, "bad reduce"));
+  }
+}
+
+TEST_CASE("different collectives on different ranks are reported with both call sites", "[collectives]") {
+  auto results = on_ranks(3, [](group& g) {
+    if (g.rank() == 0) return g.broadcast(1);
+    g.barrier();
+    return 0;
+  });
+  for (const auto& r : results) {
+    CHECK(r.code == jobkit::errc::peer_failure);
+    CHECK(contains(r.error, "collectives out of step"));
+    CHECK(contains(r.error, "in barrier at test_collectives.cpp:"));
+    CHECK(contains(r.error, "in broadcast(root 0) at test_collectives.cpp:"));
+  }
+  auto roots = on_ranks(2, [](group& g) { return g.broadcast(1, g.rank()); });
+  for (const auto& r : roots) CHECK(contains(r.error, "out of step"));
+}
+
+TEST_CASE("a rank that never arrives is named in a timeout_error", "[collectives]") {
+  const auto start = std::chrono::steady_clock::now();
+  auto results = on_ranks(4, [](group& g) {
+    if (g.rank() != 3) g.barrier({.timeout = 200ms});
+    return 0;
+  });
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(results[static_cast<std::size_t>(r)].code == jobkit::errc::timeout);
+    CHECK(contains(results[static_cast<std::size_t>(r)].error, "rank(s) 3 never arrived"));
+    CHECK(contains(results[static_cast<std::size_t>(r)].error, "barrier at test_collectives.cpp:"));
+  }
+  CHECK(results[3].value);
+}
+
+TEST_CASE("bad arguments name themselves", "[collectives]") {
+  auto& world = jobkit::world();
+  try {
+    world.broadcast(1, 5);
+    FAIL("root 5 accepted");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == jobkit::errc::invalid_argument);
+    CHECK(contains(e.what(), "broadcast: root=5"));
+  }
+  CHECK_THROWS_WITH(world.barrier({.timeout = -1ms}), Catch::Contains("timeout=-1 ms"));
+}
+
+TEST_CASE("JOBKIT_TIMEOUT is seconds, positive, and named when wrong", "[collectives]") {
+  using jobkit::detail::parse_timeout;
+  CHECK(parse_timeout("JOBKIT_TIMEOUT", "90") == 90s);
+  CHECK(parse_timeout("JOBKIT_TIMEOUT", "2.5") == 2500ms);
+  for (const char* bad : {"", "abc", "0", "-1", "10s", "inf", "nan", "1e300"}) {
+    CHECK_THROWS_WITH(parse_timeout("JOBKIT_TIMEOUT", bad),
+                      Catch::Contains(std::string("JOBKIT_TIMEOUT='") + bad + "'"));
+  }
+}
