@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# jobkit's collectives on the dev cluster (3 nodes; 24 ranks for the stress test, else 9 or 7).
+# usage: collectives.sh MODE BINARY
+#   MODE: stress, groups, late, mismatch, timeout, throw, die-HOW-OP (HOW: exit kill abort term;
+#   OP: barrier broadcast all_gather)
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+mode=$1
+binary=$2
+need_cluster
+fail() { echo "FAIL: $*"; exit 1; }
+
+step=(srun --mpi=pmix -N3 -n9)
+start=$(date +%s%N)
+case $mode in
+  stress)
+    out=$(timeout 850 srun --mpi=pmix -N3 -n24 "$binary" stress "${JOBKIT_STRESS_OPS:-100000}" 2>&1) ;;
+  groups) out=$(timeout 60 srun --mpi=pmix -N3 -n7 "$binary" groups 2>&1) ;;  # 5+1+1 ranks
+  late) out=$(timeout 60 "${step[@]}" "$binary" late 3 2>&1) ;;
+  die-*)
+    how=${mode#die-}
+    out=$(timeout 60 "${step[@]}" "$binary" die "${how%%-*}" "${how#*-}" 2>&1) ;;
+  mismatch | timeout | throw) out=$(timeout 60 "${step[@]}" "$binary" "$mode" 2>&1) ;;
+  *) fail "unknown mode $mode" ;;
+esac
+status=$?
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+echo "$out"
+echo "elapsed: $elapsed_ms ms, exit status $status"
+((status != 124)) || fail "the step hung"
+count() { grep -c -- "$1" <<<"$out" || true; }
+
+case $mode in
+  stress)
+    ((status == 0)) || fail "exit status $status"
+    (($(count ' 0 bad values') == 24)) || fail "not every rank checked every value" ;;
+  groups)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'node group ok, leaders ok, explicit list ok') == 7)) || fail "a group does not match the layout" ;;
+  late)
+    ((status == 0)) || fail "exit status $status"
+    # Every rank but the late one (rank 8) must have waited about 3 s.
+    early=$(awk '/left the barrier/ && $2 != "8" && $6 < 2.5' <<<"$out")
+    [[ -z $early ]] || fail "ranks left the barrier early: $early"
+    (($(count 'left the barrier') == 9)) || fail "not every rank left the barrier" ;;
+  die-*)
+    ((status != 0)) || fail "the step succeeded"
+    (($(count 'rank error: rank 8 (c3) closed its connection') == 8)) ||
+      fail "not every surviving rank named the dead rank"
+    (($(count 'without noticing') == 0)) || fail "a rank missed the death"
+    ((elapsed_ms < 5000)) || fail "took ${elapsed_ms} ms, more than 5 s" ;;
+  mismatch)
+    ((status != 0)) || fail "the step succeeded"
+    (($(count 'collectives out of step') == 9)) || fail "not every rank reported the mismatch"
+    grep -q 'in barrier #2 at collectives_check.cpp:[0-9]* while rank 0 (c1) is in broadcast(root 0) #2 at collectives_check.cpp:[0-9]*' <<<"$out" ||
+      fail "the report does not name both call sites" ;;
+  timeout)
+    ((status != 0)) || fail "the step succeeded"
+    # The ranks whose deadline expired name rank 8; rank 8 learns of the failure when it arrives.
+    (($(count 'rank timeout_error: barrier at collectives_check.cpp:[0-9]* timed out after 1000 ms on rank [0-9]* ([^)]*): rank(s) 8 never arrived') >= 1)) ||
+      fail "no timeout_error names rank 8"
+    (($(count 'rank timeout_error: ') == 9)) || fail "not every rank got a timeout_error"
+    (($(count 'did not time out') == 0)) || fail "a rank passed the barrier" ;;
+  throw)
+    ((status != 0)) || fail "the step succeeded"
+    (($(count 'rank exception: no space left on /scratch') == 1)) || fail "the root did not get its own exception"
+    (($(count 'rank error: compute_and_broadcast(root 1) at collectives_check.cpp:[0-9]*: the callable threw on rank 1 (c1): no space left on /scratch') == 8)) ||
+      fail "not every other rank got the root's message" ;;
+esac
+echo "ok"

@@ -1,0 +1,261 @@
+// jobkit's collectives under a real launcher, through the public API only. Modes:
+//   stress N         N mixed collectives on the world, node groups, node leaders and two
+//                    disjoint explicit groups; sizes vary per rank and per operation; every
+//                    received value is checked; prints the cost of the first and last 1000
+//   late S           a barrier that the last rank reaches S seconds late: nobody may leave early
+//   die HOW OP       the last rank dies (exit, kill, abort, term) while the others are in OP
+//                    (barrier, broadcast, all_gather)
+//   mismatch         rank 0 calls broadcast while the others call barrier
+//   timeout          the last rank sleeps past the others' 1 s deadline
+//   throw            compute_and_broadcast whose callable throws on the root (rank 1)
+//   groups           node groups, node leaders and explicit lists match the real layout
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "jobkit/jobkit.hpp"
+
+using namespace std::chrono;
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+/// The bytes rank r contributes to operation i: a size that varies per rank and per operation
+/// (now and then 256 KiB), contents that depend on both.
+std::string payload(int r, std::uint64_t i) {
+  const std::uint64_t h = mix(i * 7919 + static_cast<std::uint64_t>(r) + 1);
+  const std::size_t size = h % 997 == 0 ? 256 * 1024 : h % 4001;
+  std::string s(size, '\0');
+  for (std::size_t k = 0; k < size; ++k) s[k] = static_cast<char>(mix(h ^ k) & 0xff);
+  return s;
+}
+
+struct checker {
+  int rank;
+  long bad = 0;
+  long checked = 0;
+  void expect(bool ok, std::uint64_t op, const char* what) {
+    ++checked;
+    if (!ok && bad++ < 10) std::printf("rank %d: WRONG VALUE in %s at operation %llu\n", rank, what,
+                                        static_cast<unsigned long long>(op));
+  }
+};
+
+int stress(long operations) {
+  const auto& id = jobkit::current_identity();
+  const int me = id.rank, size = id.world_size;
+  auto& world = jobkit::world();
+  auto& node = jobkit::node_group();
+  std::optional<jobkit::group> leaders;
+  if (id.local_rank == 0) leaders = jobkit::node_leaders_group();
+  // Two disjoint groups that run their collectives at the same time: even and odd ranks.
+  std::vector<int> parity_ranks;
+  for (int r = me % 2; r < size; r += 2) parity_ranks.push_back(r);
+  auto parity = jobkit::make_group(parity_ranks);
+
+  checker check{me};
+  double first = 0;
+  auto window_start = steady_clock::now();
+  for (long n = 0; n < operations; ++n) {
+    const auto i = static_cast<std::uint64_t>(n);
+    const int root = static_cast<int>(mix(i) % static_cast<std::uint64_t>(size));
+    switch (n % 10) {
+      case 0:
+        world.barrier();
+        break;
+      case 1:
+        check.expect(world.broadcast(payload(me, i), root) == payload(root, i), i, "broadcast");
+        break;
+      case 2: {
+        const auto got = world.gather(payload(me, i), root);
+        bool ok = me == root ? static_cast<int>(got.size()) == size : got.empty();
+        for (int r = 0; ok && r < static_cast<int>(got.size()); ++r) ok = got[static_cast<std::size_t>(r)] == payload(r, i);
+        check.expect(ok, i, "gather");
+        break;
+      }
+      case 3: {
+        const auto got = world.all_gather(payload(me, i));
+        bool ok = static_cast<int>(got.size()) == size;
+        for (int r = 0; ok && r < size; ++r) ok = got[static_cast<std::size_t>(r)] == payload(r, i);
+        check.expect(ok, i, "all_gather");
+        break;
+      }
+      case 4: {
+        const auto value = [&](int r) { return static_cast<std::int64_t>(mix(i + static_cast<std::uint64_t>(r)) >> 12); };
+        std::int64_t sum = 0, max = INT64_MIN;
+        std::uint64_t x = 0;
+        for (int r = 0; r < size; ++r) {
+          sum += value(r);
+          max = std::max(max, value(r));
+          x ^= static_cast<std::uint64_t>(value(r));
+        }
+        check.expect(world.all_reduce(value(me), jobkit::reduce_op::sum) == sum, i, "all_reduce(sum)");
+        const std::vector<std::int64_t> pair{value(me), static_cast<std::int64_t>(value(me) ^ 0x5555)};
+        const auto got = world.all_reduce(pair, jobkit::reduce_op::max);
+        check.expect(got.size() == 2 && got[0] == max, i, "all_reduce(max)");
+        check.expect(world.all_reduce(static_cast<std::uint64_t>(value(me)), jobkit::reduce_op::bxor) == x, i,
+                     "all_reduce(bxor)");
+        break;
+      }
+      case 5: {
+        std::vector<std::string> values;
+        if (me == root) {
+          for (int r = 0; r < size; ++r) values.push_back(payload(r, i) + std::to_string(root));
+        }
+        check.expect(world.scatter(values, root) == payload(me, i) + std::to_string(root), i, "scatter");
+        break;
+      }
+      case 6: {
+        const auto got = world.compute_and_broadcast([&] { return std::make_pair(payload(root, i), me); }, root);
+        check.expect(got.first == payload(root, i) && got.second == root, i, "compute_and_broadcast");
+        break;
+      }
+      case 7: {
+        const auto got = node.all_gather(payload(me, i));
+        bool ok = static_cast<int>(got.size()) == node.size();
+        for (int g = 0; ok && g < node.size(); ++g) ok = got[static_cast<std::size_t>(g)] == payload(node.world_ranks()[static_cast<std::size_t>(g)], i);
+        check.expect(ok, i, "node all_gather");
+        break;
+      }
+      case 8:
+        if (leaders) {
+          const int leader_root = static_cast<int>(i % static_cast<std::uint64_t>(leaders->size()));
+          const int from = leaders->world_ranks()[static_cast<std::size_t>(leader_root)];
+          check.expect(leaders->broadcast(payload(me, i), leader_root) == payload(from, i), i, "leaders broadcast");
+        }
+        break;
+      case 9: {
+        std::int64_t sum = 0;
+        for (const int r : parity.world_ranks()) sum += r * static_cast<std::int64_t>(i % 1000);
+        check.expect(parity.all_reduce(static_cast<std::int64_t>(me) * static_cast<std::int64_t>(i % 1000),
+                                       jobkit::reduce_op::sum) == sum,
+                     i, "parity all_reduce");
+        break;
+      }
+    }
+    if (n + 1 == 1000) first = duration<double, std::micro>(steady_clock::now() - window_start).count() / 1000;
+    if (n + 1 == operations - 1000) window_start = steady_clock::now();
+  }
+  const double last = duration<double, std::micro>(steady_clock::now() - window_start).count() / 1000;
+  std::printf("rank %d: %ld operations, %ld values checked, %ld bad values, first 1000: %.1f us/op, last 1000: %.1f us/op\n",
+              me, operations, check.checked, check.bad, first, last);
+  return check.bad == 0 ? 0 : 1;
+}
+
+int groups() {
+  const auto& id = jobkit::current_identity();
+  const auto hosts = jobkit::all_gather(id.hostname);
+  std::vector<int> same_host;
+  for (int r = 0; r < id.world_size; ++r) {
+    if (hosts[static_cast<std::size_t>(r)] == id.hostname) same_host.push_back(r);
+  }
+  auto& node = jobkit::node_group();
+  const bool node_ok = node.world_ranks() == same_host && node.rank() == id.local_rank &&
+                       node.all_gather(id.rank) == same_host;
+  bool leaders_ok = true;
+  if (id.local_rank == 0) {
+    auto& leaders = jobkit::node_leaders_group();
+    const auto leader_hosts = leaders.all_gather(id.hostname);
+    leaders_ok = leaders.size() == id.num_nodes && leaders.rank() == id.node_rank &&
+                 std::set<std::string>(leader_hosts.begin(), leader_hosts.end()).size() == leader_hosts.size();
+  }
+  // A list in a scrambled order: group rank i is world rank list[i].
+  std::vector<int> list;
+  for (int r = id.world_size - 1; r >= 0; --r) list.push_back(r);
+  auto reversed = jobkit::make_group(list);
+  const bool list_ok = reversed.rank() == id.world_size - 1 - id.rank &&
+                       reversed.broadcast(id.rank, 0) == id.world_size - 1;
+  jobkit::barrier();
+  std::printf("rank %d: node group %s, leaders %s, explicit list %s\n", id.rank, node_ok ? "ok" : "WRONG",
+              leaders_ok ? "ok" : "WRONG", list_ok ? "ok" : "WRONG");
+  return node_ok && leaders_ok && list_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "stress";
+  const std::string arg = argc > 2 ? argv[2] : "";
+  const std::string arg2 = argc > 3 ? argv[3] : "";
+  try {
+    const auto& id = jobkit::current_identity();
+    const int me = id.rank, last = id.world_size - 1;
+    if (mode == "stress") return stress(std::stol(arg));
+    if (mode == "groups") return groups();
+    if (mode == "late") {
+      jobkit::barrier();  // everyone connected: the lateness below is the only wait
+      if (me == last) std::this_thread::sleep_for(seconds(std::stoi(arg)));
+      const auto t0 = steady_clock::now();
+      jobkit::barrier();
+      std::printf("rank %d left the barrier after %.3f s\n", me, duration<double>(steady_clock::now() - t0).count());
+      return 0;
+    }
+    if (mode == "die") {
+      for (int i = 0; i < 100; ++i) {
+        if (i == 50 && me == last) {
+          std::fflush(stdout);
+          if (arg == "exit") std::exit(1);
+          if (arg == "kill") ::kill(::getpid(), SIGKILL);
+          if (arg == "abort") std::abort();
+          if (arg == "term") ::kill(::getpid(), SIGTERM);
+        }
+        if (arg2 == "barrier") jobkit::barrier();
+        if (arg2 == "broadcast") jobkit::broadcast(payload(0, static_cast<std::uint64_t>(i)), 0);
+        if (arg2 == "all_gather") jobkit::all_gather(payload(me, static_cast<std::uint64_t>(i)));
+      }
+      std::printf("rank %d: finished without noticing the death\n", me);
+      return 0;
+    }
+    if (mode == "mismatch") {
+      jobkit::barrier();
+      if (me == 0) {
+        jobkit::broadcast(1);
+      } else {
+        jobkit::barrier();
+      }
+      std::printf("rank %d: paired different collectives silently\n", me);
+      return 0;
+    }
+    if (mode == "timeout") {
+      jobkit::barrier();
+      if (me == last) std::this_thread::sleep_for(seconds(3));
+      jobkit::barrier({.timeout = seconds(1)});
+      std::printf("rank %d: the barrier did not time out\n", me);
+      return 0;
+    }
+    if (mode == "throw") {
+      jobkit::compute_and_broadcast([]() -> int { throw std::runtime_error("no space left on /scratch"); }, 1);
+      std::printf("rank %d: the failure did not arrive\n", me);
+      return 0;
+    }
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  } catch (const jobkit::timeout_error& e) {
+    std::printf("rank timeout_error: %s\n", e.what());
+    return 3;
+  } catch (const jobkit::error& e) {
+    std::printf("rank error: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::printf("rank exception: %s\n", e.what());
+    return 4;
+  }
+}
