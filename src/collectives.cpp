@@ -84,6 +84,7 @@ const std::vector<int>& group::world_ranks() const noexcept { return state_->wor
 
 std::string group::describe(int group_rank) const {
   const auto r = static_cast<std::size_t>(group_rank);
+  if (r >= state_->hosts.size()) return fmt::format("rank {}", state_->world_ranks.at(r));
   return fmt::format("rank {} ({})", state_->world_ranks.at(r), state_->hosts.at(r));
 }
 
@@ -109,9 +110,25 @@ void group::check_root(std::string_view operation, int root) const {
   }
 }
 
-std::vector<detail::rank_bytes> group::run(detail::exchange& ex) { return state_->link->run(ex); }
+std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
+  if (state_->connect) {
+    try {
+      state_->connect(*state_, ex.timeout);
+    } catch (const timeout_error& e) {
+      throw timeout_error(fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
+                          e.native_status());
+    } catch (const error& e) {
+      throw error(e.code(), fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
+                  e.native_status());
+    }
+    state_->connect = nullptr;
+  }
+  return state_->link->run(ex);
+}
 
-void group::abort(const std::string& message) noexcept { state_->link->abort(message); }
+void group::abort(const std::string& message) noexcept {
+  if (state_->link) state_->link->abort(message);
+}
 
 void group::fail_from_callable(const detail::exchange& ex) {
   std::string what = "an exception that is not a std::exception";

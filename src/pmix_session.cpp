@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "jobkit/error.hpp"
 
@@ -94,26 +96,66 @@ void pmix_session::put(const std::string& key, std::span<const std::byte> bytes)
   }
 }
 
+namespace {
+
+/// A non-blocking fence in flight. PMIx's own PMIX_TIMEOUT bounds only the node-local phase and a
+/// rank that never connected is never reported, so jobkit waits with its own deadline. A pending
+/// fence cannot be cancelled: on expiry this state stays alive until PMIx calls back.
+struct fence_wait {
+  std::mutex mutex;
+  std::condition_variable done_signal;
+  bool done = false;
+  pmix_status_t status = PMIX_SUCCESS;
+  pmix_info_t info[2];
+  bool collect = true;
+  int seconds = 0;
+
+  static void on_done(pmix_status_t status, void* data) {
+    auto* self = static_cast<std::shared_ptr<fence_wait>*>(data);
+    {
+      std::lock_guard lock((*self)->mutex);
+      (*self)->status = status;
+      (*self)->done = true;
+    }
+    (*self)->done_signal.notify_all();
+    delete self;
+  }
+  ~fence_wait() {
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+  }
+};
+
+}  // namespace
+
 void pmix_session::commit_and_fence(std::chrono::milliseconds timeout) {
   pmix_status_t status = PMIx_Commit();
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
   }
-  pmix_info_t info[2];
-  bool collect = true;
-  int seconds = static_cast<int>(std::max<long long>(1, (timeout.count() + 999) / 1000));
-  PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-  PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
-  status = PMIx_Fence(nullptr, 0, info, 2);
-  PMIX_INFO_DESTRUCT(&info[0]);
-  PMIX_INFO_DESTRUCT(&info[1]);
+  auto wait = std::make_shared<fence_wait>();
+  wait->seconds = static_cast<int>(std::max<long long>(1, (timeout.count() + 999) / 1000));
+  PMIX_INFO_LOAD(&wait->info[0], PMIX_COLLECT_DATA, &wait->collect, PMIX_BOOL);
+  PMIX_INFO_LOAD(&wait->info[1], PMIX_TIMEOUT, &wait->seconds, PMIX_INT);
+  auto* handle = new std::shared_ptr<fence_wait>(wait);
+  status = PMIx_Fence_nb(nullptr, 0, wait->info, 2, &fence_wait::on_done, handle);
+  if (status != PMIX_SUCCESS) {
+    delete handle;
+    throw error(errc::pmix, fmt::format("PMIx_Fence_nb failed: {}", pmix_status_text(status)), status);
+  }
+  std::unique_lock lock(wait->mutex);
+  if (!wait->done_signal.wait_for(lock, timeout, [&] { return wait->done; })) {
+    throw timeout_error(fmt::format("the PMIx fence over all ranks timed out after {} ms: a rank never arrived "
+                                    "(it is late or stuck, or it exited before reaching jobkit)",
+                                    timeout.count()),
+                        PMIX_ERR_TIMEOUT);
+  }
+  status = wait->status;
   if (status == PMIX_ERR_TIMEOUT) {
-    throw timeout_error(fmt::format("PMIx_Fence timed out after {} s: a rank never arrived", seconds),
-                        status);
+    throw timeout_error(fmt::format("PMIx_Fence timed out after {} s: a rank never arrived", wait->seconds), status);
   }
   if (status != PMIX_SUCCESS) {
-    throw error(errc::pmix,
-                fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),
+    throw error(errc::pmix, fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),
                 status);
   }
 }

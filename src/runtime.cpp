@@ -34,27 +34,38 @@ struct runtime::impl {
   std::unique_ptr<detail::tcp_fabric> fabric;
   std::optional<group> world, node, leaders;
 
-  detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
-    if (!fabric) {
-      if (!pmix) {
-        throw error(errc::invalid_environment,
-                    fmt::format("collectives across {} ranks need the launcher's PMIx server, but this rank's "
-                                "identity came from '{}' variables: launch with srun --mpi=pmix (or mpirun)",
-                                id.world_size, to_string(id.source)));
-      }
-      fabric = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
+  void require_pmix() const {
+    if (!pmix) {
+      throw error(errc::invalid_environment,
+                  fmt::format("collectives across {} ranks need the launcher's PMIx server, but this rank's "
+                              "identity came from '{}' variables: launch with srun --mpi=pmix (or mpirun)",
+                              id.world_size, to_string(id.source)));
     }
+  }
+
+  detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
+    require_pmix();
+    if (!fabric) fabric = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
     return *fabric;
   }
 
-  group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+  /// A group of these world ranks; with more than one, connected now or, when lazy, by its first
+  /// collective within that call's deadline.
+  group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout, bool lazy = false) {
     if (ranks.size() == 1) return detail::make_single_rank_group(ranks.front(), id.hostname);
-    auto& f = connect(timeout);
+    require_pmix();
     auto state = std::make_shared<detail::group_state>();
-    state->link = std::make_unique<detail::tcp_tree>(f, ranks, timeout);
     state->world_ranks = ranks;
-    for (const int r : ranks) state->hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
     state->rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), id.rank) - ranks.begin());
+    state->connect = [this](detail::group_state& s, std::chrono::milliseconds deadline) {
+      auto& f = connect(deadline);
+      s.link = std::make_unique<detail::tcp_tree>(f, s.world_ranks, deadline);
+      for (const int r : s.world_ranks) s.hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
+    };
+    if (!lazy) {
+      state->connect(*state, timeout);
+      state->connect = nullptr;
+    }
     return group(std::move(state));
   }
 };
@@ -90,7 +101,7 @@ group& runtime::world() {
   if (!impl_->world) {
     std::vector<int> all(static_cast<std::size_t>(impl_->id.world_size));
     for (int r = 0; r < impl_->id.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
-    impl_->world = impl_->make(all, detail::default_timeout());
+    impl_->world = impl_->make(all, detail::default_timeout(), /*lazy=*/true);
   }
   return *impl_->world;
 }

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +26,11 @@ class transport {
 /// What a jobkit::group holds.
 struct group_state {
   std::unique_ptr<transport> link;
-  std::vector<int> world_ranks;  // group rank -> world rank
-  std::vector<std::string> hosts;  // group rank -> hostname, for messages
+  std::vector<int> world_ranks;    // group rank -> world rank
+  std::vector<std::string> hosts;  // group rank -> hostname, for messages (empty until connected)
   int rank = 0;
+  /// Sets link and hosts on first use, bounded by that call's timeout; empty once connected.
+  std::function<void(group_state&, std::chrono::milliseconds)> connect;
 };
 
 /// The default deadline: JOBKIT_TIMEOUT seconds, else 1800 s.

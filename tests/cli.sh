@@ -40,4 +40,19 @@ expect "unknown option" 2 "^jobkit: info: unknown argument '--yaml'" "$jobkit" i
 expect "bad RANK" 2 "^jobkit: RANK='abc' is not a non-negative integer$" env RANK=abc WORLD_SIZE=2 "$jobkit" info
 expect "bad JOBKIT_IDENTITY" 2 "^jobkit: JOBKIT_IDENTITY='slrum'" env JOBKIT_IDENTITY=slrum "$jobkit" info
 expect "partial Slurm step" 2 "^jobkit: partial Slurm step environment" env SLURM_STEP_NUM_TASKS=2 "$jobkit" info
+expect "barrier --help" 0 'usage: jobkit barrier' "$jobkit" barrier --help
+expect "broadcast --help" 0 'usage: jobkit broadcast' "$jobkit" broadcast --help
+expect "bench --help" 0 'usage: jobkit bench' "$jobkit" bench --help
+expect "barrier of one rank" 0 '^$' "$jobkit" barrier --timeout 2.5
+expect "broadcast of one rank copies stdin" 0 '^hello world$' bash -c "echo 'hello world' | '$jobkit' broadcast"
+expect "bad --timeout" 2 "^jobkit: --timeout='soon' is not a positive number of seconds" "$jobkit" barrier --timeout soon
+expect "--timeout without a value" 2 "^jobkit: barrier: --timeout needs a value$" "$jobkit" barrier --timeout
+expect "bad --root" 2 "^jobkit: --root='-1' is not a rank$" "$jobkit" broadcast --root -1
+expect "--root outside the step" 2 "^jobkit: broadcast: --root=3 is not a rank of this step \\(ranks 0 to 0\\)$" \
+  "$jobkit" broadcast --root 3
+expect "bad JOBKIT_TIMEOUT" 2 "^jobkit: JOBKIT_TIMEOUT='0' is not a positive number of seconds" \
+  env JOBKIT_TIMEOUT=0 "$jobkit" barrier
+expect "bench --iters 0" 2 "^jobkit: bench: --iters='0' is not an integer >= 1$" "$jobkit" bench --iters 0
+expect "bench unknown op" 2 "^jobkit: bench: --ops names an unknown operation 'allreduce'$" "$jobkit" bench --ops allreduce
+expect "bench of one rank" 0 '"op":"barrier","ranks":1' "$jobkit" bench --json --iters 5 --warmup 1 --max-bytes 1024
 exit $((failures > 0))

@@ -1,10 +1,16 @@
 // The jobkit command: job-step helpers for shell scripts and sbatch templates.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cli.hpp"
 #include "jobkit/jobkit.hpp"
+#include "transport.hpp"
 
 namespace {
 
@@ -14,10 +20,14 @@ constexpr std::string_view main_usage =
     "Job-step helpers backed by the launcher's PMIx server (srun --mpi=pmix, mpirun).\n"
     "\n"
     "commands:\n"
-    "  info     print this process's identity in the job step\n"
+    "  info       print this process's identity in the job step\n"
+    "  barrier    wait until every rank of the step has arrived\n"
+    "  broadcast  copy the root rank's stdin to every rank's stdout\n"
+    "  bench      time jobkit's collectives against the raw PMIx fence\n"
     "\n"
     "Run 'jobkit <command> --help' for a command's options. Environment variables:\n"
-    "docs/environment.md.\n";
+    "docs/environment.md. Exit status: 0 success, 1 a collective failed on some rank (a rank\n"
+    "died, a deadline expired, ranks disagree), 2 bad usage or a bad launcher environment.\n";
 
 constexpr std::string_view info_usage =
     "usage: jobkit info [--json] [--help]\n"
@@ -30,10 +40,107 @@ constexpr std::string_view info_usage =
     "  --json   one JSON object per line\n"
     "  --help   show this help\n";
 
-/// Bad input or a bad environment: one line on stderr, exit status 2.
-struct usage_error {
-  std::string message;
-};
+constexpr std::string_view barrier_usage =
+    "usage: jobkit barrier [--timeout SECONDS] [--help]\n"
+    "\n"
+    "Return when every rank of the job step has called 'jobkit barrier'. If a rank dies or the\n"
+    "deadline expires first, every rank exits with status 1 and a message naming the ranks.\n"
+    "\n"
+    "options:\n"
+    "  --timeout SECONDS  deadline (default: JOBKIT_TIMEOUT, else 1800)\n"
+    "  --help             show this help\n";
+
+constexpr std::string_view broadcast_usage =
+    "usage: jobkit broadcast [--root RANK] [--timeout SECONDS] [--help]\n"
+    "\n"
+    "The root rank reads its standard input to the end; every rank writes those bytes to its\n"
+    "standard output. Only the root reads stdin. For example, share a run id computed once:\n"
+    "  run_id=$(date +%s%N | srun --mpi=pmix jobkit broadcast)\n"
+    "\n"
+    "options:\n"
+    "  --root RANK        the rank whose stdin is sent (default 0)\n"
+    "  --timeout SECONDS  deadline (default: JOBKIT_TIMEOUT, else 1800)\n"
+    "  --help             show this help\n";
+
+using jobkit::cli::option_value;
+using jobkit::cli::usage_error;
+
+jobkit::call_options timeout_option(std::string_view value) {
+  try {
+    return {.timeout = jobkit::detail::parse_timeout("--timeout", std::string(value))};
+  } catch (const jobkit::error& e) {
+    throw usage_error{e.what()};
+  }
+}
+
+int parse_rank(std::string_view option, std::string_view value) {
+  int rank = 0;
+  const bool digits = !value.empty() && value.size() < 10 &&
+                      value.find_first_not_of("0123456789") == std::string_view::npos;
+  if (digits) rank = std::stoi(std::string(value));
+  if (!digits) throw usage_error{std::string(option) + "='" + std::string(value) + "' is not a rank"};
+  return rank;
+}
+
+int run_barrier(const std::vector<std::string_view>& args) {
+  jobkit::call_options options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::fputs(barrier_usage.data(), stdout);
+      return 0;
+    }
+    if (args[i] == "--timeout") {
+      options = timeout_option(option_value(args, i, "barrier"));
+    } else {
+      throw usage_error{"barrier: unknown argument '" + std::string(args[i]) + "' (see jobkit barrier --help)"};
+    }
+  }
+  jobkit::barrier(options);
+  return 0;
+}
+
+std::string read_all_stdin() {
+  std::string data;
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+    if (n > 0) {
+      data.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      return data;
+    } else if (errno != EINTR) {
+      throw jobkit::error(jobkit::errc::invalid_argument, std::string("broadcast: reading stdin: ") + std::strerror(errno));
+    }
+  }
+}
+
+int run_broadcast(const std::vector<std::string_view>& args) {
+  jobkit::call_options options;
+  int root = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::fputs(broadcast_usage.data(), stdout);
+      return 0;
+    }
+    if (args[i] == "--timeout") {
+      options = timeout_option(option_value(args, i, "broadcast"));
+    } else if (args[i] == "--root") {
+      root = parse_rank("--root", option_value(args, i, "broadcast"));
+    } else {
+      throw usage_error{"broadcast: unknown argument '" + std::string(args[i]) + "' (see jobkit broadcast --help)"};
+    }
+  }
+  const auto& id = jobkit::current_identity();
+  if (root >= id.world_size) {
+    throw usage_error{"broadcast: --root=" + std::to_string(root) + " is not a rank of this step (ranks 0 to " +
+                      std::to_string(id.world_size - 1) + ")"};
+  }
+  std::string data;
+  if (id.rank == root) data = read_all_stdin();
+  data = jobkit::broadcast(data, root, options);
+  std::fwrite(data.data(), 1, data.size(), stdout);
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
 
 int run_info(const std::vector<std::string_view>& args) {
   bool json = false;
@@ -68,6 +175,9 @@ int run(const std::vector<std::string_view>& args) {
     return 0;
   }
   if (command == "info") return run_info(rest);
+  if (command == "barrier") return run_barrier(rest);
+  if (command == "broadcast") return run_broadcast(rest);
+  if (command == "bench") return jobkit::cli::run_bench(rest);
   throw usage_error{"unknown command '" + std::string(command) + "' (see jobkit --help)"};
 }
 
@@ -81,6 +191,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "jobkit: %s\n", e.message.c_str());
   } catch (const jobkit::error& e) {
     std::fprintf(stderr, "jobkit: %s\n", e.what());
+    const bool caller_fault = e.code() == jobkit::errc::invalid_environment || e.code() == jobkit::errc::invalid_argument;
+    return caller_fault ? 2 : 1;
   }
   return 2;
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Markdown summary of bench/compare.sh's results.jsonl: jobkit against the raw PMIx fence
+measured in the same run (paired iterations), torch.distributed gloo and Open MPI.
+usage: summarize.py results.jsonl"""
+import json
+import sys
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
+def find(rows, impl, op, ranks, nodes, bytes_=None, series=None):
+    for r in rows:
+        if (r["impl"] == impl and r["op"] == op and r["ranks"] == ranks and r["nodes"] == nodes
+                and (bytes_ is None or r["bytes"] == bytes_) and r.get("series") == series):
+            return r
+    return None
+
+
+def us(r):
+    return f"{r['median_us']:.0f}" if r else "-"
+
+
+def main():
+    rows = load(sys.argv[1])
+    out = []
+    layouts = sorted({(r["nodes"], r["ranks"]) for r in rows if r["impl"] == "jobkit" and "series" not in r})
+    for nodes, ranks in layouts:
+        out.append(f"### {nodes} node(s) x {ranks} ranks\n")
+        out.append("Small operations against the raw collecting PMIx fence, timed in alternation with it "
+                   "(median over iterations of the slowest rank, microseconds):\n")
+        out.append("| operation | bytes | jobkit median | jobkit p99 | fence median | ratio | target |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in rows:
+            if r["impl"] == "jobkit" and (r["nodes"], r["ranks"]) == (nodes, ranks) and "ratio_to_fence" in r \
+                    and "series" not in r:
+                target = 1.2 if r["op"] == "barrier" else 1.3
+                verdict = "met" if r["ratio_to_fence"] <= target else "MISSED"
+                out.append(f"| {r['op']} | {r['bytes']} | {r['median_us']:.0f} | {r['p99_us']:.0f} | "
+                           f"{r['fence_median_us']:.0f} | {r['ratio_to_fence']:.2f} | <= {target} ({verdict}) |")
+        out.append("")
+        out.append("Against the peers (separate steps of the same allocation):\n")
+        out.append("| operation | jobkit | torch gloo | gloo / jobkit | Open MPI | raw fence (pmix_floor) |")
+        out.append("|---|---|---|---|---|---|")
+        floor = find(rows, "pmix", "fence_collect", ranks, nodes)
+        pairs = [("barrier", find(rows, "jobkit", "barrier", ranks, nodes), "barrier", "barrier"),
+                 ("broadcast (small object)", find(rows, "jobkit", "broadcast", ranks, nodes, 1024),
+                  "broadcast_object_list", "bcast"),
+                 ("all_gather (small object)", find(rows, "jobkit", "all_gather", ranks, nodes, 1024),
+                  "all_gather_object", "allgather"),
+                 ("all_reduce (scalar)", find(rows, "jobkit", "all_reduce", ranks, nodes, 8), "all_reduce",
+                  "allreduce")]
+        for label, mine, torch_op, mpi_op in pairs:
+            torch = find(rows, "torch_gloo", torch_op, ranks, nodes)
+            mpi = next((r for r in rows if r["impl"] == "mpi" and r["op"] == mpi_op and r["ranks"] == ranks
+                        and r["nodes"] == nodes), None)
+            speedup = f"{torch['median_us'] / mine['median_us']:.1f}x" if torch and mine else "-"
+            out.append(f"| {label} | {us(mine)} | {us(torch)} | {speedup} | {us(mpi)} | {us(floor)} |")
+        out.append("")
+        big = [r for r in rows if r["impl"] == "jobkit" and (r["nodes"], r["ranks"]) == (nodes, ranks)
+               and "mb_per_s" in r and "series" not in r]
+        if big:
+            out.append("Large payloads (all_gather: each rank sends bytes / ranks):\n")
+            out.append("| operation | bytes | median ms | MB/s |")
+            out.append("|---|---|---|---|")
+            for r in big:
+                out.append(f"| {r['op']} | {r['bytes']} | {r['median_us'] / 1000:.1f} | {r['mb_per_s']:.0f} |")
+            out.append("")
+    growth = [r for r in rows if r.get("series") == "growth"]
+    if growth:
+        out.append("### Growth from 2 to 32 ranks (3 nodes from 3 ranks on; 32 ranks overcommit 24 CPUs)\n")
+        out.append("| ranks | nodes | barrier | fence (paired) | ratio | all_reduce 8 B | fence (paired) | ratio |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for ranks in sorted({r["ranks"] for r in growth}):
+            b = next(r for r in growth if r["ranks"] == ranks and r["op"] == "barrier")
+            a = next((r for r in growth if r["ranks"] == ranks and r["op"] == "all_reduce" and r["bytes"] == 8), None)
+            cells = [str(ranks), str(b["nodes"]), f"{b['median_us']:.0f}", f"{b['fence_median_us']:.0f}",
+                     f"{b['ratio_to_fence']:.2f}"]
+            cells += [f"{a['median_us']:.0f}", f"{a['fence_median_us']:.0f}", f"{a['ratio_to_fence']:.2f}"] if a else ["-"] * 3
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace jobkit::cli {
+
+/// Bad input or a bad environment: one line on stderr, exit status 2.
+struct usage_error {
+  std::string message;
+};
+
+/// The value after an option, e.g. the "5" of "--timeout 5"; advances i.
+inline std::string_view option_value(const std::vector<std::string_view>& args, std::size_t& i,
+                                     std::string_view command) {
+  if (i + 1 >= args.size()) {
+    throw usage_error{std::string(command) + ": " + std::string(args[i]) + " needs a value"};
+  }
+  return args[++i];
+}
+
+/// jobkit bench (bench.cpp).
+int run_bench(const std::vector<std::string_view>& args);
+
+}  // namespace jobkit::cli

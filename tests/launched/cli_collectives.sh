@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# jobkit barrier and jobkit broadcast on the dev cluster.
+# usage: cli_collectives.sh MODE JOBKIT   (MODE: broadcast, barrier, late, dead, timeout)
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+mode=$1
+jobkit=$2
+need_cluster
+fail() { echo "FAIL: $*"; exit 1; }
+export JOBKIT_BIN=$jobkit
+start=$(date +%s%N)
+case $mode in
+  broadcast)
+    # Only rank 3 reads stdin (srun gives every task the same stdin).
+    out=$(printf 'run-42\nsecond line\n' | timeout 60 srun --mpi=pmix -N3 -n7 "$jobkit" broadcast --root 3 2>&1) ;;
+  barrier)
+    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c '"$JOBKIT_BIN" barrier && echo "rank $SLURM_PROCID passed"' 2>&1) ;;
+  late)
+    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c \
+      '[[ $SLURM_PROCID == 6 ]] && sleep 3; s=$(date +%s%N); "$JOBKIT_BIN" barrier;
+       echo "rank $SLURM_PROCID waited $((($(date +%s%N) - s) / 1000000)) ms"' 2>&1) ;;
+  dead)
+    # Rank 6 exits before it starts jobkit: no process of it ever reaches PMIx, so only the
+    # deadline can end the others' wait (srun --kill-on-bad-exit=1 would end the step at once).
+    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c \
+      '[[ $SLURM_PROCID == 6 ]] && exit 5; "$JOBKIT_BIN" barrier --timeout 2; echo "rank $SLURM_PROCID status $?"' 2>&1) ;;
+  timeout)
+    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c \
+      '[[ $SLURM_PROCID == 6 ]] && sleep 4; "$JOBKIT_BIN" barrier --timeout 1; echo "rank $SLURM_PROCID status $?"' 2>&1) ;;
+  *) fail "unknown mode $mode" ;;
+esac
+status=$?
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+echo "$out"
+echo "elapsed: $elapsed_ms ms, exit status $status"
+((status != 124)) || fail "the step hung"
+count() { grep -c -- "$1" <<<"$out" || true; }
+case $mode in
+  broadcast)
+    ((status == 0)) || fail "exit status $status"
+    (($(count '^run-42$') == 7)) || fail "not every rank printed the first line"
+    (($(grep -c '^second line' <<<"$out") == 7)) || fail "not every rank printed the second line" ;;
+  barrier)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'passed') == 7)) || fail "not every rank passed" ;;
+  late)
+    ((status == 0)) || fail "exit status $status"
+    early=$(awk '/waited/ && $2 != "6" && $4 < 2500' <<<"$out")
+    [[ -z $early ]] || fail "ranks left the barrier early: $early" ;;
+  dead)
+    ((status != 0)) || fail "the step succeeded"
+    (($(count 'status 1') == 6)) || fail "not every other rank failed with status 1"
+    (($(count 'barrier at main.cpp:[0-9]*: setting up the data path: the PMIx fence over all ranks timed out after 2000 ms') == 6)) ||
+      fail "not every other rank reported the deadline"
+    ((elapsed_ms < 6000)) || fail "took ${elapsed_ms} ms" ;;
+  timeout)
+    (($(count 'status 1') == 7)) || fail "not every rank failed with status 1"
+    (($(count 'timed out after 1000 ms') == 7)) || fail "not every rank reported the deadline" ;;
+esac
+echo ok
