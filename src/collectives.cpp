@@ -110,7 +110,7 @@ void group::check_root(std::string_view operation, int root) const {
   }
 }
 
-std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
+void group::connect(const detail::exchange& ex) {
   if (state_->connect) {
     try {
       state_->connect(*state_, ex.timeout);
@@ -123,6 +123,10 @@ std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
     }
     state_->connect = nullptr;
   }
+}
+
+std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
+  connect(ex);
   return state_->link->run(ex);
 }
 
@@ -137,6 +141,10 @@ void group::fail_from_callable(const detail::exchange& ex) {
   } catch (const std::exception& e) {
     what = e.what();
   } catch (...) {
+  }
+  try {
+    connect(ex);  // the other ranks may be waiting for this one to set up the data path
+  } catch (const error&) {
   }
   abort(fmt::format("{} at {}: the callable threw on {}: {}", ex.name, ex.site, describe(rank()), what));
   throw;

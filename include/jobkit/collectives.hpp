@@ -145,6 +145,8 @@ class group {
 
  private:
   std::vector<detail::rank_bytes> run(detail::exchange& ex);
+  /// Sets up the group's connections if its first collective has not (bounded by ex.timeout).
+  void connect(const detail::exchange& ex);
   detail::exchange make_exchange(std::string name, call_options options,
                                  const std::source_location& site) const;
   void check_root(std::string_view operation, int root) const;
@@ -160,6 +162,22 @@ class group {
       return from_bytes<T>(entry.bytes);
     } catch (const error& e) {
       fail_to_decode(ex, entry.rank, e);
+    }
+  }
+  template <class T>
+  std::vector<T> decode_all(const detail::exchange& ex, const std::vector<detail::rank_bytes>& entries) const {
+    std::vector<T> values;
+    values.reserve(entries.size());
+    for (const auto& entry : entries) values.push_back(decode<T>(ex, entry));
+    return values;
+  }
+  /// fn()'s result as bytes; an exception from fn fails the collective on every member.
+  template <class F>
+  std::vector<std::byte> encode_result(F& fn, const detail::exchange& ex) {
+    try {
+      return to_bytes(fn());
+    } catch (...) {
+      fail_from_callable(ex);
     }
   }
   template <class T>
@@ -263,9 +281,7 @@ std::vector<T> group::gather(const T& value, int root, call_options options, std
   ex.mine = bytes;
   ex.to = detail::delivery::one_rank;
   ex.target = root;
-  std::vector<T> values;
-  for (const auto& entry : run(ex)) values.push_back(decode<T>(ex, entry));
-  return values;
+  return decode_all<T>(ex, run(ex));
 }
 
 template <sendable T>
@@ -273,9 +289,7 @@ std::vector<T> group::all_gather(const T& value, call_options options, std::sour
   auto ex = make_exchange("all_gather", options, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
-  std::vector<T> values;
-  for (const auto& entry : run(ex)) values.push_back(decode<T>(ex, entry));
-  return values;
+  return decode_all<T>(ex, run(ex));
 }
 
 template <class T>
@@ -392,35 +406,21 @@ template <class F, class R>
 std::vector<R> group::gather_from_all_ranks(F&& fn, int root, call_options options, std::source_location site) {
   check_root("gather_from_all_ranks", root);
   auto ex = make_exchange("gather_from_all_ranks(root " + std::to_string(root) + ")", options, site);
-  std::vector<std::byte> bytes;
-  try {
-    bytes = to_bytes(fn());
-  } catch (...) {
-    fail_from_callable(ex);
-  }
+  const auto bytes = encode_result(fn, ex);
   ex.mine = bytes;
   ex.to = detail::delivery::one_rank;
   ex.target = root;
-  std::vector<R> values;
-  for (const auto& entry : run(ex)) values.push_back(decode<R>(ex, entry));
-  return values;
+  return decode_all<R>(ex, run(ex));
 }
 
 template <class Map, class Reduce, class M, class R>
   requires sendable<M> && sendable<R>
 R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options, std::source_location site) {
   auto ex = make_exchange("reduce_and_broadcast", options, site);
-  std::vector<std::byte> bytes;
-  try {
-    bytes = to_bytes(map());
-  } catch (...) {
-    fail_from_callable(ex);
-  }
+  const auto bytes = encode_result(map, ex);
   ex.mine = bytes;
   ex.finish = [this, &ex, &reduce](std::vector<detail::rank_bytes>& entries) {
-    std::vector<M> values;
-    for (const auto& entry : entries) values.push_back(decode<M>(ex, entry));
-    return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(std::move(values)))}};
+    return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(decode_all<M>(ex, entries)))}};
   };
   return decode<R>(ex, run(ex).at(0));
 }

@@ -6,35 +6,26 @@ source "$(dirname "$0")/lib.sh"
 mode=$1
 jobkit=$2
 need_cluster
-fail() { echo "FAIL: $*"; exit 1; }
 export JOBKIT_BIN=$jobkit
-start=$(date +%s%N)
+step=(timeout 60 srun --mpi=pmix -N3 -n7)
 case $mode in
   broadcast)
     # Only rank 3 reads stdin (srun gives every task the same stdin).
-    out=$(printf 'run-42\nsecond line\n' | timeout 60 srun --mpi=pmix -N3 -n7 "$jobkit" broadcast --root 3 2>&1) ;;
-  barrier)
-    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c '"$JOBKIT_BIN" barrier && echo "rank $SLURM_PROCID passed"' 2>&1) ;;
+    run_step bash -c "printf 'run-42\\nsecond line\\n' | ${step[*]} '$jobkit' broadcast --root 3" ;;
+  barrier) run_step "${step[@]}" bash -c '"$JOBKIT_BIN" barrier && echo "rank $SLURM_PROCID passed"' ;;
   late)
-    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c \
-      '[[ $SLURM_PROCID == 6 ]] && sleep 3; s=$(date +%s%N); "$JOBKIT_BIN" barrier;
-       echo "rank $SLURM_PROCID waited $((($(date +%s%N) - s) / 1000000)) ms"' 2>&1) ;;
+    run_step "${step[@]}" bash -c '[[ $SLURM_PROCID == 6 ]] && sleep 3; s=$(date +%s%N); "$JOBKIT_BIN" barrier;
+      echo "rank $SLURM_PROCID waited $((($(date +%s%N) - s) / 1000000)) ms"' ;;
   dead)
     # Rank 6 exits before it starts jobkit: no process of it ever reaches PMIx, so only the
     # deadline can end the others' wait (srun --kill-on-bad-exit=1 would end the step at once).
-    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c \
-      '[[ $SLURM_PROCID == 6 ]] && exit 5; "$JOBKIT_BIN" barrier --timeout 2; echo "rank $SLURM_PROCID status $?"' 2>&1) ;;
+    run_step "${step[@]}" bash -c \
+      '[[ $SLURM_PROCID == 6 ]] && exit 5; "$JOBKIT_BIN" barrier --timeout 2; echo "rank $SLURM_PROCID status $?"' ;;
   timeout)
-    out=$(timeout 60 srun --mpi=pmix -N3 -n7 bash -c \
-      '[[ $SLURM_PROCID == 6 ]] && sleep 4; "$JOBKIT_BIN" barrier --timeout 1; echo "rank $SLURM_PROCID status $?"' 2>&1) ;;
+    run_step "${step[@]}" bash -c \
+      '[[ $SLURM_PROCID == 6 ]] && sleep 4; "$JOBKIT_BIN" barrier --timeout 1; echo "rank $SLURM_PROCID status $?"' ;;
   *) fail "unknown mode $mode" ;;
 esac
-status=$?
-elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-echo "$out"
-echo "elapsed: $elapsed_ms ms, exit status $status"
-((status != 124)) || fail "the step hung"
-count() { grep -c -- "$1" <<<"$out" || true; }
 case $mode in
   broadcast)
     ((status == 0)) || fail "exit status $status"

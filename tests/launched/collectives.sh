@@ -8,27 +8,18 @@ source "$(dirname "$0")/lib.sh"
 mode=$1
 binary=$2
 need_cluster
-fail() { echo "FAIL: $*"; exit 1; }
 
-step=(srun --mpi=pmix -N3 -n9)
-start=$(date +%s%N)
+step=(timeout 60 srun --mpi=pmix -N3 -n9)
 case $mode in
-  stress)
-    out=$(timeout 850 srun --mpi=pmix -N3 -n24 "$binary" stress "${JOBKIT_STRESS_OPS:-100000}" 2>&1) ;;
-  groups) out=$(timeout 60 srun --mpi=pmix -N3 -n7 "$binary" groups 2>&1) ;;  # 5+1+1 ranks
-  late) out=$(timeout 60 "${step[@]}" "$binary" late 3 2>&1) ;;
+  stress) run_step timeout 850 srun --mpi=pmix -N3 -n24 "$binary" stress "${JOBKIT_STRESS_OPS:-100000}" ;;
+  groups) run_step timeout 60 srun --mpi=pmix -N3 -n7 "$binary" groups ;;  # 5+1+1 ranks
+  late) run_step "${step[@]}" "$binary" late 3 ;;
   die-*)
     how=${mode#die-}
-    out=$(timeout 60 "${step[@]}" "$binary" die "${how%%-*}" "${how#*-}" 2>&1) ;;
-  mismatch | timeout | throw) out=$(timeout 60 "${step[@]}" "$binary" "$mode" 2>&1) ;;
+    run_step "${step[@]}" "$binary" die "${how%%-*}" "${how#*-}" ;;
+  mismatch | timeout | throw) run_step "${step[@]}" "$binary" "$mode" ;;
   *) fail "unknown mode $mode" ;;
 esac
-status=$?
-elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-echo "$out"
-echo "elapsed: $elapsed_ms ms, exit status $status"
-((status != 124)) || fail "the step hung"
-count() { grep -c -- "$1" <<<"$out" || true; }
 
 case $mode in
   stress)

@@ -22,3 +22,24 @@ need_mpirun() {
 }
 
 mpirun_=(mpirun --allow-run-as-root --oversubscribe)
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# run_step CMD...: runs a step; keeps its output in $out, its exit status in $status and its wall
+# time in $elapsed_ms, prints them, and fails when the step hung (timeout's status 124).
+run_step() {
+  local start
+  start=$(date +%s%N)
+  out=$("$@" 2>&1)
+  status=$?
+  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+  echo "$out"
+  echo "elapsed: $elapsed_ms ms, exit status $status"
+  ((status != 124)) || fail "the step hung"
+}
+
+# count PATTERN: how many lines of the last step's output match (grep -c).
+count() { grep -c -- "$1" <<<"$out" || true; }
