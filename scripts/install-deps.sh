@@ -7,6 +7,7 @@ packages=(
   libpmix-dev libpmix-bin libfmt-dev catch2      # jobkit's dependencies
   slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
+  python3-torch                                  # jobkit exec tests and the torch gloo peer benchmark
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "environment.hpp"
 #include "transport.hpp"
@@ -126,6 +127,7 @@ void group::connect(const detail::exchange& ex) {
 }
 
 std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
+  check_section(ex);
   connect(ex);
   return state_->link->run(ex);
 }
@@ -153,6 +155,47 @@ void group::fail_from_callable(const detail::exchange& ex) {
 void group::fail_to_decode(const detail::exchange& ex, int from_rank, const error& e) const {
   throw error(e.code(), fmt::format("{} at {}: the value from {} cannot be read: {}", ex.name, ex.site,
                                     describe(from_rank), e.what()));
+}
+
+namespace detail {
+namespace {
+thread_local std::vector<section_info> sections;
+}
+
+section_guard::section_guard(section_kind kind, std::string helper, const std::source_location& site) {
+  std::string_view file = site.file_name();
+  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  sections.push_back({kind, fmt::format("{} at {}:{}", helper, file, site.line())});
+}
+
+section_guard::~section_guard() { sections.pop_back(); }
+
+std::optional<section_info> current_section() {
+  if (sections.empty()) return std::nullopt;
+  return sections.back();
+}
+
+}  // namespace detail
+
+void group::check_section(const detail::exchange& ex) const {
+  const auto section = detail::current_section();
+  if (!section || size() == 1) return;
+  if (section->kind == detail::section_kind::node_leaders && world_ranks() == node_leaders_group().world_ranks()) {
+    return;
+  }
+  const char* who = section->kind == detail::section_kind::main_only      ? "the main rank only"
+                    : section->kind == detail::section_kind::node_leaders ? "local rank 0 of each node only"
+                                                                          : "one rank at a time";
+  throw error(errc::invalid_argument,
+              fmt::format("{} at {} on a group of {} ranks is called inside {}, which runs on {}: the other "
+                          "members would never arrive (see the nesting rule in jobkit/helpers.hpp)",
+                          ex.name, ex.site, size(), section->where, who));
+}
+
+void group::setup(call_options options, std::source_location site) {
+  const auto ex = make_exchange("setup", options, site);
+  check_section(ex);
+  connect(ex);
 }
 
 void group::barrier(call_options options, std::source_location site) {

@@ -52,6 +52,7 @@ class hub {
   }
 
   void abort(const std::string& message) {
+    if (arrivals_.size() == 1) return;  // nobody to tell: a single rank stays usable
     std::lock_guard lock(mutex_);
     if (!failure_) failure_ = failure{errc::peer_failure, message};
     done_.notify_all();

@@ -152,7 +152,9 @@ void pmix_session::commit_and_fence(std::chrono::milliseconds timeout) {
   }
   status = wait->status;
   if (status == PMIX_ERR_TIMEOUT) {
-    throw timeout_error(fmt::format("PMIx_Fence timed out after {} s: a rank never arrived", wait->seconds), status);
+    throw timeout_error("the PMIx fence over all ranks timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT, "
+                        "300 s by default): a rank never arrived",
+                        status);
   }
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),

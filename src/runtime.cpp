@@ -32,6 +32,7 @@ struct runtime::impl {
   std::optional<detail::pmix_session> pmix;
   jobkit::identity id;
   std::unique_ptr<detail::tcp_fabric> fabric;
+  std::shared_ptr<detail::group_state> world_state;
   std::optional<group> world, node, leaders;
 
   void require_pmix() const {
@@ -43,29 +44,46 @@ struct runtime::impl {
     }
   }
 
+  group& world_group() {
+    if (!world) {
+      if (id.world_size == 1) {
+        world = detail::make_single_rank_group(0, id.hostname);
+      } else {
+        require_pmix();
+        world_state = std::make_shared<detail::group_state>();
+        world_state->world_ranks.resize(static_cast<std::size_t>(id.world_size));
+        for (int r = 0; r < id.world_size; ++r) world_state->world_ranks[static_cast<std::size_t>(r)] = r;
+        world_state->rank = id.rank;
+        world_state->connect = [this](detail::group_state&, std::chrono::milliseconds deadline) { connect(deadline); };
+        world = group(world_state);
+      }
+    }
+    return *world;
+  }
+
+  /// The endpoint exchange and the world's tree, set up together, so that a rank that dies later
+  /// is seen by its world neighbours whatever group the others are busy with.
   detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
     require_pmix();
-    if (!fabric) fabric = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
+    if (!fabric) {
+      world_group();
+      auto created = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
+      world_state->link = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
+      for (const auto& e : created->endpoints()) world_state->hosts.push_back(e.host);
+      fabric = std::move(created);
+    }
     return *fabric;
   }
 
-  /// A group of these world ranks; with more than one, connected now or, when lazy, by its first
-  /// collective within that call's deadline.
-  group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout, bool lazy = false) {
+  /// A group of these world ranks, connected now.
+  group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
     if (ranks.size() == 1) return detail::make_single_rank_group(ranks.front(), id.hostname);
-    require_pmix();
+    auto& f = connect(timeout);
     auto state = std::make_shared<detail::group_state>();
     state->world_ranks = ranks;
     state->rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), id.rank) - ranks.begin());
-    state->connect = [this](detail::group_state& s, std::chrono::milliseconds deadline) {
-      auto& f = connect(deadline);
-      s.link = std::make_unique<detail::tcp_tree>(f, s.world_ranks, deadline);
-      for (const int r : s.world_ranks) s.hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
-    };
-    if (!lazy) {
-      state->connect(*state, timeout);
-      state->connect = nullptr;
-    }
+    state->link = std::make_unique<detail::tcp_tree>(f, ranks, timeout);
+    for (const int r : ranks) state->hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
     return group(std::move(state));
   }
 };
@@ -97,14 +115,7 @@ const jobkit::identity& runtime::identity() const noexcept { return impl_->id; }
 
 bool runtime::connected_to_pmix() const noexcept { return impl_->pmix.has_value(); }
 
-group& runtime::world() {
-  if (!impl_->world) {
-    std::vector<int> all(static_cast<std::size_t>(impl_->id.world_size));
-    for (int r = 0; r < impl_->id.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
-    impl_->world = impl_->make(all, detail::default_timeout(), /*lazy=*/true);
-  }
-  return *impl_->world;
-}
+group& runtime::world() { return impl_->world_group(); }
 
 group runtime::make_group(const std::vector<int>& world_ranks, call_options options) {
   const auto& id = impl_->id;

@@ -70,6 +70,31 @@ struct exchange {
 
 struct group_state;
 
+/// Code that only some ranks run at a time (inside a jobkit/helpers.hpp helper). Collectives of
+/// groups that include ranks outside the section are refused at once instead of waiting for
+/// ranks that never come.
+enum class section_kind {
+  main_only,     ///< run by the main rank alone
+  node_leaders,  ///< run by local rank 0 of every node, at the same time
+  staggered,     ///< run by every rank, but not at the same time (zero_first, do_n_at_a_time)
+};
+
+/// Marks the calling thread as inside a section for its lifetime.
+class section_guard {
+ public:
+  section_guard(section_kind kind, std::string helper, const std::source_location& site);
+  ~section_guard();
+  section_guard(const section_guard&) = delete;
+  section_guard& operator=(const section_guard&) = delete;
+};
+
+/// The innermost section of the calling thread, if any: its kind and "helper at file:line".
+struct section_info {
+  section_kind kind;
+  std::string where;
+};
+std::optional<section_info> current_section();
+
 }  // namespace detail
 
 /// A set of ranks that run collectives together: the world, a node, one rank per node, or an
@@ -143,10 +168,16 @@ class group {
   /// member, and makes this group unusable. For work that other ranks wait on and that failed.
   void abort(const std::string& message) noexcept;
 
+  /// Sets up this group's connections now rather than in its first collective (collective over
+  /// the members). Useful before work that makes the other members wait for long.
+  void setup(call_options options = {}, std::source_location site = std::source_location::current());
+
  private:
   std::vector<detail::rank_bytes> run(detail::exchange& ex);
   /// Sets up the group's connections if its first collective has not (bounded by ex.timeout).
   void connect(const detail::exchange& ex);
+  /// Refuses a collective that a helper section makes unreachable for some members.
+  void check_section(const detail::exchange& ex) const;
   detail::exchange make_exchange(std::string name, call_options options,
                                  const std::source_location& site) const;
   void check_root(std::string_view operation, int root) const;

@@ -3,6 +3,7 @@
 #include "jobkit/collectives.hpp"
 #include "jobkit/config.hpp"
 #include "jobkit/error.hpp"
+#include "jobkit/helpers.hpp"
 #include "jobkit/identity.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"

@@ -24,6 +24,10 @@ constexpr std::string_view main_usage =
     "  barrier    wait until every rank of the step has arrived\n"
     "  broadcast  copy the root rank's stdin to every rank's stdout\n"
     "  bench      time jobkit's collectives against the raw PMIx fence\n"
+    "  on-main, once-per-node, n-at-a-time, zero-first\n"
+    "             run a command on some ranks while the others wait\n"
+    "  exec       run a command with RANK, WORLD_SIZE, MASTER_ADDR, ... set (torch env://)\n"
+    "  env        print those variables as export lines\n"
     "\n"
     "Run 'jobkit <command> --help' for a command's options. Environment variables:\n"
     "docs/environment.md. Exit status: 0 success, 1 a collective failed on some rank (a rank\n"
@@ -178,6 +182,10 @@ int run(const std::vector<std::string_view>& args) {
   if (command == "barrier") return run_barrier(rest);
   if (command == "broadcast") return run_broadcast(rest);
   if (command == "bench") return jobkit::cli::run_bench(rest);
+  if (command == "on-main" || command == "once-per-node" || command == "n-at-a-time" || command == "zero-first") {
+    return jobkit::cli::run_step_helper(command, rest);
+  }
+  if (command == "exec" || command == "env") return jobkit::cli::run_exec(command, rest);
   throw usage_error{"unknown command '" + std::string(command) + "' (see jobkit --help)"};
 }
 

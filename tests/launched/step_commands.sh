@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The jobkit command's step helpers on the dev cluster: on-main, once-per-node, n-at-a-time,
+# zero-first, exec and env.
+# usage: step_commands.sh MODE JOBKIT SHARED_DIR
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+mode=$1
+jobkit=$2
+shared=$3
+need_cluster
+mkdir -p "$shared"
+export JOBKIT_BIN=$jobkit SHARED=$shared/$mode.$$
+rm -rf "$SHARED" && mkdir -p "$SHARED"
+step=(timeout 90 srun --mpi=pmix -N3 -n7)
+case $mode in
+  on-main) run_step "${step[@]}" "$jobkit" on-main -- bash -c 'echo "ran on rank $SLURM_PROCID"' ;;
+  on-main-fail) run_step "${step[@]}" "$jobkit" on-main -- bash -c 'exit 3' ;;
+  once-per-node)
+    run_step "${step[@]}" bash -c '"$JOBKIT_BIN" once-per-node -- bash -c "hostname > /tmp/staged.$SLURM_JOB_ID" &&
+      echo "rank $SLURM_PROCID sees $(cat /tmp/staged.$SLURM_JOB_ID) on $(hostname)"' ;;
+  once-per-node-fail) run_step "${step[@]}" "$jobkit" once-per-node -- bash -c '[[ $(hostname) != c2 ]]' ;;
+  n-at-a-time)
+    run_step "${step[@]}" "$jobkit" n-at-a-time 2 -- bash -c \
+      'echo "$(date +%s%N) 1" >> "$SHARED/log"; sleep 0.3; echo "$(date +%s%N) -1" >> "$SHARED/log"' ;;
+  n-at-a-time-fail)
+    run_step "${step[@]}" "$jobkit" n-at-a-time 3 -- bash -c 'echo "ran $SLURM_PROCID"; [[ $SLURM_PROCID != 0 ]]' ;;
+  zero-first)
+    run_step "${step[@]}" "$jobkit" zero-first -- bash -c \
+      'if [[ $SLURM_PROCID == 0 ]]; then sleep 1; touch "$SHARED/ready"; else [[ -e $SHARED/ready ]]; fi' ;;
+  zero-first-fail)
+    run_step "${step[@]}" "$jobkit" zero-first -- bash -c 'echo "ran $SLURM_PROCID"; [[ $SLURM_PROCID != 0 ]]' ;;
+  env) run_step "${step[@]}" "$jobkit" env ;;
+  exec)
+    /usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch not installed (apt-get install python3-torch)"
+    run_step "${step[@]}" "$jobkit" exec -- /usr/bin/python3 "$here/torch_allreduce.py" ;;
+  exec-refuse) run_step env RANK=5 "${step[@]}" "$jobkit" exec -- true ;;
+  exec-overwrite) run_step env RANK=5 "${step[@]}" "$jobkit" exec --overwrite -- bash -c 'echo "RANK=$RANK of $SLURM_PROCID"' ;;
+  *) fail "unknown mode $mode" ;;
+esac
+case $mode in
+  on-main)
+    ((status == 0)) || fail "exit status $status"
+    [[ $(grep -c '^ran on rank' <<<"$out") == 1 && $(count '^ran on rank 0$') == 1 ]] || fail "not run on rank 0 alone" ;;
+  on-main-fail)
+    ((status == 3)) || fail "exit status $status, not the command's 3"
+    (($(count "jobkit on-main: 'bash -c exit 3' failed on rank 0 (c1): exit status 3") == 7)) ||
+      fail "not every rank reported where and how" ;;
+  once-per-node)
+    ((status == 0)) || fail "exit status $status"
+    (($(grep -c 'sees' <<<"$out") == 7)) || fail "not every rank saw its node's staged file"
+    (($(awk '/sees/ && $4 != $6' <<<"$out" | wc -l) == 0)) || fail "a rank saw another node's file" ;;
+  once-per-node-fail)
+    ((status == 1)) || fail "exit status $status"
+    (($(count "failed on rank 5 (c2): exit status 1") == 7)) || fail "not every rank reported c2's failure" ;;
+  n-at-a-time)
+    ((status == 0)) || fail "exit status $status"
+    peak=$(sort -n "$SHARED/log" | awk '{ now += $2; if (now > peak) peak = now } END { print peak }')
+    (($(wc -l <"$SHARED/log") == 14)) || fail "not every rank ran once"
+    ((peak <= 2)) || fail "$peak ran at once" ;;
+  n-at-a-time-fail)
+    ((status == 1)) || fail "exit status $status"
+    (($(count "failed on rank 0 (c1): exit status 1") == 7)) || fail "not every rank reported rank 0's failure"
+    (($(grep -c '^ran' <<<"$out") == 3)) || fail "later rounds ran after the failure" ;;
+  zero-first)
+    ((status == 0)) || fail "exit status $status: a rank started before rank 0 had finished" ;;
+  zero-first-fail)
+    ((status == 1)) || fail "exit status $status"
+    (($(grep -c '^ran' <<<"$out") == 1)) || fail "ranks ran after rank 0 failed"
+    (($(count "failed on rank 0 (c1)") == 7)) || fail "not every rank reported rank 0's failure" ;;
+  env)
+    ((status == 0)) || fail "exit status $status"
+    (($(grep -c '^export MASTER_ADDR=c1$' <<<"$out") == 7)) || fail "MASTER_ADDR is not rank 0's host everywhere"
+    (($(grep '^export MASTER_PORT=' <<<"$out" | sort -u | wc -l) == 1)) || fail "ranks disagree on MASTER_PORT"
+    [[ $(grep '^export RANK=' <<<"$out" | sort) == $(printf 'export RANK=%s\n' 0 1 2 3 4 5 6) ]] || fail "RANK values wrong" ;;
+  exec)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'all_reduce 28 (expected 28) ok') == 7)) || fail "not every rank's all_reduce was right" ;;
+  exec-refuse)
+    ((status == 2)) || fail "exit status $status"
+    (($(count "jobkit: exec: RANK='5' is already set; jobkit sets these from the launcher (pass --overwrite") == 7)) ||
+      fail "not every rank refused, naming RANK" ;;
+  exec-overwrite)
+    ((status == 0)) || fail "exit status $status"
+    (($(awk -F'[= ]' '/^RANK=/ && $2 == $4' <<<"$out" | wc -l) == 7)) || fail "RANK was not replaced by the rank" ;;
+esac
+rm -rf "$SHARED"
+echo ok
