@@ -192,6 +192,10 @@ void group::check_section(const detail::exchange& ex) const {
                           ex.name, ex.site, size(), section->where, who));
 }
 
+void group::check_peers(const std::string& during) {
+  if (state_->link) state_->link->check_peers(during);
+}
+
 void group::setup(call_options options, std::source_location site) {
   const auto ex = make_exchange("setup", options, site);
   check_section(ex);

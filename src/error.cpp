@@ -9,6 +9,9 @@ std::string_view to_string(errc code) noexcept {
     case errc::pmix: return "pmix";
     case errc::timeout: return "timeout";
     case errc::peer_failure: return "peer_failure";
+    case errc::nccl: return "nccl";
+    case errc::cuda: return "cuda";
+    case errc::io: return "io";
     case errc::internal: return "internal";
   }
   return "unknown";

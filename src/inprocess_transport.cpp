@@ -51,6 +51,11 @@ class hub {
     return std::move(results_[static_cast<std::size_t>(rank)]);
   }
 
+  void check() {
+    std::lock_guard lock(mutex_);
+    if (failure_) raise(*failure_);
+  }
+
   void abort(const std::string& message) {
     if (arrivals_.size() == 1) return;  // nobody to tell: a single rank stays usable
     std::lock_guard lock(mutex_);
@@ -115,6 +120,7 @@ class inprocess_transport final : public transport {
  public:
   inprocess_transport(std::shared_ptr<hub> shared, int rank) : hub_(std::move(shared)), rank_(rank) {}
   std::vector<rank_bytes> run(const exchange& ex) override { return hub_->run(rank_, ex); }
+  void check_peers(const std::string&) override { hub_->check(); }
   void abort(const std::string& message) noexcept override {
     try {
       hub_->abort(message);

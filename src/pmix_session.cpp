@@ -128,7 +128,7 @@ struct fence_wait {
 
 }  // namespace
 
-void pmix_session::commit_and_fence(std::chrono::milliseconds timeout) {
+void pmix_session::commit_and_fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
   pmix_status_t status = PMIx_Commit();
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
@@ -143,8 +143,19 @@ void pmix_session::commit_and_fence(std::chrono::milliseconds timeout) {
     delete handle;
     throw error(errc::pmix, fmt::format("PMIx_Fence_nb failed: {}", pmix_status_text(status)), status);
   }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(wait->mutex);
-  if (!wait->done_signal.wait_for(lock, timeout, [&] { return wait->done; })) {
+  while (!wait->done && std::chrono::steady_clock::now() < deadline) {
+    const auto step = while_waiting ? std::chrono::milliseconds(50) : timeout;
+    wait->done_signal.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + step),
+                                 [&] { return wait->done; });
+    if (!wait->done && while_waiting) {
+      lock.unlock();
+      while_waiting();
+      lock.lock();
+    }
+  }
+  if (!wait->done) {
     throw timeout_error(fmt::format("the PMIx fence over all ranks timed out after {} ms: a rank never arrived "
                                     "(it is late or stuck, or it exited before reaching jobkit)",
                                     timeout.count()),

@@ -3,6 +3,7 @@
 #include <pmix.h>
 
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -28,8 +29,9 @@ class pmix_session {
   /// PMIx 4.2 may return stale values for a re-put key.
   void put(const std::string& key, std::span<const std::byte> bytes);
   /// PMIx_Commit, then a fence over all ranks that collects the data: a real barrier across nodes,
-  /// bounded by timeout.
-  void commit_and_fence(std::chrono::milliseconds timeout);
+  /// bounded by timeout. While it waits, `while_waiting` runs every 50 ms; an exception from it
+  /// ends the wait (Slurm 22.05 does not always end a fence when a rank dies).
+  void commit_and_fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {});
   /// A key another rank put before the last fence.
   std::vector<std::byte> get_bytes(int rank, const std::string& key);
 

@@ -146,7 +146,9 @@ group& runtime::node_group() {
   if (!impl_->node) {
     const auto& id = impl_->id;
     std::vector<int> ranks{id.rank};
-    if (id.local_world_size > 1) {
+    // Every rank joins the data path's setup here, even one alone on its node: the setup is
+    // collective over the whole job, and the others may be waiting in it.
+    if (id.world_size > 1) {
       const auto& endpoints = impl_->connect(detail::default_timeout()).endpoints();
       std::vector<std::pair<int, int>> local;  // (local rank, world rank)
       for (int r = 0; r < id.world_size; ++r) {
@@ -172,7 +174,7 @@ group& runtime::node_leaders_group() {
                               id.rank, id.local_rank));
     }
     std::vector<int> ranks{id.rank};
-    if (id.num_nodes > 1) {
+    if (id.world_size > 1) {
       const auto& endpoints = impl_->connect(detail::default_timeout()).endpoints();
       std::vector<std::pair<int, int>> leaders;  // (node, world rank)
       for (int r = 0; r < id.world_size; ++r) {
@@ -186,6 +188,10 @@ group& runtime::node_leaders_group() {
     impl_->leaders = impl_->make(ranks, detail::default_timeout());
   }
   return *impl_->leaders;
+}
+
+detail::pmix_session* detail::pmix_of(runtime& rt) noexcept {
+  return rt.impl_->pmix ? &*rt.impl_->pmix : nullptr;
 }
 
 runtime& default_runtime() {

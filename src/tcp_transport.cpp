@@ -469,6 +469,26 @@ void tcp_tree::abort(const std::string& message) noexcept {
   if (broken_.empty()) spread_abort(message, rank_, errc::peer_failure);
 }
 
+void tcp_tree::check_peers(const std::string& during) {
+  if (!broken_.empty()) raise(broken_code_, broken_);
+  std::vector<pollfd> fds;
+  std::vector<const link*> links;
+  for (const auto* all : {&children_, &parent_link_}) {
+    for (const auto& l : *all) {
+      fds.push_back(pollfd{l.fd, POLLRDHUP, 0});
+      links.push_back(&l);
+    }
+  }
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+      exchange context;
+      context.name = during;
+      lost(*links[i], "connection closed", context);
+    }
+  }
+}
+
 void tcp_tree::lost(const link& l, const std::string& why, const exchange& ex) {
   // The peer may have sent an abort just before closing: its reason is the one to report.
   try {
@@ -478,8 +498,8 @@ void tcp_tree::lost(const link& l, const std::string& why, const exchange& ex) {
   } catch (const link_closed&) {
   } catch (const link_timeout&) {
   }
-  fail(fmt::format("{} closed its connection ({}) during {} at {}: the process died or exited",
-                   describe(l.peer), why, ex.name, ex.site),
+  fail(fmt::format("{} closed its connection ({}) during {}{}: the process died or exited", describe(l.peer), why,
+                   ex.name, ex.site.empty() ? "" : " at " + ex.site),
        l.peer);
 }
 

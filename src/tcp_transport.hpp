@@ -68,6 +68,7 @@ class tcp_tree final : public transport {
 
   std::vector<rank_bytes> run(const exchange& ex) override;
   void abort(const std::string& message) noexcept override;
+  void check_peers(const std::string& during) override;
 
  private:
   struct link {

@@ -21,6 +21,9 @@ class transport {
   /// Ends the current or next exchange on every member with this message; the transport is
   /// unusable afterwards.
   virtual void abort(const std::string& message) noexcept = 0;
+  /// Throws, without waiting, when a member is known to be gone (a closed connection), after
+  /// passing the failure on to the other members.
+  virtual void check_peers(const std::string& during) = 0;
 };
 
 /// What a jobkit::group holds.

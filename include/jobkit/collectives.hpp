@@ -168,6 +168,11 @@ class group {
   /// member, and makes this group unusable. For work that other ranks wait on and that failed.
   void abort(const std::string& message) noexcept;
 
+  /// Throws jobkit::error at once when a member is known to be gone (its connection to this rank
+  /// closed), after passing the failure on to the other members; otherwise returns. Does not
+  /// wait: for long waits outside jobkit's collectives (`during` names them in the message).
+  void check_peers(const std::string& during = "work outside jobkit's collectives");
+
   /// Sets up this group's connections now rather than in its first collective (collective over
   /// the members). Useful before work that makes the other members wait for long.
   void setup(call_options options = {}, std::source_location site = std::source_location::current());

@@ -13,6 +13,9 @@ enum class errc {
   pmix,                 ///< a PMIx call failed; native_status() is the pmix_status_t
   timeout,              ///< a deadline expired
   peer_failure,         ///< another rank died, closed its connection or called a different collective
+  nccl,                 ///< an NCCL call failed; native_status() is the ncclResult_t
+  cuda,                 ///< a CUDA runtime call failed; native_status() is the cudaError_t
+  io,                   ///< a file or shared-memory operation failed; native_status() is the errno
   internal,             ///< a broken invariant inside jobkit
 };
 

@@ -8,3 +8,4 @@
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/serialize.hpp"
+#include "jobkit/workspace.hpp"

@@ -7,6 +7,14 @@
 
 namespace jobkit {
 
+class runtime;
+namespace detail {
+class pmix_session;
+/// The runtime's PMIx client, or nullptr without a PMIx server (for jobkit's own one-time
+/// exchanges, such as NCCL ids).
+pmix_session* pmix_of(runtime& rt) noexcept;
+}  // namespace detail
+
 /// Connection of this process to its launcher. Discovers the identity (PMIx first, then the
 /// Slurm step environment, then torchrun variables, then single-rank defaults; see
 /// docs/environment.md) and holds the PMIx client open for its lifetime.
@@ -37,6 +45,7 @@ class runtime {
   group& node_leaders_group();
 
  private:
+  friend detail::pmix_session* detail::pmix_of(runtime& rt) noexcept;
   struct impl;
   std::unique_ptr<impl> impl_;
 };

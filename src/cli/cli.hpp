@@ -25,6 +25,8 @@ inline std::string_view option_value(const std::vector<std::string_view>& args, 
 int run_bench(const std::vector<std::string_view>& args);
 /// jobkit on-main, once-per-node, n-at-a-time, zero-first (step_commands.cpp).
 int run_step_helper(std::string_view name, const std::vector<std::string_view>& args);
+/// jobkit doctor (doctor.cpp).
+int run_doctor(const std::vector<std::string_view>& args);
 /// jobkit exec and jobkit env (step_commands.cpp).
 int run_exec(std::string_view name, const std::vector<std::string_view>& args);
 

@@ -28,6 +28,7 @@ constexpr std::string_view main_usage =
     "             run a command on some ranks while the others wait\n"
     "  exec       run a command with RANK, WORLD_SIZE, MASTER_ADDR, ... set (torch env://)\n"
     "  env        print those variables as export lines\n"
+    "  doctor     preflight: identity, GPUs, CPU affinity, NCCL, per rank\n"
     "\n"
     "Run 'jobkit <command> --help' for a command's options. Environment variables:\n"
     "docs/environment.md. Exit status: 0 success, 1 a collective failed on some rank (a rank\n"
@@ -186,6 +187,7 @@ int run(const std::vector<std::string_view>& args) {
     return jobkit::cli::run_step_helper(command, rest);
   }
   if (command == "exec" || command == "env") return jobkit::cli::run_exec(command, rest);
+  if (command == "doctor") return jobkit::cli::run_doctor(rest);
   throw usage_error{"unknown command '" + std::string(command) + "' (see jobkit --help)"};
 }
 

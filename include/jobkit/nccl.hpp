@@ -1,0 +1,219 @@
+#pragma once
+
+// NCCL communicators bootstrapped through PMIx: no MASTER_ADDR, no TCP store, no port.
+// Exists only in builds with CUDA and NCCL (JOBKIT_HAS_NCCL in <jobkit/config.hpp>).
+
+#include "jobkit/config.hpp"
+
+#if !JOBKIT_HAS_NCCL
+#error "jobkit was built without NCCL: <jobkit/nccl.hpp> needs -Dnccl=enabled (CUDA and NCCL found)"
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "jobkit/collectives.hpp"
+#include "jobkit/error.hpp"
+
+namespace jobkit::nccl {
+
+/// A CUDA device as this process sees it.
+struct device_info {
+  int index = 0;           ///< the CUDA device index (after CUDA_VISIBLE_DEVICES)
+  std::string uuid;        ///< "GPU-xxxxxxxx-..."
+  std::string pci_bus_id;  ///< "0000:3b:00.0"
+  std::string name;
+};
+
+/// The devices this process sees. @throws jobkit::error (cuda) naming the rank when CUDA fails,
+/// e.g. no device or no driver
+std::vector<device_info> visible_devices();
+
+/// The device rule, honouring Slurm's GPU binding: a task that sees exactly one device uses it;
+/// a task that sees at least local_world_size devices uses local_rank; anything else is an error
+/// that names the rank, what it sees and CUDA_VISIBLE_DEVICES.
+int select_device(int visible_count, int local_rank, int local_world_size);
+
+/// One rank's choice, for the duplicate check and jobkit doctor.
+struct device_choice {
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  int device = 0;
+  std::string uuid;
+};
+
+/// A readable table of the devices chosen by more than one rank of a node, or nothing when every
+/// choice is unique.
+std::optional<std::string> duplicate_devices(const std::vector<device_choice>& choices);
+
+/// Gathers every node-mate's choice (collective over `node`) and throws jobkit::error with the
+/// duplicate_devices table on every member when two ranks chose the same GPU.
+void check_unique_devices(group& node, const device_choice& mine, call_options options = {});
+
+/// The ncclUniqueIds of a communicator over every rank of the job: ceil(world / ranks_per_root)
+/// of them, each made by its root rank (spread evenly over the ranks), all handed to every rank
+/// in one PMIx put + collecting fence + get. Collective over all ranks. For callers that
+/// initialise NCCL themselves; communicator uses it. A fresh PMIx key is used on every call.
+std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root = 128, call_options options = {});
+
+/// How long each phase of a communicator's creation took on this rank.
+struct init_timing {
+  std::chrono::microseconds device_selection{0};
+  std::chrono::microseconds id_exchange{0};  ///< ncclGetUniqueId on the roots and the PMIx exchange
+  std::chrono::microseconds nccl_init{0};    ///< ncclCommInitRank(Config|Scalable) until ready
+};
+
+struct communicator_options {
+  /// Deadline of the id exchange and of NCCL's initialisation (default JOBKIT_TIMEOUT).
+  call_options call;
+  /// Use this device instead of the rule of select_device.
+  std::optional<int> device;
+  /// Ranks per bootstrap root: above it, ncclCommInitRankScalable with one id per root, all ids
+  /// gathered in one PMIx exchange (NCCL >= 2.23; torch's default is also 128).
+  int ranks_per_root = 128;
+};
+
+/// Throws jobkit::error (nccl) with ncclGetErrorString, ncclGetLastError and what was called.
+[[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm);
+
+template <class T>
+constexpr ncclDataType_t data_type_of() {
+  if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, char>) return ncclInt8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return ncclUint8;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return ncclInt32;
+  else if constexpr (std::is_same_v<T, std::uint32_t>) return ncclUint32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return ncclInt64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return ncclUint64;
+  else if constexpr (std::is_same_v<T, __half>) return ncclFloat16;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return ncclBfloat16;
+  else if constexpr (std::is_same_v<T, float>) return ncclFloat32;
+  else if constexpr (std::is_same_v<T, double>) return ncclFloat64;
+  else static_assert(!sizeof(T), "NCCL has no data type for this element type");
+}
+
+/// NCCL's reduction for a jobkit::reduce_op. @throws jobkit::error for band, bor, bxor
+ncclRedOp_t reduction_of(reduce_op op);
+
+/// A move-only NCCL communicator: finalised and destroyed when it goes out of scope normally,
+/// aborted when it goes out of scope during stack unwinding or after abort().
+class communicator {
+ public:
+  /// Collective over every rank of the job: selects and sets this rank's device, checks that no
+  /// two ranks of a node chose the same GPU, hands the ncclUniqueId(s) from the root rank(s) to
+  /// every rank through one PMIx put + collecting fence + get, and initialises NCCL without
+  /// blocking, polled against the deadline: a missing or dead rank gives jobkit::timeout_error
+  /// (the communicator is aborted) instead of NCCL's endless wait.
+  explicit communicator(communicator_options options = {});
+  ~communicator();
+  communicator(communicator&& other) noexcept;
+  communicator& operator=(communicator&& other) noexcept;
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  ncclComm_t native() const noexcept { return comm_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int device() const noexcept { return device_; }
+  const init_timing& timing() const noexcept { return timing_; }
+
+  /// ncclCommSplit: ranks with the same color form a communicator, ordered by key.
+  communicator split(int color, int key, call_options options = {});
+  /// The ranks of this rank's node.
+  communicator split_node(call_options options = {});
+  /// Local rank 0 of every node; the other ranks get no communicator (nullopt), but must call too.
+  std::optional<communicator> split_one_per_node(call_options options = {});
+
+  /// Aborts the communicator (ncclCommAbort): pending operations end, the object becomes empty.
+  void abort() noexcept;
+
+  template <class T>
+  void all_reduce(const T* send, T* recv, std::size_t count, reduce_op op, cudaStream_t stream) {
+    check(ncclAllReduce(send, recv, count, data_type_of<T>(), reduction_of(op), comm_, stream), "ncclAllReduce");
+  }
+  template <class T>
+  void broadcast(const T* send, T* recv, std::size_t count, int root, cudaStream_t stream) {
+    check(ncclBroadcast(send, recv, count, data_type_of<T>(), root, comm_, stream), "ncclBroadcast");
+  }
+  /// recv holds size() * send_count elements.
+  template <class T>
+  void all_gather(const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
+    check(ncclAllGather(send, recv, send_count, data_type_of<T>(), comm_, stream), "ncclAllGather");
+  }
+  /// send holds size() * recv_count elements.
+  template <class T>
+  void reduce_scatter(const T* send, T* recv, std::size_t recv_count, reduce_op op, cudaStream_t stream) {
+    check(ncclReduceScatter(send, recv, recv_count, data_type_of<T>(), reduction_of(op), comm_, stream),
+          "ncclReduceScatter");
+  }
+  template <class T>
+  void send(const T* data, std::size_t count, int peer, cudaStream_t stream) {
+    check(ncclSend(data, count, data_type_of<T>(), peer, comm_, stream), "ncclSend");
+  }
+  template <class T>
+  void recv(T* data, std::size_t count, int peer, cudaStream_t stream) {
+    check(ncclRecv(data, count, data_type_of<T>(), peer, comm_, stream), "ncclRecv");
+  }
+
+  /// The scalar helpers of <jobkit/collectives.hpp>, through NCCL on this communicator's device:
+  /// the value goes to the device, through the collective, and back (synchronising `stream`).
+  template <class T>
+  T all_reduce_value(T value, reduce_op op, cudaStream_t stream = nullptr) {
+    T* scratch = device_scratch<T>();
+    copy_to_device(scratch, &value, sizeof(T), stream);
+    all_reduce(scratch, scratch, 1, op, stream);
+    copy_to_host(&value, scratch, sizeof(T), stream);
+    return value;
+  }
+  template <class T>
+  T broadcast_value(T value, int root, cudaStream_t stream = nullptr) {
+    T* scratch = device_scratch<T>();
+    copy_to_device(scratch, &value, sizeof(T), stream);
+    broadcast(scratch, scratch, 1, root, stream);
+    copy_to_host(&value, scratch, sizeof(T), stream);
+    return value;
+  }
+
+ private:
+  struct empty {};
+  explicit communicator(empty) {}
+  /// Non-blocking communicators may answer ncclInProgress: wait for the call to be enqueued.
+  void check(ncclResult_t result, const char* call) {
+    if (result == ncclSuccess) return;
+    if (result == ncclInProgress) {
+      wait_ready(call);
+      return;
+    }
+    throw_nccl_error(result, call, comm_);
+  }
+  void wait_ready(const char* call);
+  template <class T>
+  T* device_scratch() {
+    static_assert(sizeof(T) <= sizeof(double) * 2, "scalar helpers take scalars");
+    return static_cast<T*>(scratch());
+  }
+  void* scratch();
+  void copy_to_device(void* device, const void* host, std::size_t bytes, cudaStream_t stream);
+  void copy_to_host(void* host, const void* device, std::size_t bytes, cudaStream_t stream);
+  void release() noexcept;
+
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0;
+  int size_ = 0;
+  int device_ = 0;
+  init_timing timing_;
+  void* scratch_ = nullptr;
+  int uncaught_at_creation_ = 0;
+};
+
+}  // namespace jobkit::nccl

@@ -1,0 +1,381 @@
+#include "jobkit/nccl.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "jobkit/helpers.hpp"
+#include "jobkit/log.hpp"
+#include "jobkit/runtime.hpp"
+#include "pmix_session.hpp"
+#include "transport.hpp"
+
+namespace jobkit::nccl {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+[[noreturn]] void throw_cuda(cudaError_t status, const std::string& call) {
+  throw error(errc::cuda,
+              fmt::format("{} failed on {}: {} ({})", call, detail::describe_self(), cudaGetErrorName(status),
+                          cudaGetErrorString(status)),
+              static_cast<int>(status));
+}
+
+std::string visible_devices_variable() {
+  const char* value = std::getenv("CUDA_VISIBLE_DEVICES");
+  return value ? fmt::format("CUDA_VISIBLE_DEVICES='{}'", value) : "CUDA_VISIBLE_DEVICES unset";
+}
+
+std::string uuid_text(const cudaUUID_t& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                     b[15]);
+}
+
+std::chrono::microseconds since(clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - start);
+}
+
+/// Waits until a non-blocking communicator is ready; aborts it and throws on error or deadline.
+void wait_for_communicator(ncclComm_t comm, clock::time_point deadline, const std::string& what) {
+  ncclResult_t state = ncclInProgress;
+  while (true) {
+    const ncclResult_t polled = ncclCommGetAsyncError(comm, &state);
+    if (polled != ncclSuccess) state = polled;
+    if (state != ncclInProgress) break;
+    if (clock::now() >= deadline) {
+      ncclCommAbort(comm);
+      throw timeout_error(fmt::format("{} timed out on {}: a rank never joined (it is late, stuck or dead); the "
+                                      "communicator was aborted",
+                                      what, detail::describe_self()),
+                          static_cast<int>(ncclInProgress));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (state != ncclSuccess) {
+    const std::string last = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    throw error(errc::nccl,
+                fmt::format("{} failed on {}: {} ({})", what, detail::describe_self(), ncclGetErrorString(state), last),
+                static_cast<int>(state));
+  }
+}
+
+/// A fresh PMIx key per communicator: PMIx 4.2 may read a re-put key's old value.
+int next_communicator_number() {
+  static int created = 0;
+  return created++;
+}
+
+}  // namespace
+
+std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options options) {
+  if (ranks_per_root < 1) {
+    throw error(errc::invalid_argument, fmt::format("ranks_per_root={} must be at least 1", ranks_per_root));
+  }
+  const auto& id = current_identity();
+  const int n = id.world_size;
+  int roots = 1;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+  roots = (n + ranks_per_root - 1) / ranks_per_root;
+#endif
+  const auto root_rank = [&](int i) { return static_cast<int>(static_cast<long long>(i) * n / roots); };
+  auto* pmix = n > 1 ? detail::pmix_of(default_runtime()) : nullptr;
+  if (n > 1 && !pmix) {
+    throw error(errc::invalid_environment,
+                fmt::format("an NCCL communicator across {} ranks needs the launcher's PMIx server: launch with "
+                            "srun --mpi=pmix (or mpirun)",
+                            n));
+  }
+  const int number = next_communicator_number();
+  const auto key = [&](int i) { return fmt::format("jobkit.nccl.{}.{}", number, i); };
+  std::vector<ncclUniqueId> ids(static_cast<std::size_t>(roots));
+  for (int i = 0; i < roots; ++i) {
+    if (root_rank(i) != id.rank) continue;
+    if (const auto result = ncclGetUniqueId(&ids[static_cast<std::size_t>(i)]); result != ncclSuccess) {
+      throw_nccl_error(result, "ncclGetUniqueId", nullptr);
+    }
+    if (pmix) pmix->put(key(i), {reinterpret_cast<const std::byte*>(&ids[static_cast<std::size_t>(i)]), sizeof(ncclUniqueId)});
+  }
+  if (!pmix) return ids;
+  // With the world's connections up, a rank that dies during the PMIx fence is seen at once;
+  // Slurm 22.05 does not always end the fence then.
+  auto& all = world();
+  all.setup(options);
+  pmix->commit_and_fence(options.timeout.count() > 0 ? options.timeout : detail::default_timeout(),
+                         [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
+  for (int i = 0; i < roots; ++i) {
+    const auto bytes = pmix->get_bytes(root_rank(i), key(i));
+    if (bytes.size() != sizeof(ncclUniqueId)) {
+      throw error(errc::pmix, fmt::format("the NCCL id from rank {} has {} bytes, not {}", root_rank(i), bytes.size(),
+                                          sizeof(ncclUniqueId)));
+    }
+    std::memcpy(&ids[static_cast<std::size_t>(i)], bytes.data(), bytes.size());
+  }
+  return ids;
+}
+
+void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm) {
+  throw error(errc::nccl,
+              fmt::format("{} failed on {}: {} (last NCCL error: '{}')", call, detail::describe_self(),
+                          ncclGetErrorString(result), ncclGetLastError(comm)),
+              static_cast<int>(result));
+}
+
+ncclRedOp_t reduction_of(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return ncclSum;
+    case reduce_op::prod: return ncclProd;
+    case reduce_op::min: return ncclMin;
+    case reduce_op::max: return ncclMax;
+    default: break;
+  }
+  throw error(errc::invalid_argument, fmt::format("NCCL has no reduction for op={}", to_string(op)));
+}
+
+std::vector<device_info> visible_devices() {
+  int count = 0;
+  if (const auto status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+    throw_cuda(status, fmt::format("cudaGetDeviceCount ({})", visible_devices_variable()));
+  }
+  std::vector<device_info> devices;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp properties{};
+    if (const auto status = cudaGetDeviceProperties(&properties, i); status != cudaSuccess) {
+      throw_cuda(status, fmt::format("cudaGetDeviceProperties({})", i));
+    }
+    char bus_id[32] = {};
+    if (const auto status = cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, i); status != cudaSuccess) {
+      throw_cuda(status, fmt::format("cudaDeviceGetPCIBusId({})", i));
+    }
+    devices.push_back({i, uuid_text(properties.uuid), bus_id, properties.name});
+  }
+  return devices;
+}
+
+int select_device(int visible_count, int local_rank, int local_world_size) {
+  if (visible_count == 1) return 0;
+  if (visible_count >= local_world_size && visible_count > 0) return local_rank;
+  if (visible_count == 0) {
+    throw error(errc::invalid_environment,
+                fmt::format("{} sees no CUDA device ({})", detail::describe_self(), visible_devices_variable()));
+  }
+  throw error(errc::invalid_environment,
+              fmt::format("{} (local rank {} of {}) sees {} CUDA devices ({}): fewer than its node's ranks and "
+                          "more than one, so no device is its own. Bind one GPU per task (srun --gpus-per-task=1) "
+                          "or show every task all of the node's GPUs, or pass communicator_options::device",
+                          detail::describe_self(), local_rank, local_world_size, visible_count,
+                          visible_devices_variable()));
+}
+
+std::optional<std::string> duplicate_devices(const std::vector<device_choice>& choices) {
+  std::map<std::pair<std::string, std::string>, std::vector<const device_choice*>> by_gpu;  // (host, uuid)
+  for (const auto& c : choices) by_gpu[{c.host, c.uuid}].push_back(&c);
+  std::string table;
+  for (const auto& [gpu, users] : by_gpu) {
+    if (users.size() < 2) continue;
+    for (const auto* c : users) {
+      table += fmt::format("  {:<12} {:>6} {:>10} {:>6}  {}\n", c->host, c->rank, c->local_rank, c->device, c->uuid);
+    }
+  }
+  if (table.empty()) return std::nullopt;
+  return fmt::format("several ranks chose the same GPU (NCCL would fail later with \"Duplicate GPU detected\"):\n"
+                     "  {:<12} {:>6} {:>10} {:>6}  {}\n{}",
+                     "host", "rank", "local_rank", "device", "uuid", table);
+}
+
+void check_unique_devices(group& node, const device_choice& mine, call_options options) {
+  const auto all =
+      node.all_gather(std::make_tuple(mine.rank, mine.local_rank, mine.host, mine.device, mine.uuid), options);
+  std::vector<device_choice> choices;
+  for (const auto& [rank, local_rank, host, device, uuid] : all) choices.push_back({rank, local_rank, host, device, uuid});
+  if (const auto report = duplicate_devices(choices)) throw error(errc::invalid_environment, *report);
+}
+
+communicator::communicator(communicator_options options) : uncaught_at_creation_(std::uncaught_exceptions()) {
+  const auto& id = current_identity();
+  const auto timeout = options.call.timeout.count() > 0 ? options.call.timeout : detail::default_timeout();
+  const auto start = clock::now();
+
+  const auto devices = visible_devices();
+  device_ = options.device ? *options.device : select_device(static_cast<int>(devices.size()), id.local_rank,
+                                                              id.local_world_size);
+  if (device_ < 0 || device_ >= static_cast<int>(devices.size())) {
+    throw error(errc::invalid_argument, fmt::format("communicator: device={} on {} which sees {} devices", device_,
+                                                    detail::describe_self(), devices.size()));
+  }
+  if (const auto status = cudaSetDevice(device_); status != cudaSuccess) {
+    throw_cuda(status, fmt::format("cudaSetDevice({})", device_));
+  }
+  if (id.local_world_size > 1) {
+    check_unique_devices(node_group(), {id.rank, id.local_rank, id.hostname, device_, devices[device_].uuid},
+                         options.call);
+  }
+  timing_.device_selection = since(start);
+
+  const auto exchange_start = clock::now();
+  const auto ids = share_unique_ids(options.ranks_per_root, {.timeout = timeout});
+  const int n = id.world_size;
+  const int roots = static_cast<int>(ids.size());
+  timing_.id_exchange = since(exchange_start);
+
+  const auto init_start = clock::now();
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t result = ncclSuccess;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+  if (roots > 1) {
+    auto shared = ids;  // NCCL takes a non-const array
+    result = ncclCommInitRankScalable(&comm_, n, id.rank, roots, shared.data(), &config);
+  } else
+#endif
+  {
+    result = ncclCommInitRankConfig(&comm_, n, ids.front(), id.rank, &config);
+  }
+  if (result != ncclSuccess && result != ncclInProgress) {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    throw_nccl_error(result, roots > 1 ? "ncclCommInitRankScalable" : "ncclCommInitRankConfig", nullptr);
+  }
+  try {
+    wait_for_communicator(comm_, init_start + timeout, "NCCL communicator initialisation");
+  } catch (...) {
+    comm_ = nullptr;  // aborted
+    throw;
+  }
+  timing_.nccl_init = since(init_start);
+  rank_ = id.rank;
+  size_ = n;
+  log::debug("NCCL communicator on device {} ({}): device selection {} us, id exchange {} us ({} root(s)), NCCL "
+             "init {} us",
+             device_, devices[device_].pci_bus_id, timing_.device_selection.count(), timing_.id_exchange.count(),
+             roots, timing_.nccl_init.count());
+}
+
+communicator::~communicator() { release(); }
+
+communicator::communicator(communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, nullptr)),
+      rank_(other.rank_),
+      size_(other.size_),
+      device_(other.device_),
+      timing_(other.timing_),
+      scratch_(std::exchange(other.scratch_, nullptr)),
+      uncaught_at_creation_(other.uncaught_at_creation_) {}
+
+communicator& communicator::operator=(communicator&& other) noexcept {
+  if (this != &other) {
+    release();
+    comm_ = std::exchange(other.comm_, nullptr);
+    rank_ = other.rank_;
+    size_ = other.size_;
+    device_ = other.device_;
+    timing_ = other.timing_;
+    scratch_ = std::exchange(other.scratch_, nullptr);
+    uncaught_at_creation_ = other.uncaught_at_creation_;
+  }
+  return *this;
+}
+
+void communicator::release() noexcept {
+  if (scratch_) cudaFree(scratch_);
+  scratch_ = nullptr;
+  if (!comm_) return;
+  // During stack unwinding peers may be gone: finalising could wait for them forever.
+  if (std::uncaught_exceptions() > uncaught_at_creation_) {
+    ncclCommAbort(comm_);
+  } else {
+    try {
+      const ncclResult_t result = ncclCommFinalize(comm_);
+      if (result == ncclSuccess || result == ncclInProgress) {
+        wait_for_communicator(comm_, clock::now() + detail::default_timeout(), "ncclCommFinalize");
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    } catch (...) {
+      // wait_for_communicator aborted it
+    }
+  }
+  comm_ = nullptr;
+}
+
+void communicator::abort() noexcept {
+  if (comm_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+void communicator::wait_ready(const char* call) {
+  wait_for_communicator(comm_, clock::now() + detail::default_timeout(), call);
+}
+
+communicator communicator::split(int color, int key, call_options options) {
+  const auto start = clock::now();
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : detail::default_timeout();
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  communicator part{empty{}};
+  part.device_ = device_;
+  part.uncaught_at_creation_ = std::uncaught_exceptions();
+  const ncclResult_t result = ncclCommSplit(comm_, color, key, &part.comm_, &config);
+  if (result != ncclSuccess && result != ncclInProgress) throw_nccl_error(result, "ncclCommSplit", comm_);
+  wait_for_communicator(comm_, start + timeout, "ncclCommSplit");
+  if (part.comm_) {
+    try {
+      wait_for_communicator(part.comm_, start + timeout, "ncclCommSplit (new communicator)");
+    } catch (...) {
+      part.comm_ = nullptr;
+      throw;
+    }
+    ncclCommUserRank(part.comm_, &part.rank_);
+    ncclCommCount(part.comm_, &part.size_);
+  }
+  part.timing_.nccl_init = since(start);
+  return part;
+}
+
+communicator communicator::split_node(call_options options) {
+  const auto& id = current_identity();
+  return split(id.node_rank, id.local_rank, options);
+}
+
+std::optional<communicator> communicator::split_one_per_node(call_options options) {
+  const auto& id = current_identity();
+  auto part = split(id.local_rank == 0 ? 0 : NCCL_SPLIT_NOCOLOR, id.node_rank, options);
+  if (!part.comm_) return std::nullopt;
+  return part;
+}
+
+void* communicator::scratch() {
+  if (!scratch_) {
+    if (const auto status = cudaMalloc(&scratch_, sizeof(double) * 2); status != cudaSuccess) {
+      throw_cuda(status, "cudaMalloc (scalar scratch)");
+    }
+  }
+  return scratch_;
+}
+
+void communicator::copy_to_device(void* device, const void* host, std::size_t bytes, cudaStream_t stream) {
+  if (const auto status = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream); status != cudaSuccess) {
+    throw_cuda(status, "cudaMemcpyAsync (to the device)");
+  }
+}
+
+void communicator::copy_to_host(void* host, const void* device, std::size_t bytes, cudaStream_t stream) {
+  if (const auto status = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream); status != cudaSuccess) {
+    throw_cuda(status, "cudaMemcpyAsync (to the host)");
+  }
+  if (const auto status = cudaStreamSynchronize(stream); status != cudaSuccess) {
+    throw_cuda(status, "cudaStreamSynchronize");
+  }
+}
+
+}  // namespace jobkit::nccl
