@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "environment.hpp"
@@ -112,18 +114,31 @@ void group::check_root(std::string_view operation, int root) const {
 }
 
 void group::connect(const detail::exchange& ex) {
-  if (state_->connect) {
-    try {
-      state_->connect(*state_, ex.timeout);
-    } catch (const timeout_error& e) {
-      throw timeout_error(fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
-                          e.native_status());
-    } catch (const error& e) {
-      throw error(e.code(), fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
-                  e.native_status());
-    }
-    state_->connect = nullptr;
+  if (!state_->connect) return;
+  std::optional<error> failed;
+  try {
+    state_->connect(*state_, ex.timeout);
+  } catch (const timeout_error& e) {
+    failed.emplace(timeout_error(fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
+                                 e.native_status()));
+  } catch (const error& e) {
+    failed.emplace(e.code(), fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
+                   e.native_status());
   }
+  if (!failed) {
+    state_->connect = nullptr;
+    return;
+  }
+  // The setup's PMIx fence may still be pending and its key is spent: a retry cannot match the
+  // other ranks, so the group stays failed.
+  const auto code = failed->code();
+  const std::string reason = failed->what();
+  const int status = failed->native_status();
+  state_->connect = [code, reason, status](detail::group_state&, std::chrono::milliseconds) {
+    throw error(code, "this group is unusable after an earlier failure: " + reason, status);
+  };
+  if (code == errc::timeout) throw timeout_error(reason, status);
+  throw error(code, reason, status);
 }
 
 std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
@@ -180,8 +195,10 @@ std::optional<section_info> current_section() {
 void group::check_section(const detail::exchange& ex) const {
   const auto section = detail::current_section();
   if (!section || size() == 1) return;
-  if (section->kind == detail::section_kind::node_leaders && world_ranks() == node_leaders_group().world_ranks()) {
-    return;
+  const auto& local = state_->local_ranks;
+  if (section->kind == detail::section_kind::node_leaders && !local.empty() &&
+      std::all_of(local.begin(), local.end(), [](int r) { return r == 0; })) {
+    return;  // every member runs this section too
   }
   const char* who = section->kind == detail::section_kind::main_only      ? "the main rank only"
                     : section->kind == detail::section_kind::node_leaders ? "local rank 0 of each node only"

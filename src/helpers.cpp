@@ -71,6 +71,7 @@ int fs_local_rank(const std::filesystem::path& dir, call_options options) {
   if (id.world_size == 1) return 0;
 
   auto& g = world();
+  g.setup(options);  // so that a failure to create the probe reaches the others at once
   const auto probe_of = [&](int node) {
     return dir / fmt::format(".jobkit-fs-probe.{}.{}.node{}", id.job_id.empty() ? "nojob" : id.job_id,
                              id.step_id.empty() ? "nostep" : id.step_id, node);

@@ -59,7 +59,7 @@ class hub {
   void abort(const std::string& message) {
     if (arrivals_.size() == 1) return;  // nobody to tell: a single rank stays usable
     std::lock_guard lock(mutex_);
-    if (!failure_) failure_ = failure{errc::peer_failure, message};
+    if (!failure_) failure_ = failure{errc::peer_failure, message.empty() ? "aborted (no reason given)" : message};
     done_.notify_all();
   }
 
@@ -89,6 +89,12 @@ class hub {
       const auto* known = dynamic_cast<const error*>(&e);
       failure_ = failure{known ? known->code() : errc::peer_failure,
                          fmt::format("{} at {} failed on rank 0: {}", root.name, root.site, e.what())};
+      done_.notify_all();
+      return;
+    } catch (...) {
+      failure_ = failure{errc::peer_failure, fmt::format("{} at {} failed on rank 0: an exception that is not a "
+                                                         "std::exception",
+                                                         root.name, root.site)};
       done_.notify_all();
       return;
     }

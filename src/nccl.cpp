@@ -44,8 +44,9 @@ std::chrono::microseconds since(clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - start);
 }
 
-/// Waits until a non-blocking communicator is ready; aborts it and throws on error or deadline.
-void wait_for_communicator(ncclComm_t comm, clock::time_point deadline, const std::string& what) {
+/// Waits until a non-blocking communicator is ready. On error or deadline it aborts the
+/// communicator, sets `comm` to null (the handle is freed) and throws.
+void wait_for_communicator(ncclComm_t& comm, clock::time_point deadline, const std::string& what) {
   ncclResult_t state = ncclInProgress;
   while (true) {
     const ncclResult_t polled = ncclCommGetAsyncError(comm, &state);
@@ -53,6 +54,7 @@ void wait_for_communicator(ncclComm_t comm, clock::time_point deadline, const st
     if (state != ncclInProgress) break;
     if (clock::now() >= deadline) {
       ncclCommAbort(comm);
+      comm = nullptr;
       throw timeout_error(fmt::format("{} timed out on {}: a rank never joined (it is late, stuck or dead); the "
                                       "communicator was aborted",
                                       what, detail::describe_self()),
@@ -63,6 +65,7 @@ void wait_for_communicator(ncclComm_t comm, clock::time_point deadline, const st
   if (state != ncclSuccess) {
     const std::string last = ncclGetLastError(comm);
     ncclCommAbort(comm);
+    comm = nullptr;
     throw error(errc::nccl,
                 fmt::format("{} failed on {}: {} ({})", what, detail::describe_self(), ncclGetErrorString(state), last),
                 static_cast<int>(state));
@@ -245,12 +248,7 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
     comm_ = nullptr;
     throw_nccl_error(result, roots > 1 ? "ncclCommInitRankScalable" : "ncclCommInitRankConfig", nullptr);
   }
-  try {
-    wait_for_communicator(comm_, init_start + timeout, "NCCL communicator initialisation");
-  } catch (...) {
-    comm_ = nullptr;  // aborted
-    throw;
-  }
+  wait_for_communicator(comm_, init_start + timeout, "NCCL communicator initialisation");
   timing_.nccl_init = since(init_start);
   rank_ = id.rank;
   size_ = n;
@@ -302,7 +300,7 @@ void communicator::release() noexcept {
         ncclCommAbort(comm_);
       }
     } catch (...) {
-      // wait_for_communicator aborted it
+      // wait_for_communicator aborted it and cleared comm_
     }
   }
   comm_ = nullptr;
@@ -329,12 +327,7 @@ communicator communicator::split(int color, int key, call_options options) {
   if (result != ncclSuccess && result != ncclInProgress) throw_nccl_error(result, "ncclCommSplit", comm_);
   wait_for_communicator(comm_, start + timeout, "ncclCommSplit");
   if (part.comm_) {
-    try {
-      wait_for_communicator(part.comm_, start + timeout, "ncclCommSplit (new communicator)");
-    } catch (...) {
-      part.comm_ = nullptr;
-      throw;
-    }
+    wait_for_communicator(part.comm_, start + timeout, "ncclCommSplit (new communicator)");
     ncclCommUserRank(part.comm_, &part.rank_);
     ncclCommCount(part.comm_, &part.size_);
   }

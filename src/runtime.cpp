@@ -34,6 +34,7 @@ struct runtime::impl {
   std::unique_ptr<detail::tcp_fabric> fabric;
   std::shared_ptr<detail::group_state> world_state;
   std::optional<group> world, node, leaders;
+  std::optional<std::pair<errc, std::string>> setup_failure;
 
   void require_pmix() const {
     if (!pmix) {
@@ -65,12 +66,25 @@ struct runtime::impl {
   /// is seen by its world neighbours whatever group the others are busy with.
   detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
     require_pmix();
+    if (setup_failure) {
+      throw error(setup_failure->first, "the data path is unusable after its setup failed: " + setup_failure->second);
+    }
     if (!fabric) {
       world_group();
-      auto created = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
-      world_state->link = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
-      for (const auto& e : created->endpoints()) world_state->hosts.push_back(e.host);
-      fabric = std::move(created);
+      try {
+        auto created = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
+        world_state->link = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
+        for (const auto& e : created->endpoints()) {
+          world_state->hosts.push_back(e.host);
+          world_state->local_ranks.push_back(e.local_rank);
+        }
+        fabric = std::move(created);
+      } catch (const error& e) {
+        // Its PMIx fence may still be pending and its key is spent: a second attempt cannot
+        // match the other ranks.
+        setup_failure.emplace(e.code(), e.what());
+        throw;
+      }
     }
     return *fabric;
   }
@@ -83,7 +97,10 @@ struct runtime::impl {
     state->world_ranks = ranks;
     state->rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), id.rank) - ranks.begin());
     state->link = std::make_unique<detail::tcp_tree>(f, ranks, timeout);
-    for (const int r : ranks) state->hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
+    for (const int r : ranks) {
+      state->hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
+      state->local_ranks.push_back(f.endpoints()[static_cast<std::size_t>(r)].local_rank);
+    }
     return group(std::move(state));
   }
 };

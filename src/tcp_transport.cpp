@@ -283,14 +283,26 @@ int tcp_fabric::connect(int peer, const std::string& key, clock::time_point dead
     bootstrap_failure(fmt::format("cannot resolve {} (rank {}): {}", e.host, peer, gai_strerror(rc)));
   }
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int rc = fd < 0 ? -1 : ::connect(fd, found->ai_addr, found->ai_addrlen);
+  if (fd >= 0) set_socket_options(fd);
+  int rc = fd < 0 ? -1 : ::connect(fd, found->ai_addr, found->ai_addrlen);
+  int connect_errno = errno;
   ::freeaddrinfo(found);
-  if (rc != 0) {
-    const auto why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    bootstrap_failure(fmt::format("cannot connect to rank {} at {}:{}: {}", peer, e.host, service, why));
+  if (rc != 0 && connect_errno == EINPROGRESS) {  // bounded by the deadline, not the kernel's SYN retries
+    try {
+      wait_for(fd, POLLOUT, deadline);
+      socklen_t length = sizeof connect_errno;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &connect_errno, &length);
+      rc = connect_errno == 0 ? 0 : -1;
+    } catch (const link_timeout&) {
+      connect_errno = ETIMEDOUT;
+    } catch (const link_closed&) {
+    }
   }
-  set_socket_options(fd);
+  if (rc != 0) {
+    if (fd >= 0) ::close(fd);
+    bootstrap_failure(fmt::format("cannot connect to rank {} at {}:{}: {}", peer, e.host, service,
+                                  std::strerror(connect_errno)));
+  }
   try {
     send_frame(fd, frame_type::hello, 0, rank_, key, "", {}, deadline);
   } catch (...) {
@@ -421,7 +433,8 @@ std::string tcp_tree::describe(int group_rank) const {
   return fmt::format("rank {} ({})", members_[g], hosts_[g]);
 }
 
-void tcp_tree::spread_abort(const std::string& message, int origin, errc code) noexcept {
+void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noexcept {
+  const std::string message = given.empty() ? "aborted (no reason given)" : given;
   if (broken_.empty()) {
     broken_ = message;
     broken_code_ = code;
@@ -512,6 +525,11 @@ std::vector<rank_bytes> tcp_tree::user_step(const exchange& ex, Step&& step) {
     spread_abort(fmt::format("{} at {} failed on {}: {}", ex.name, ex.site, describe(rank_), e.what()), rank_,
                  known ? known->code() : errc::peer_failure);
     throw;
+  } catch (...) {
+    spread_abort(fmt::format("{} at {} failed on {}: an exception that is not a std::exception", ex.name, ex.site,
+                             describe(rank_)),
+                 rank_, errc::peer_failure);
+    throw;
   }
 }
 
@@ -526,6 +544,9 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
   while (pending > 0) {
     fds.clear();
     for (std::size_t i = 0; i < children_.size(); ++i) fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN, 0});
+    // The parent sends nothing before it has this rank's contribution, except an abort or its
+    // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
+    if (!parent_link_.empty()) fds.push_back(pollfd{parent_link_.front().fd, POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
@@ -539,6 +560,20 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
                        "is late, stuck or in another collective)",
                        ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
            rank_, errc::timeout);
+    }
+    if (!parent_link_.empty() && fds.back().revents != 0) {
+      const auto& parent = parent_link_.front();
+      try {
+        const frame f = receive_frame(parent.fd, deadline);
+        if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
+        fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", describe(parent.peer), f.name,
+                         f.header.sequence, describe(rank_), ex.name, sequence_),
+             rank_, errc::internal);
+      } catch (const link_closed& e) {
+        lost(parent, e.why, ex);
+      } catch (const link_timeout&) {
+        fail(fmt::format("{} stalled mid-message during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+      }
     }
     for (std::size_t i = 0; i < children_.size(); ++i) {
       if (done[i] || fds[i].revents == 0) continue;

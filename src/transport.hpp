@@ -31,6 +31,7 @@ struct group_state {
   std::unique_ptr<transport> link;
   std::vector<int> world_ranks;    // group rank -> world rank
   std::vector<std::string> hosts;  // group rank -> hostname, for messages (empty until connected)
+  std::vector<int> local_ranks;    // group rank -> local rank on its node (empty until connected)
   int rank = 0;
   /// Sets link and hosts on first use, bounded by that call's timeout; empty once connected.
   std::function<void(group_state&, std::chrono::milliseconds)> connect;

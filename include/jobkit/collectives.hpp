@@ -423,6 +423,9 @@ template <class F, class R>
 R group::compute_and_broadcast(F&& fn, int root, call_options options, std::source_location site) {
   check_root("compute_and_broadcast", root);
   auto ex = make_exchange("compute_and_broadcast(root " + std::to_string(root) + ")", options, site);
+  // Connected first: while fn runs, the others then wait in jobkit's data path with its deadline,
+  // not in the setup's PMIx fence (bounded by the launcher's own timeout).
+  connect(ex);
   if (rank() != root) return decode<R>(ex, run(ex).at(0));
   std::optional<R> value;
   std::vector<std::byte> bytes;
@@ -442,6 +445,7 @@ template <class F, class R>
 std::vector<R> group::gather_from_all_ranks(F&& fn, int root, call_options options, std::source_location site) {
   check_root("gather_from_all_ranks", root);
   auto ex = make_exchange("gather_from_all_ranks(root " + std::to_string(root) + ")", options, site);
+  connect(ex);
   const auto bytes = encode_result(fn, ex);
   ex.mine = bytes;
   ex.to = detail::delivery::one_rank;
@@ -453,6 +457,7 @@ template <class Map, class Reduce, class M, class R>
   requires sendable<M> && sendable<R>
 R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options, std::source_location site) {
   auto ex = make_exchange("reduce_and_broadcast", options, site);
+  connect(ex);
   const auto bytes = encode_result(map, ex);
   ex.mine = bytes;
   ex.finish = [this, &ex, &reduce](std::vector<detail::rank_bytes>& entries) {

@@ -169,19 +169,11 @@ class communicator {
   /// the value goes to the device, through the collective, and back (synchronising `stream`).
   template <class T>
   T all_reduce_value(T value, reduce_op op, cudaStream_t stream = nullptr) {
-    T* scratch = device_scratch<T>();
-    copy_to_device(scratch, &value, sizeof(T), stream);
-    all_reduce(scratch, scratch, 1, op, stream);
-    copy_to_host(&value, scratch, sizeof(T), stream);
-    return value;
+    return through_device(value, stream, [&](T* scratch) { all_reduce(scratch, scratch, 1, op, stream); });
   }
   template <class T>
   T broadcast_value(T value, int root, cudaStream_t stream = nullptr) {
-    T* scratch = device_scratch<T>();
-    copy_to_device(scratch, &value, sizeof(T), stream);
-    broadcast(scratch, scratch, 1, root, stream);
-    copy_to_host(&value, scratch, sizeof(T), stream);
-    return value;
+    return through_device(value, stream, [&](T* scratch) { broadcast(scratch, scratch, 1, root, stream); });
   }
 
  private:
@@ -197,10 +189,15 @@ class communicator {
     throw_nccl_error(result, call, comm_);
   }
   void wait_ready(const char* call);
-  template <class T>
-  T* device_scratch() {
+  /// Copies value to a device scratch buffer, runs collective on it, and copies it back.
+  template <class T, class Collective>
+  T through_device(T value, cudaStream_t stream, Collective collective) {
     static_assert(sizeof(T) <= sizeof(double) * 2, "scalar helpers take scalars");
-    return static_cast<T*>(scratch());
+    T* scratch_value = static_cast<T*>(scratch());
+    copy_to_device(scratch_value, &value, sizeof(T), stream);
+    collective(scratch_value);
+    copy_to_host(&value, scratch_value, sizeof(T), stream);
+    return value;
   }
   void* scratch();
   void copy_to_device(void* device, const void* host, std::size_t bytes, cudaStream_t stream);

@@ -39,9 +39,10 @@ constexpr std::string_view helpers_usage =
     "  on-main        rank 0 runs CMD\n"
     "  once-per-node  local rank 0 of every node runs CMD\n"
     "  n-at-a-time N  every rank runs CMD, at most N at a time, spread over the nodes\n"
-    "  zero-first     rank 0 runs CMD first, then every other rank (--local: local rank 0 of each\n"
-    "                 node first, then the node's other ranks)\n"
+    "  zero-first     rank 0 runs CMD first, then every other rank (--local: local rank 0 of every\n"
+    "                 node first, then all the other ranks, once every node's first run ended)\n"
     "\n"
+    "CMD runs without the PMIX_* variables (it is not a rank of the step).\n"
     "Every rank exits with status 0 when CMD succeeded wherever it ran. When it failed somewhere,\n"
     "every rank prints where and how, and exits with that command's status (128 + N for signal N);\n"
     "later rounds do not start.\n"
@@ -78,16 +79,23 @@ std::string join_command(const std::vector<std::string>& command) {
 
 /// Runs the command as a child process and describes how it ended.
 std::pair<int, std::string> run_command(const std::vector<std::string>& command) {
+  // CMD is not a rank of the step: it must not connect to the PMIx server as this process. The
+  // environment is prepared before fork: the child of a threaded process should only exec.
+  std::vector<char*> environment;
+  for (char** variable = environ; *variable; ++variable) {
+    if (!std::string_view(*variable).starts_with("PMIX_")) environment.push_back(*variable);
+  }
+  environment.push_back(nullptr);
+  std::vector<char*> argv;
+  for (const auto& part : command) argv.push_back(const_cast<char*>(part.c_str()));
+  argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t child = ::fork();
   if (child < 0) return {127, fmt::format("could not fork: {}", std::strerror(errno))};
   if (child == 0) {
-    std::vector<char*> argv;
-    for (const auto& part : command) argv.push_back(const_cast<char*>(part.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "jobkit: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    ::execvpe(argv[0], argv.data(), environment.data());
+    ::dprintf(STDERR_FILENO, "jobkit: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
   }
   int status = 0;

@@ -18,6 +18,7 @@ case $mode in
     how=${mode#die-}
     run_step "${step[@]}" "$binary" die "${how%%-*}" "${how#*-}" ;;
   mismatch | timeout | throw) run_step "${step[@]}" "$binary" "$mode" ;;
+  slow-and-dead) run_step timeout 60 srun --mpi=pmix -N3 -n9 --ntasks-per-node=3 "$binary" "$mode" ;;
   *) fail "unknown mode $mode" ;;
 esac
 
@@ -40,6 +41,13 @@ case $mode in
       fail "not every surviving rank named the dead rank"
     (($(count 'without noticing') == 0)) || fail "a rank missed the death"
     ((elapsed_ms < 5000)) || fail "took ${elapsed_ms} ms, more than 5 s" ;;
+  slow-and-dead)
+    ((status != 0)) || fail "the step succeeded"
+    # Ranks 3 and 4 wait for rank 5 in the tree (3 is its node leader): the death must reach them
+    # through their parent at once, not when rank 5 arrives.
+    slow=$(awk '/failed after/ && $2 != "5" && $5 > 3' <<<"$out")
+    [[ -z $slow ]] || fail "ranks learnt of the death late: $slow"
+    (($(count 'failed after') >= 7)) || fail "not every surviving rank reported the death" ;;
   mismatch)
     ((status != 0)) || fail "the step succeeded"
     (($(count 'collectives out of step') == 9)) || fail "not every rank reported the mismatch"

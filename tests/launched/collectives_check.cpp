@@ -5,6 +5,8 @@
 //   late S           a barrier that the last rank reaches S seconds late: nobody may leave early
 //   die HOW OP       the last rank dies (exit, kill, abort, term) while the others are in OP
 //                    (barrier, broadcast, all_gather)
+//   slow-and-dead    3 nodes x 3 ranks: rank 5 is 10 s late while rank 8 dies; every rank but
+//                    the slow one must fail at once (its node leader, waiting for it, included)
 //   mismatch         rank 0 calls broadcast while the others call barrier
 //   timeout          the last rank sleeps past the others' 1 s deadline
 //   throw            compute_and_broadcast whose callable throws on the root (rank 1)
@@ -24,6 +26,7 @@
 #include <thread>
 
 #include "jobkit/jobkit.hpp"
+#include "report_errors.hpp"
 
 using namespace std::chrono;
 
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "stress";
   const std::string arg = argc > 2 ? argv[2] : "";
   const std::string arg2 = argc > 3 ? argv[3] : "";
-  try {
+  return report_errors([&]() -> int {
     const auto& id = jobkit::current_identity();
     const int me = id.rank, last = id.world_size - 1;
     if (mode == "stress") return stress(std::stol(arg));
@@ -224,6 +227,21 @@ int main(int argc, char** argv) {
       std::printf("rank %d: finished without noticing the death\n", me);
       return 0;
     }
+    if (mode == "slow-and-dead") {
+      jobkit::barrier();
+      const auto t0 = steady_clock::now();
+      if (me == 8) ::kill(::getpid(), SIGKILL);
+      if (me == 5) std::this_thread::sleep_for(seconds(10));
+      try {
+        jobkit::barrier();
+      } catch (const jobkit::error& e) {
+        std::printf("rank %d failed after %.1f s: %s\n", me, duration<double>(steady_clock::now() - t0).count(),
+                    e.what());
+        return 3;
+      }
+      std::printf("rank %d: finished without noticing the death\n", me);
+      return 0;
+    }
     if (mode == "mismatch") {
       jobkit::barrier();
       if (me == 0) {
@@ -248,14 +266,5 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
-  } catch (const jobkit::timeout_error& e) {
-    std::printf("rank timeout_error: %s\n", e.what());
-    return 3;
-  } catch (const jobkit::error& e) {
-    std::printf("rank error: %s\n", e.what());
-    return 3;
-  } catch (const std::exception& e) {
-    std::printf("rank exception: %s\n", e.what());
-    return 4;
-  }
+  });
 }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "jobkit/jobkit.hpp"
+#include "report_errors.hpp"
 
 using namespace std::chrono;
 
@@ -116,7 +117,7 @@ void semantics(const std::string& shared_dir) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string arg = argc > 2 ? argv[2] : "";
-  try {
+  return report_errors([&]() -> int {
     const auto& id = jobkit::current_identity();
     if (mode == "semantics") {
       semantics(arg);
@@ -151,11 +152,5 @@ int main(int argc, char** argv) {
     }
     std::printf("rank %d: no failure arrived\n", id.rank);
     return 0;
-  } catch (const jobkit::error& e) {
-    std::printf("rank error: %s\n", e.what());
-    return 3;
-  } catch (const std::exception& e) {
-    std::printf("rank exception: %s\n", e.what());
-    return 4;
-  }
+  });
 }

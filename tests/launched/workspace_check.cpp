@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "jobkit/jobkit.hpp"
+#include "report_errors.hpp"
 
 using namespace std::chrono;
 namespace fs = std::filesystem;
@@ -250,7 +251,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const fs::path root = argc > 2 ? argv[2] : "";
   const std::string arg = argc > 3 ? argv[3] : "";
-  try {
+  return report_errors([&]() -> int {
     if (mode == "gather-cross") return gather_cross(root);
     if (mode == "gather-node") return gather_node();
     if (mode == "race") return race(root, std::stoull(arg));
@@ -261,14 +262,5 @@ int main(int argc, char** argv) {
     if (mode == "missing") return missing(root);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
-  } catch (const jobkit::timeout_error& e) {
-    std::printf("rank timeout_error: %s\n", e.what());
-    return 3;
-  } catch (const jobkit::error& e) {
-    std::printf("rank error: %s\n", e.what());
-    return 3;
-  } catch (const std::exception& e) {
-    std::printf("rank exception: %s\n", e.what());
-    return 4;
-  }
+  });
 }
