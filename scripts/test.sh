@@ -21,7 +21,8 @@ setup() {  # dir, options...
 
 setup "$build" -Dwerror=true -Dtests=enabled --wrap-mode=nodownload
 ninja -C "$build"
-setup "$build_nogpu" -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled \
+# The build without CUDA/NCCL runs the unit tests only: no CLI or examples to build there.
+setup "$build_nogpu" -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false \
   --wrap-mode=nodownload
 ninja -C "$build_nogpu"
 
