@@ -35,6 +35,7 @@ struct runtime::impl {
   std::shared_ptr<detail::group_state> world_state;
   std::optional<group> world, node, leaders;
   std::optional<std::pair<errc, std::string>> setup_failure;
+  std::shared_ptr<const bool> alive = std::make_shared<const bool>(true);
 
   void require_pmix() const {
     if (!pmix) {
@@ -55,7 +56,14 @@ struct runtime::impl {
         world_state->world_ranks.resize(static_cast<std::size_t>(id.world_size));
         for (int r = 0; r < id.world_size; ++r) world_state->world_ranks[static_cast<std::size_t>(r)] = r;
         world_state->rank = id.rank;
-        world_state->connect = [this](detail::group_state&, std::chrono::milliseconds deadline) { connect(deadline); };
+        // A copy of the world group may outlive an explicit runtime: it must not reach a freed one.
+        world_state->connect = [this, alive = std::weak_ptr<const bool>(alive)](detail::group_state&,
+                                                                               std::chrono::milliseconds deadline) {
+          if (alive.expired()) {
+            throw error(errc::invalid_argument, "this world group's runtime was destroyed before its first collective");
+          }
+          connect(deadline);
+        };
         world = group(world_state);
       }
     }
