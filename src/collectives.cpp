@@ -97,11 +97,9 @@ detail::exchange group::make_exchange(std::string name, call_options options,
     throw error(errc::invalid_argument,
                 fmt::format("{}: timeout={} ms is negative", name, options.timeout.count()));
   }
-  std::string_view file = site.file_name();
-  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
   detail::exchange ex;
   ex.name = std::move(name);
-  ex.site = fmt::format("{}:{}", file, site.line());
+  ex.site = detail::site_text(site);
   ex.timeout = options.timeout.count() == 0 ? detail::default_timeout() : options.timeout;
   return ex;
 }
@@ -177,10 +175,14 @@ namespace {
 thread_local std::vector<section_info> sections;
 }
 
-section_guard::section_guard(section_kind kind, std::string helper, const std::source_location& site) {
+std::string site_text(const std::source_location& site) {
   std::string_view file = site.file_name();
   if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
-  sections.push_back({kind, fmt::format("{} at {}:{}", helper, file, site.line())});
+  return fmt::format("{}:{}", file, site.line());
+}
+
+section_guard::section_guard(section_kind kind, std::string helper, const std::source_location& site) {
+  sections.push_back({kind, helper + " at " + site_text(site)});
 }
 
 section_guard::~section_guard() { sections.pop_back(); }

@@ -20,12 +20,6 @@ std::string describe_self() {
   return fmt::format("rank {} ({})", id.rank, id.hostname);
 }
 
-std::string site_text(const std::source_location& site) {
-  std::string_view file = site.file_name();
-  if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
-  return fmt::format("{}:{}", file, site.line());
-}
-
 bool nested_runs_directly(section_kind wanted, const char* helper, const std::source_location& site) {
   const auto section = current_section();
   if (!section) return false;

@@ -70,6 +70,9 @@ struct exchange {
 
 struct group_state;
 
+/// "file.cpp:42": a call site as errors name it.
+std::string site_text(const std::source_location& site);
+
 /// Code that only some ranks run at a time (inside a jobkit/helpers.hpp helper). Collectives of
 /// groups that include ranks outside the section are refused at once instead of waiting for
 /// ranks that never come.

@@ -37,8 +37,6 @@ struct no_post {
 
 /// "rank 3 (c1)" for this process.
 std::string describe_self();
-/// "file.cpp:42".
-std::string site_text(const std::source_location& site);
 
 /// Runs fn; if it throws, fails the collective `g`'s other members wait in with the exception's
 /// message (naming this rank and the helper's call site), then rethrows.

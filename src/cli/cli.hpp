@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "jobkit/collectives.hpp"
+
 namespace jobkit::cli {
 
 /// Bad input or a bad environment: one line on stderr, exit status 2.
@@ -20,6 +22,9 @@ inline std::string_view option_value(const std::vector<std::string_view>& args, 
   }
   return args[++i];
 }
+
+/// The call options of a `--timeout SECONDS` value; a bad value is a usage error naming it.
+call_options timeout_option(std::string_view value);
 
 /// jobkit bench (bench.cpp).
 int run_bench(const std::vector<std::string_view>& args);

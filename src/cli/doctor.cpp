@@ -12,7 +12,6 @@
 
 #include "cli.hpp"
 #include "jobkit/jobkit.hpp"
-#include "transport.hpp"
 #if JOBKIT_HAS_NCCL
 #include "jobkit/nccl.hpp"
 #endif
@@ -69,11 +68,7 @@ int run_doctor(const std::vector<std::string_view>& args) {
     if (args[i] == "--nccl") {
       with_nccl = true;
     } else if (args[i] == "--timeout") {
-      try {
-        options.timeout = detail::parse_timeout("--timeout", std::string(option_value(args, i, "doctor")));
-      } catch (const error& e) {
-        throw usage_error{e.what()};
-      }
+      options = timeout_option(option_value(args, i, "doctor"));
     } else {
       throw usage_error{fmt::format("doctor: unknown argument '{}' (see jobkit doctor --help)", args[i])};
     }

@@ -68,15 +68,8 @@ constexpr std::string_view broadcast_usage =
     "  --help             show this help\n";
 
 using jobkit::cli::option_value;
+using jobkit::cli::timeout_option;
 using jobkit::cli::usage_error;
-
-jobkit::call_options timeout_option(std::string_view value) {
-  try {
-    return {.timeout = jobkit::detail::parse_timeout("--timeout", std::string(value))};
-  } catch (const jobkit::error& e) {
-    throw usage_error{e.what()};
-  }
-}
 
 int parse_rank(std::string_view option, std::string_view value) {
   int rank = 0;
@@ -192,6 +185,14 @@ int run(const std::vector<std::string_view>& args) {
 }
 
 }  // namespace
+
+jobkit::call_options jobkit::cli::timeout_option(std::string_view value) {
+  try {
+    return {.timeout = jobkit::detail::parse_timeout("--timeout", std::string(value))};
+  } catch (const jobkit::error& e) {
+    throw usage_error{e.what()};
+  }
+}
 
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);

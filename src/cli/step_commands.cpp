@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +21,6 @@
 
 #include "cli.hpp"
 #include "jobkit/jobkit.hpp"
-#include "transport.hpp"
 
 namespace jobkit::cli {
 namespace {
@@ -133,11 +131,7 @@ helper_args parse_helper_args(std::string_view name, const std::vector<std::stri
       break;
     }
     if (args[i] == "--timeout") {
-      try {
-        parsed.options.timeout = detail::parse_timeout("--timeout", std::string(option_value(args, i, name)));
-      } catch (const error& e) {
-        throw usage_error{e.what()};
-      }
+      parsed.options = timeout_option(option_value(args, i, name));
     } else if (args[i] == "--local" && name == "zero-first") {
       parsed.local = true;
     } else {
@@ -195,13 +189,8 @@ int run_step_helper(std::string_view name, const std::vector<std::string_view>& 
     if (!mine) rest = run_here(parsed.command);
     return first_failure(helper, parsed.command, rest, parsed.options).value_or(0);
   }
-  // n-at-a-time: rounds spread over the nodes, as jobkit::do_n_at_a_time.
-  const auto places = jobkit::all_gather(std::make_tuple(id.local_rank, id.node_rank, id.rank), parsed.options);
-  auto order = places;
-  std::sort(order.begin(), order.end());
-  const auto position = std::find(order.begin(), order.end(), std::make_tuple(id.local_rank, id.node_rank, id.rank)) - order.begin();
-  const int my_round = static_cast<int>(position) / parsed.n;
-  const int rounds = (id.world_size + parsed.n - 1) / parsed.n;
+  // n-at-a-time: the rounds of jobkit::do_n_at_a_time, spread over the nodes.
+  const auto [my_round, rounds] = detail::n_at_a_time_round(parsed.n, parsed.options, std::source_location::current());
   for (int round = 0; round < rounds; ++round) {
     std::optional<outcome> ran;
     if (round == my_round) ran = run_here(parsed.command);
@@ -259,11 +248,7 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
     if (args[i] == "--overwrite") {
       overwrite = true;
     } else if (args[i] == "--timeout") {
-      try {
-        options.timeout = detail::parse_timeout("--timeout", std::string(option_value(args, i, name)));
-      } catch (const error& e) {
-        throw usage_error{e.what()};
-      }
+      options = timeout_option(option_value(args, i, name));
     } else {
       throw usage_error{fmt::format("{}: unknown argument '{}' (see jobkit {} --help)", name, args[i], name)};
     }

@@ -26,20 +26,11 @@
 #include <thread>
 
 #include "jobkit/jobkit.hpp"
-#include "report_errors.hpp"
+#include "test_support.hpp"
 
 using namespace std::chrono;
 
 namespace {
-
-std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
 
 /// The bytes rank r contributes to operation i: a size that varies per rank and per operation
 /// (now and then 256 KiB), contents that depend on both.

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "jobkit/jobkit.hpp"
-#include "report_errors.hpp"
+#include "test_support.hpp"
 
 using namespace std::chrono;
 

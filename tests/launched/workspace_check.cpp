@@ -28,21 +28,12 @@
 #include <vector>
 
 #include "jobkit/jobkit.hpp"
-#include "report_errors.hpp"
+#include "test_support.hpp"
 
 using namespace std::chrono;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
 
 /// The state rank r contributes under `label` (a step, a round, a sequence number): the config
 /// names both, the payload's bytes depend on both, its size on the rank.
