@@ -1,7 +1,8 @@
 #pragma once
 
-// Who runs what: the seeds' "main process only", "once per node", "rank 0 first" and "n at a
-// time" helpers, taking callables so that skipped work is really skipped.
+// Who runs what: "main process only", "once per node", "rank 0 first" and "n at a time",
+// taking callables so that skipped work is really skipped. Where each comes from and how it
+// differs from its origin: docs/lineage.md.
 //
 // Failures: when fn (or post_fn) throws on a rank that others wait for, that rank gets its own
 // exception back and every rank waiting for it throws a jobkit::error carrying the message.
@@ -24,9 +25,31 @@
 #include <utility>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/detail/sections.hpp"
 #include "jobkit/runtime.hpp"
 
 namespace jobkit {
+
+/// Settings of run_on_main.
+struct run_on_main_options {
+  /// post_fn on every rank at once (true), or on the other ranks after the main one (false).
+  bool run_post_on_main = false;
+  std::chrono::milliseconds timeout{0};  ///< as call_options::timeout
+};
+
+/// Settings of run_once_per_node.
+struct run_once_per_node_options {
+  /// post_fn on every rank (true), or only on the ranks that did not run fn (false).
+  bool run_post_on_all = false;
+  std::chrono::milliseconds timeout{0};  ///< as call_options::timeout
+};
+
+/// Settings of do_n_at_a_time.
+struct n_at_a_time_options {
+  /// At most n ranks at a time; empty: one rank per node at a time, on any layout.
+  std::optional<int> n;
+  std::chrono::milliseconds timeout{0};  ///< as call_options::timeout
+};
 
 namespace detail {
 
@@ -73,8 +96,7 @@ stored_t<R> call_storing(F& fn) {
 
 }  // namespace detail
 
-/// fn() on the main rank only; its result is returned on every rank (SpeechBrain's
-/// main_process_only, ModelOpt's master_only). fn may return void.
+/// fn() on the main rank only; its result is returned on every rank. fn may return void.
 template <class F, class R = std::invoke_result_t<F&>>
   requires(std::is_void_v<R> || sendable<R>)
 R main_process_only(F&& fn, call_options options = {}, std::source_location site = std::source_location::current()) {
@@ -88,28 +110,30 @@ R main_process_only(F&& fn, call_options options = {}, std::source_location site
   if constexpr (!std::is_void_v<R>) return result;
 }
 
-/// ModelOpt's name for main_process_only.
+/// Another name for main_process_only.
 template <class F, class R = std::invoke_result_t<F&>>
   requires(std::is_void_v<R> || sendable<R>)
 R master_only(F&& fn, call_options options = {}, std::source_location site = std::source_location::current()) {
   return main_process_only(std::forward<F>(fn), options, site);
 }
 
-/// SpeechBrain's run_on_main: fn on the main rank (its result returned everywhere), a barrier,
-/// then post_fn: on every rank at once when run_post_on_main, else on the other ranks followed by
-/// a barrier (the usual "main prepares, the others load what it prepared").
+/// fn on the main rank (its result returned everywhere), a barrier, then post_fn: on every rank
+/// at once when run_post_on_main, else on the other ranks followed by a barrier (the usual "main
+/// prepares, the others load what it prepared").
 template <class F, class P = detail::no_post, class R = std::invoke_result_t<F&>>
   requires(std::is_void_v<R> || sendable<R>) && std::is_invocable_v<P&>
-R run_on_main(F&& fn, P&& post_fn = {}, bool run_post_on_main = false, call_options options = {},
+R run_on_main(F&& fn, P&& post_fn = {}, run_on_main_options options = {},
               std::source_location site = std::source_location::current()) {
+  const bool post_on_main = options.run_post_on_main;
+  const call_options call{options.timeout};
   if (detail::nested_runs_directly(detail::section_kind::main_only, "run_on_main", site)) {
     if constexpr (std::is_void_v<R>) {
       fn();
-      if (run_post_on_main) post_fn();
+      if (post_on_main) post_fn();
       return;
     } else {
       R result = fn();
-      if (run_post_on_main) post_fn();
+      if (post_on_main) post_fn();
       return result;
     }
   }
@@ -118,15 +142,24 @@ R run_on_main(F&& fn, P&& post_fn = {}, bool run_post_on_main = false, call_opti
     detail::section_guard section(detail::section_kind::main_only, "run_on_main", site);
     return detail::call_storing(fn);
   };
-  [[maybe_unused]] auto result = g.compute_and_broadcast(guarded, 0, options, site);
-  g.barrier(options, site);
-  if (run_post_on_main) {
+  [[maybe_unused]] auto result = g.compute_and_broadcast(guarded, 0, call, site);
+  g.barrier(call, site);
+  if (post_on_main) {
     post_fn();
   } else {
     if (g.rank() != 0) detail::run_or_abort(g, post_fn, "run_on_main post_fn", site);
-    g.barrier(options, site);
+    g.barrier(call, site);
   }
   if constexpr (!std::is_void_v<R>) return result;
+}
+
+/// run_on_main with the flag spelled positionally, as SpeechBrain does.
+template <class F, class P, class R = std::invoke_result_t<F&>>
+  requires(std::is_void_v<R> || sendable<R>) && std::is_invocable_v<P&>
+R run_on_main(F&& fn, P&& post_fn, bool run_post_on_main, call_options options = {},
+              std::source_location site = std::source_location::current()) {
+  return run_on_main(std::forward<F>(fn), std::forward<P>(post_fn), run_on_main_options{run_post_on_main, options.timeout},
+                     site);
 }
 
 /// fn() on local rank 0 of every node; the other ranks get an empty optional (for a void fn:
@@ -149,14 +182,15 @@ std::optional<detail::stored_t<R>> once_per_node(F&& fn, call_options options = 
   return result;
 }
 
-/// SpeechBrain's run_once_per_node: once_per_node(fn), a barrier over all ranks, then post_fn:
-/// on every rank at once when run_post_on_all, else on the ranks that did not run fn, followed
-/// by a barrier. Where post_fn runs and returns a value, it replaces the result.
+/// once_per_node(fn), a barrier over all ranks, then post_fn: on every rank at once when
+/// run_post_on_all, else on the ranks that did not run fn, followed by a barrier. Where post_fn
+/// runs and returns a value, it replaces the result.
 template <class F, class P = detail::no_post, class R = std::invoke_result_t<F&>>
   requires std::is_invocable_v<P&>
-std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn = {}, bool run_post_on_all = false,
-                                                     call_options options = {},
+std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn = {}, run_once_per_node_options settings = {},
                                                      std::source_location site = std::source_location::current()) {
+  const bool run_post_on_all = settings.run_post_on_all;
+  const call_options options{settings.timeout};
   using post_result = std::invoke_result_t<P&>;
   auto run_post = [&](std::optional<detail::stored_t<R>>& result) {
     if constexpr (std::is_convertible_v<post_result, detail::stored_t<R>> && !std::is_void_v<post_result>) {
@@ -186,6 +220,16 @@ std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn = {}, b
     g.barrier(options, site);
   }
   return result;
+}
+
+/// run_once_per_node with the flag spelled positionally, as SpeechBrain does.
+template <class F, class P, class R = std::invoke_result_t<F&>>
+  requires std::is_invocable_v<P&>
+std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn, bool run_post_on_all,
+                                                     call_options options = {},
+                                                     std::source_location site = std::source_location::current()) {
+  return run_once_per_node(std::forward<F>(fn), std::forward<P>(post_fn),
+                           run_once_per_node_options{run_post_on_all, options.timeout}, site);
 }
 
 namespace detail {
@@ -218,8 +262,7 @@ R first_then_others(group& g, bool first, F& fn, call_options options, const cha
 
 }  // namespace detail
 
-/// fn() on every rank: the main rank first; the others start when it has finished (axolotl's
-/// zero_first, composer's run_local_rank_zero_first, Lightning's rank_zero_first). If the main
+/// fn() on every rank: the main rank first; the others start when it has finished. If the main
 /// rank's fn throws, the others do not run fn and throw a jobkit::error with its message.
 /// The others wait `options.timeout` at most (default JOBKIT_TIMEOUT).
 template <class F, class R = std::invoke_result_t<F&>>
@@ -250,10 +293,11 @@ std::pair<int, int> n_at_a_time_round(std::optional<int> n, call_options options
 /// layout, including cyclic and uneven ones); each rank gets its own fn's result. For throttling
 /// checkpoint writes or downloads. If fn throws on a rank, the rounds stop and every rank throws.
 template <class F, class R = std::invoke_result_t<F&>>
-R do_n_at_a_time(F&& fn, std::optional<int> n = std::nullopt, call_options options = {},
+R do_n_at_a_time(F&& fn, n_at_a_time_options settings = {},
                  std::source_location site = std::source_location::current()) {
   if (detail::nested_runs_directly(detail::section_kind::staggered, "do_n_at_a_time", site)) return fn();
-  const auto [mine, rounds] = detail::n_at_a_time_round(n, options, site);
+  const call_options options{settings.timeout};
+  const auto [mine, rounds] = detail::n_at_a_time_round(settings.n, options, site);
   auto& g = world();
   std::optional<detail::stored_t<R>> result;
   for (int round = 0; round < rounds; ++round) {
@@ -267,10 +311,17 @@ R do_n_at_a_time(F&& fn, std::optional<int> n = std::nullopt, call_options optio
   if constexpr (!std::is_void_v<R>) return std::move(*result);
 }
 
+/// do_n_at_a_time with n spelled positionally.
+template <class F, class R = std::invoke_result_t<F&>>
+R do_n_at_a_time(F&& fn, int n, call_options options = {},
+                 std::source_location site = std::source_location::current()) {
+  return do_n_at_a_time(std::forward<F>(fn), n_at_a_time_options{n, options.timeout}, site);
+}
+
 /// 0 on exactly one rank per file system holding `dir`, counting up on the others: the rank
-/// that should write files there (OLMo-core's get_fs_local_rank). Collective over all ranks.
-/// Overrides, as in OLMo-core: FS_LOCAL_RANK (this rank's value), else OLMO_SHARED_FS=1 (one file
-/// system for all: the global rank). Otherwise each node's local rank 0 drops a probe file in
+/// that should write files there. Collective over all ranks.
+/// Overrides: FS_LOCAL_RANK (this rank's value), else OLMO_SHARED_FS=1 (one file system for
+/// all: the global rank). Otherwise each node's local rank 0 drops a probe file in
 /// `dir` and every rank looks which probes it sees: ranks that see the same set share a file
 /// system (the dev cluster's work tree is shared; its /tmp is per node).
 /// @throws jobkit::error naming dir when it cannot be written, or the variable when malformed

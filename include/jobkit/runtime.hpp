@@ -1,25 +1,23 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "jobkit/collectives.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit {
 
-class runtime;
 namespace detail {
-class pmix_session;
-/// The runtime's PMIx client, or nullptr without a PMIx server (for jobkit's own one-time
-/// exchanges, such as NCCL ids).
-pmix_session* pmix_of(runtime& rt) noexcept;
+struct runtime_access;
 }  // namespace detail
 
-/// Connection of this process to its launcher. Discovers the identity (PMIx first, then the
-/// Slurm step environment, then torchrun variables, then single-rank defaults; see
-/// docs/environment.md) and holds the PMIx client open for its lifetime.
+/// Connection of this process to its launcher. Discovers the identity (the launcher's process
+/// management interface first, then the Slurm step environment, then torchrun variables, then
+/// single-rank defaults; see docs/environment.md) and holds that connection open for its lifetime.
 ///
-/// PMIx reference-counts PMIx_Init/PMIx_Finalize, so several runtimes, and MPI_Init/MPI_Finalize,
+/// The launcher connection is reference-counted, so several runtimes, and MPI_Init/MPI_Finalize,
 /// may coexist in one process. Move-only.
 class runtime {
  public:
@@ -32,12 +30,18 @@ class runtime {
   runtime& operator=(const runtime&) = delete;
 
   const jobkit::identity& identity() const noexcept;
-  /// True when the identity came from a PMIx server this runtime is connected to.
+  /// True when the identity came from the launcher's PMIx server, which this runtime holds.
   bool connected_to_pmix() const noexcept;
 
+  /// The numeric addresses this rank offers its peers, in the order they try them: 127.0.0.1
+  /// when every rank shares one host, else the interfaces JOBKIT_SOCKET_IFNAME selects, else
+  /// every non-loopback address (docs/environment.md). For other data paths, e.g. MASTER_ADDR.
+  /// @throws jobkit::error (invalid_environment) when none is usable
+  std::vector<std::string> data_path_addresses() const;
+
   /// Every rank of the job. Set up by the first collective: a single rank needs nothing; more
-  /// ranks exchange endpoints through one PMIx fence and connect a TCP tree.
-  /// @throws jobkit::error when world_size > 1 and no PMIx server is connected
+  /// ranks exchange endpoints through the launcher once and connect a TCP tree.
+  /// @throws jobkit::error when world_size > 1 and the launcher serves no PMIx
   group& world();
   /// See jobkit::make_group, jobkit::node_group and jobkit::node_leaders_group.
   group make_group(const std::vector<int>& world_ranks, call_options options = {});
@@ -45,7 +49,7 @@ class runtime {
   group& node_leaders_group();
 
  private:
-  friend detail::pmix_session* detail::pmix_of(runtime& rt) noexcept;
+  friend struct detail::runtime_access;
   struct impl;
   std::unique_ptr<impl> impl_;
 };

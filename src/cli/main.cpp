@@ -10,7 +10,6 @@
 
 #include "cli.hpp"
 #include "jobkit/jobkit.hpp"
-#include "transport.hpp"
 
 namespace {
 
@@ -188,7 +187,7 @@ int run(const std::vector<std::string_view>& args) {
 
 jobkit::call_options jobkit::cli::timeout_option(std::string_view value) {
   try {
-    return {.timeout = jobkit::detail::parse_timeout("--timeout", std::string(value))};
+    return {.timeout = jobkit::parse_timeout("--timeout", value)};
   } catch (const jobkit::error& e) {
     throw usage_error{e.what()};
   }

@@ -55,7 +55,8 @@ constexpr std::string_view exec_usage =
     "Set the torch.distributed env:// variables from the launcher, then run CMD in place of\n"
     "jobkit (exec) or print them as shell export lines (env):\n"
     "  RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK  from PMIx (exact for any layout)\n"
-    "  MASTER_ADDR  rank 0's host name, checked to resolve on every rank\n"
+    "  MASTER_ADDR  rank 0's first data path address (JOBKIT_SOCKET_IFNAME selects the interface),\n"
+    "               or JOBKIT_MASTER_ADDR when set; checked to resolve on every rank\n"
     "  MASTER_PORT  a port free on rank 0's host now, chosen by rank 0 and shared with all ranks:\n"
     "               no port derived from the job id, so steps and jobs never collide\n"
     "  srun --mpi=pmix -N2 -n8 jobkit exec -- python3 train.py\n"
@@ -272,13 +273,16 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
     const auto& id = rt.identity();
     auto& g = rt.world();
     std::pair<std::string, int> master;
-    if (id.rank == 0) master = {id.hostname, free_port()};
+    if (id.rank == 0) {
+      const char* chosen = std::getenv("JOBKIT_MASTER_ADDR");
+      master = {chosen && *chosen ? std::string(chosen) : rt.data_path_addresses().front(), free_port()};
+    }
     master = g.broadcast(master, 0, options);
     const auto problems = g.all_gather(resolve_problem(master.first), options);
     for (int r = 0; r < static_cast<int>(problems.size()); ++r) {
       if (!problems[static_cast<std::size_t>(r)].empty()) {
         throw error(errc::invalid_environment,
-                    fmt::format("{}: MASTER_ADDR='{}' (rank 0's host) does not resolve on rank {}: {}", name,
+                    fmt::format("{}: MASTER_ADDR='{}' (rank 0's address) does not resolve on rank {}: {}", name,
                                 master.first, r, problems[static_cast<std::size_t>(r)]));
       }
     }

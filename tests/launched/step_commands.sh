@@ -69,7 +69,10 @@ case $mode in
     (($(count "failed on rank 0 (c1)") == 7)) || fail "not every rank reported rank 0's failure" ;;
   env)
     ((status == 0)) || fail "exit status $status"
-    (($(grep -c '^export MASTER_ADDR=c1$' <<<"$out") == 7)) || fail "MASTER_ADDR is not rank 0's host everywhere"
+    # Numeric, rank 0's, the same everywhere, and not loopback: the ranks span 3 nodes.
+    (($(grep '^export MASTER_ADDR=' <<<"$out" | sort -u | wc -l) == 1)) || fail "ranks disagree on MASTER_ADDR"
+    grep -qE '^export MASTER_ADDR=[0-9a-f.:]+$' <<<"$out" || fail "MASTER_ADDR is not a numeric address"
+    if grep -q '^export MASTER_ADDR=127\.' <<<"$out"; then fail "MASTER_ADDR is loopback across nodes"; fi
     (($(grep '^export MASTER_PORT=' <<<"$out" | sort -u | wc -l) == 1)) || fail "ranks disagree on MASTER_PORT"
     [[ $(grep '^export RANK=' <<<"$out" | sort) == $(printf 'export RANK=%s\n' 0 1 2 3 4 5 6) ]] || fail "RANK values wrong" ;;
   exec)

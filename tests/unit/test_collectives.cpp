@@ -14,49 +14,19 @@
 #include <vector>
 
 #include "../catch.hpp"
-#include "inprocess_transport.hpp"
+#include "support.hpp"
+#include "transport/inprocess.hpp"
 #include "jobkit/runtime.hpp"
-#include "transport.hpp"
+#include "transport/transport.hpp"
 
 using namespace std::chrono_literals;
 using jobkit::group;
 using jobkit::reduce_op;
+using test_support::contains;
+using test_support::on_ranks;
 
 namespace {
 
-template <class T>
-struct outcome {
-  std::optional<T> value;
-  std::string error;  // what() of the exception, if one was thrown
-  std::optional<jobkit::errc> code;
-  bool std_exception = false;  // a non-jobkit exception reached this rank
-};
-
-/// Runs fn(group) on `size` ranks, one thread each, and returns what every rank got.
-template <class F, class T = std::invoke_result_t<F&, group&>>
-std::vector<outcome<T>> on_ranks(int size, F fn) {
-  auto groups = jobkit::detail::make_inprocess_groups(size);
-  std::vector<outcome<T>> outcomes(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      auto& out = outcomes[static_cast<std::size_t>(r)];
-      try {
-        out.value.emplace(fn(groups[static_cast<std::size_t>(r)]));
-      } catch (const jobkit::error& e) {
-        out.error = e.what();
-        out.code = e.code();
-      } catch (const std::exception& e) {
-        out.error = e.what();
-        out.std_exception = true;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return outcomes;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -245,7 +215,7 @@ TEST_CASE("bad arguments name themselves", "[collectives]") {
 }
 
 TEST_CASE("JOBKIT_TIMEOUT is seconds, positive, and named when wrong", "[collectives]") {
-  using jobkit::detail::parse_timeout;
+  using jobkit::parse_timeout;
   CHECK(parse_timeout("JOBKIT_TIMEOUT", "90") == 90s);
   CHECK(parse_timeout("JOBKIT_TIMEOUT", "2.5") == 2500ms);
   for (const char* bad : {"", "abc", "0", "-1", "10s", "inf", "nan", "1e300"}) {

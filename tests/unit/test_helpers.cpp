@@ -8,10 +8,11 @@
 #include <string>
 
 #include "../catch.hpp"
+#include "support.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test_support::contains;
 
 }  // namespace
 

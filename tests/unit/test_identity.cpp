@@ -5,8 +5,9 @@
 #include <vector>
 
 #include "../catch.hpp"
-#include "environment.hpp"
-#include "identity_resolver.hpp"
+#include "support.hpp"
+#include "identity/environment.hpp"
+#include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
 
 using jobkit::errc;
@@ -54,9 +55,7 @@ std::string error_of(const map_environment& env, const pmix_facts* pmix = nullpt
   return "(no error)";
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test_support::contains;
 
 struct bad_case {
   const char* what;

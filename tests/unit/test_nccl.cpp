@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "../catch.hpp"
-#include "inprocess_transport.hpp"
+#include "support.hpp"
+#include "transport/inprocess.hpp"
 
 using jobkit::nccl::device_choice;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test_support::contains;
 
 }  // namespace
 
@@ -58,20 +59,14 @@ TEST_CASE("duplicate GPUs are reported as a table of the ranks that share one", 
 }
 
 TEST_CASE("the duplicate check runs over a group and fails on every member", "[nccl]") {
-  auto groups = jobkit::detail::make_inprocess_groups(4, "c1");
-  std::vector<std::string> errors(4);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      const std::string uuid = r == 3 ? "GPU-1" : "GPU-" + std::to_string(r);  // ranks 1 and 3 collide
-      try {
-        jobkit::nccl::check_unique_devices(groups[static_cast<std::size_t>(r)], {r, r, "c1", r % 2, uuid});
-      } catch (const jobkit::error& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = test_support::errors_of(test_support::on_ranks(
+      4,
+      [](jobkit::group& g) {
+        const int r = g.rank();
+        const std::string uuid = r == 3 ? "GPU-1" : "GPU-" + std::to_string(r);  // ranks 1 and 3 collide
+        jobkit::nccl::check_unique_devices(g, {r, r, "c1", r % 2, uuid});
+      },
+      "c1"));
   for (const auto& e : errors) {
     CHECK(contains(e, "several ranks chose the same GPU"));
     CHECK(contains(e, "GPU-1"));

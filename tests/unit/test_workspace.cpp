@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "../catch.hpp"
-#include "inprocess_transport.hpp"
+#include "support.hpp"
+#include "transport/inprocess.hpp"
 #include "jobkit/runtime.hpp"
-#include "scoped_names.hpp"
+#include "workspace/names.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -68,23 +69,8 @@ bool is_complete(const jobkit::rank_state& s) {
   }
 }
 
-/// Runs fn(group) on one thread per rank of an in-process group; returns each rank's error
-/// message, empty when it returned normally.
 std::vector<std::string> on_each_rank(int size, const std::function<void(jobkit::group&)>& fn) {
-  auto groups = jobkit::detail::make_inprocess_groups(size);
-  std::vector<std::string> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(groups[static_cast<std::size_t>(r)]);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return test_support::errors_of(test_support::on_ranks(size, fn));
 }
 
 std::string segment_of(int world_rank) {

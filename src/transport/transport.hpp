@@ -11,7 +11,7 @@
 namespace jobkit::detail {
 
 /// How the ranks of a group reach each other: over TCP between processes (tcp_tree), or inside
-/// one process (inprocess_transport, for a single rank and for unit tests).
+/// one process (the in-process transport, for a single rank and for unit tests).
 class transport {
  public:
   virtual ~transport() = default;
@@ -35,12 +35,8 @@ struct group_state {
   int rank = 0;
   /// Sets link and hosts on first use, bounded by that call's timeout; empty once connected.
   std::function<void(group_state&, std::chrono::milliseconds)> connect;
+  /// A group of these world ranks (group::split); empty where the transport cannot make one.
+  std::function<group(const std::vector<int>&, std::chrono::milliseconds)> make_subgroup;
 };
-
-/// The default deadline: JOBKIT_TIMEOUT seconds, else 1800 s.
-/// @throws jobkit::error (invalid_environment) naming the variable when it is malformed
-std::chrono::milliseconds default_timeout();
-/// Parses a JOBKIT_TIMEOUT value ("90", "2.5"); name is the variable, for the message.
-std::chrono::milliseconds parse_timeout(const std::string& name, const std::string& value);
 
 }  // namespace jobkit::detail

@@ -3,14 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <optional>
+#include <tuple>
 #include <vector>
 
-#include "environment.hpp"
-#include "transport.hpp"
+#include "core/failure.hpp"
+#include "core/timeout.hpp"
+#include "jobkit/detail/sections.hpp"
+#include "transport/transport.hpp"
 
 namespace jobkit {
 
@@ -27,54 +27,11 @@ std::string_view to_string(reduce_op op) noexcept {
   return "unknown";
 }
 
-void byte_reader::read_bytes(void* out, std::size_t size) {
-  if (size > remaining()) {
-    throw error(errc::internal, fmt::format("received value too short: {} more bytes expected, {} left "
-                                            "(do all ranks pass the same type?)",
-                                            size, remaining()));
-  }
-  if (size > 0) std::memcpy(out, bytes_.data() + at_, size);
-  at_ += size;
-}
-
-void byte_reader::expect(std::uint64_t count, std::size_t element_size) const {
-  if (element_size > 0 && count > remaining() / element_size) {
-    throw error(errc::internal, fmt::format("received value announces {} elements but only {} bytes are left "
-                                            "(do all ranks pass the same type?)",
-                                            count, remaining()));
-  }
-}
-
 namespace detail {
 
-void throw_trailing_bytes(std::size_t remaining) {
-  throw error(errc::internal,
-              fmt::format("received value has {} bytes left over (do all ranks pass the same type?)", remaining));
-}
-
-void throw_bitwise_on_floating(reduce_op op) {
+void throw_bitwise_on_floating(std::string_view op) {
   throw error(errc::invalid_argument,
-              fmt::format("all_reduce: op={} needs an integral type, not a floating-point one", to_string(op)));
-}
-
-std::chrono::milliseconds parse_timeout(const std::string& name, const std::string& value) {
-  char* end = nullptr;
-  errno = 0;
-  const double seconds = std::strtod(value.c_str(), &end);
-  if (value.empty() || end != value.c_str() + value.size() || errno != 0 || !std::isfinite(seconds) ||
-      seconds <= 0 || seconds > 1e9) {
-    throw error(errc::invalid_environment,
-                fmt::format("{}='{}' is not a positive number of seconds (e.g. 300 or 2.5)", name, value));
-  }
-  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
-}
-
-std::chrono::milliseconds default_timeout() {
-  static const auto timeout = [] {
-    const auto value = process_environment().get("JOBKIT_TIMEOUT");
-    return value ? parse_timeout("JOBKIT_TIMEOUT", *value) : std::chrono::milliseconds(1800 * 1000);
-  }();
-  return timeout;
+              fmt::format("all_reduce: op={} needs an integral type, not a floating-point one", op));
 }
 
 }  // namespace detail
@@ -87,20 +44,15 @@ const std::vector<int>& group::world_ranks() const noexcept { return state_->wor
 
 std::string group::describe(int group_rank) const {
   const auto r = static_cast<std::size_t>(group_rank);
-  if (r >= state_->hosts.size()) return fmt::format("rank {}", state_->world_ranks.at(r));
-  return fmt::format("rank {} ({})", state_->world_ranks.at(r), state_->hosts.at(r));
+  return detail::rank_label(state_->world_ranks.at(r), r < state_->hosts.size() ? state_->hosts[r] : "");
 }
 
-detail::exchange group::make_exchange(std::string name, call_options options,
+detail::exchange group::make_exchange(std::string name, std::chrono::milliseconds timeout,
                                       const std::source_location& site) const {
-  if (options.timeout.count() < 0) {
-    throw error(errc::invalid_argument,
-                fmt::format("{}: timeout={} ms is negative", name, options.timeout.count()));
-  }
   detail::exchange ex;
+  ex.timeout = detail::timeout_of(timeout, name);
   ex.name = std::move(name);
   ex.site = detail::site_text(site);
-  ex.timeout = options.timeout.count() == 0 ? detail::default_timeout() : options.timeout;
   return ex;
 }
 
@@ -135,8 +87,7 @@ void group::connect(const detail::exchange& ex) {
   state_->connect = [code, reason, status](detail::group_state&, std::chrono::milliseconds) {
     throw error(code, "this group is unusable after an earlier failure: " + reason, status);
   };
-  if (code == errc::timeout) throw timeout_error(reason, status);
-  throw error(code, reason, status);
+  detail::raise(code, reason, status);
 }
 
 std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
@@ -170,26 +121,23 @@ void group::fail_to_decode(const detail::exchange& ex, int from_rank, const erro
                                     describe(from_rank), e.what()));
 }
 
-namespace detail {
-namespace {
-thread_local std::vector<section_info> sections;
+void group::fail_sizes_differ(const detail::exchange& ex, int rank_a, std::size_t size_a, int rank_b,
+                              std::size_t size_b) const {
+  throw error(errc::invalid_argument, fmt::format("{} at {}: {} passed {} elements but {} passed {}", ex.name, ex.site,
+                                                  describe(rank_a), size_a, describe(rank_b), size_b));
 }
+
+void group::fail_scatter_count(const detail::exchange& ex, int root, std::size_t count) const {
+  throw error(errc::invalid_argument, fmt::format("{} at {}: {} passed {} values for a group of {} ranks", ex.name,
+                                                  ex.site, describe(root), count, size()));
+}
+
+namespace detail {
 
 std::string site_text(const std::source_location& site) {
   std::string_view file = site.file_name();
   if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
   return fmt::format("{}:{}", file, site.line());
-}
-
-section_guard::section_guard(section_kind kind, std::string helper, const std::source_location& site) {
-  sections.push_back({kind, helper + " at " + site_text(site)});
-}
-
-section_guard::~section_guard() { sections.pop_back(); }
-
-std::optional<section_info> current_section() {
-  if (sections.empty()) return std::nullopt;
-  return sections.back();
 }
 
 }  // namespace detail
@@ -216,14 +164,32 @@ void group::check_peers(const std::string& during) {
 }
 
 void group::setup(call_options options, std::source_location site) {
-  const auto ex = make_exchange("setup", options, site);
+  const auto ex = make_exchange("setup", options.timeout, site);
   check_section(ex);
   connect(ex);
 }
 
 void group::barrier(call_options options, std::source_location site) {
-  auto ex = make_exchange("barrier", options, site);
+  auto ex = make_exchange("barrier", options.timeout, site);
   run(ex);
+}
+
+std::optional<group> group::split(int color, int key, call_options options, std::source_location site) {
+  const auto ex = make_exchange("split", options.timeout, site);
+  const auto choices = all_gather(std::make_pair(color, key), options, site);
+  if (color < 0) return std::nullopt;
+  std::vector<std::tuple<int, int, int>> chosen;  // (key, group rank, world rank)
+  for (int r = 0; r < size(); ++r) {
+    const auto& [c, k] = choices[static_cast<std::size_t>(r)];
+    if (c == color) chosen.emplace_back(k, r, state_->world_ranks[static_cast<std::size_t>(r)]);
+  }
+  std::sort(chosen.begin(), chosen.end());
+  std::vector<int> members;
+  for (const auto& [k, r, w] : chosen) members.push_back(w);
+  if (!state_->make_subgroup) {
+    throw error(errc::internal, fmt::format("split at {}: this group cannot make subgroups", ex.site));
+  }
+  return state_->make_subgroup(members, ex.timeout);
 }
 
 }  // namespace jobkit

@@ -1,4 +1,4 @@
-#include "inprocess_transport.hpp"
+#include "transport/inprocess.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,6 +8,8 @@
 #include <mutex>
 #include <optional>
 
+#include "core/failure.hpp"
+
 namespace jobkit::detail {
 namespace {
 
@@ -16,10 +18,7 @@ struct failure {
   std::string message;
 };
 
-[[noreturn]] void raise(const failure& f) {
-  if (f.code == errc::timeout) throw timeout_error(f.message);
-  throw error(f.code, f.message);
-}
+[[noreturn]] void raise(const failure& f) { detail::raise(f.code, f.message); }
 
 /// The rendezvous of the ranks of one in-process group. The last rank to arrive runs the
 /// exchange for everyone, with rank 0's fold and finish.
@@ -162,6 +161,9 @@ group make_single_rank_group(int world_rank, const std::string& hostname) {
   state->link = std::make_unique<inprocess_transport>(std::make_shared<hub>(1), 0);
   state->world_ranks = {world_rank};
   state->hosts = {hostname};
+  state->make_subgroup = [world_rank, hostname](const std::vector<int>&, std::chrono::milliseconds) {
+    return make_single_rank_group(world_rank, hostname);
+  };
   return group(std::move(state));
 }
 

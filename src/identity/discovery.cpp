@@ -1,4 +1,6 @@
-#include "identity_resolver.hpp"
+#include "identity/discovery.hpp"
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +11,7 @@
 #include <numeric>
 
 #include "jobkit/error.hpp"
+#include "pmix/session.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -391,6 +394,32 @@ identity resolve_identity(const environment& env, const pmix_facts* pmix, std::s
     id.step_id = env.get("SLURM_STEP_ID").value_or("");
   }
   return id;
+}
+
+namespace {
+std::string local_hostname() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+}  // namespace
+
+identity discover_identity(const environment& env, std::optional<pmix_session>& pmix) {
+  const auto request = requested_source(env);
+  const bool use_pmix = request == source_request::pmix ||
+                        (request == source_request::automatic && pmix_server_advertised(env));
+  if (request == source_request::pmix && !pmix_server_advertised(env)) {
+    throw error(errc::invalid_environment,
+                "JOBKIT_IDENTITY='pmix' but no PMIx server is advertised (PMIX_RANK and "
+                "PMIX_NAMESPACE are not set): launch with srun --mpi=pmix or mpirun");
+  }
+  std::optional<pmix_facts> facts;
+  if (use_pmix) {
+    check_environment_before_pmix(env);
+    pmix.emplace();
+    facts = pmix->query_facts();
+  }
+  return resolve_identity(env, facts ? &*facts : nullptr, local_hostname());
 }
 
 }  // namespace jobkit::detail

@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "transport.hpp"
+#include "transport/transport.hpp"
 
 namespace jobkit::detail {
 

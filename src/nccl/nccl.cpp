@@ -13,8 +13,9 @@
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
-#include "pmix_session.hpp"
-#include "transport.hpp"
+#include "core/failure.hpp"
+#include "core/timeout.hpp"
+#include "runtime/access.hpp"
 
 namespace jobkit::nccl {
 namespace {
@@ -91,7 +92,7 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
   roots = (n + ranks_per_root - 1) / ranks_per_root;
 #endif
   const auto root_rank = [&](int i) { return static_cast<int>(static_cast<long long>(i) * n / roots); };
-  auto* pmix = n > 1 ? detail::pmix_of(default_runtime()) : nullptr;
+  auto* pmix = n > 1 ? detail::runtime_access::rendezvous_of(default_runtime()) : nullptr;
   if (n > 1 && !pmix) {
     throw error(errc::invalid_environment,
                 fmt::format("an NCCL communicator across {} ranks needs the launcher's PMIx server: launch with "
@@ -113,10 +114,10 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
   // Slurm 22.05 does not always end the fence then.
   auto& all = world();
   all.setup(options);
-  pmix->commit_and_fence(options.timeout.count() > 0 ? options.timeout : detail::default_timeout(),
-                         [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
+  pmix->fence(detail::timeout_of(options.timeout, "share_unique_ids"),
+              [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
   for (int i = 0; i < roots; ++i) {
-    const auto bytes = pmix->get_bytes(root_rank(i), key(i));
+    const auto bytes = pmix->get(root_rank(i), key(i));
     if (bytes.size() != sizeof(ncclUniqueId)) {
       throw error(errc::pmix, fmt::format("the NCCL id from rank {} has {} bytes, not {}", root_rank(i), bytes.size(),
                                           sizeof(ncclUniqueId)));
@@ -205,7 +206,7 @@ void check_unique_devices(group& node, const device_choice& mine, call_options o
 
 communicator::communicator(communicator_options options) : uncaught_at_creation_(std::uncaught_exceptions()) {
   const auto& id = current_identity();
-  const auto timeout = options.call.timeout.count() > 0 ? options.call.timeout : detail::default_timeout();
+  const auto timeout = detail::timeout_of(options.call.timeout, "communicator");
   const auto start = clock::now();
 
   const auto devices = visible_devices();
@@ -317,7 +318,7 @@ void communicator::wait_ready(const char* call) {
 
 communicator communicator::split(int color, int key, call_options options) {
   const auto start = clock::now();
-  const auto timeout = options.timeout.count() > 0 ? options.timeout : detail::default_timeout();
+  const auto timeout = detail::timeout_of(options.timeout, "communicator::split");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   communicator part{empty{}};

@@ -9,17 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "identity_resolver.hpp"
+#include "identity/discovery.hpp"
+#include "transport/rendezvous.hpp"
 
 namespace jobkit::detail {
 
 /// One reference on the process's PMIx client: PMIx_Init in the constructor, PMIx_Finalize in the
 /// destructor. PMIx counts references, so sessions coexist with each other and with MPI.
-class pmix_session {
+class pmix_session final : public rendezvous {
  public:
   /// @throws jobkit::error (pmix) with the PMIx status when no server can be reached
   pmix_session();
-  ~pmix_session();
+  ~pmix_session() override;
   pmix_session(const pmix_session&) = delete;
   pmix_session& operator=(const pmix_session&) = delete;
 
@@ -27,15 +28,15 @@ class pmix_session {
 
   /// Publishes bytes under a key for every rank (PMIx_Put, scope global). Keys must be fresh:
   /// PMIx 4.2 may return stale values for a re-put key.
-  void put(const std::string& key, std::span<const std::byte> bytes);
-  /// PMIx_Commit, then a fence over all ranks that collects the data: a real barrier across nodes,
-  /// bounded by timeout. While it waits, `while_waiting` runs every 50 ms; an exception from it
-  /// ends the wait (Slurm 22.05 does not always end a fence when a rank dies).
-  void commit_and_fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {});
-  /// A key another rank put before the last fence.
-  std::vector<std::byte> get_bytes(int rank, const std::string& key);
+  void put(const std::string& key, std::span<const std::byte> bytes) override;
+  /// PMIx_Commit, then a fence over all ranks that collects the data: a real barrier across nodes
+  /// (a fence without data collection is not one under Slurm 22.05), bounded by timeout. The
+  /// while_waiting check matters: Slurm 22.05 does not always end a fence when a rank dies.
+  void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
+  std::vector<std::byte> get(int rank, const std::string& key) override;
 
-  /// The identity keys the server holds for this process.
+  /// The identity keys the server holds for this process (identity/discovery decides what to do
+  /// with them).
   /// @throws jobkit::error (pmix) when a required key is missing
   pmix_facts query_facts() const;
 

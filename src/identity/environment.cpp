@@ -1,4 +1,4 @@
-#include "environment.hpp"
+#include "identity/environment.hpp"
 
 #include <cstdlib>
 

@@ -2,58 +2,19 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "jobkit/identity.hpp"
-#include "transport.hpp"
+#include <span>
+
+#include "transport/fabric.hpp"
+#include "transport/transport.hpp"
 
 namespace jobkit::detail {
 
-class pmix_session;
-
-/// Where a rank listens, learnt once through PMIx.
-struct endpoint {
-  std::string host;
-  int port = 0;
-  int node = 0;
-  int local_rank = 0;
-};
-
-/// This process's listening socket and every rank's endpoint, exchanged in one PMIx put and one
-/// collecting fence (the only PMIx traffic of the data path). Groups connect through it; the
-/// socket stays open so that later groups need no PMIx at all.
-class tcp_fabric {
- public:
-  /// @throws jobkit::error when the socket or the exchange fails or times out
-  tcp_fabric(pmix_session& pmix, const identity& self, std::chrono::milliseconds timeout);
-  ~tcp_fabric();
-  tcp_fabric(const tcp_fabric&) = delete;
-  tcp_fabric& operator=(const tcp_fabric&) = delete;
-
-  int rank() const noexcept { return rank_; }
-  const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
-
-  /// A name for the next group with these members, the same on every member as long as members
-  /// create their groups in the same order.
-  std::string next_group_key(const std::vector<int>& members);
-  /// A connection to world rank `peer` that announces this rank as a member of group `key`.
-  int connect(int peer, const std::string& key, std::chrono::steady_clock::time_point deadline);
-  /// The connections of `peers` (world ranks) to group `key`, in the order of `peers`.
-  /// Connections for other groups that arrive meanwhile wait for their own group.
-  /// @throws jobkit::timeout_error naming the ranks that did not connect
-  std::vector<int> accept(const std::vector<int>& peers, const std::string& key,
-                          std::chrono::steady_clock::time_point deadline);
-
- private:
-  int rank_;
-  int listen_fd_ = -1;
-  std::vector<endpoint> endpoints_;
-  std::map<std::pair<std::string, int>, int> waiting_;  // (group key, world rank) -> socket
-  std::map<std::string, int> created_;                  // member list -> groups created with it
-};
+struct protocol_violation;
 
 /// The data path of a group: a tree of TCP connections, the members of a node under their first
 /// member and those node leaders in a binomial tree under group rank 0. Every wait has a deadline
@@ -84,6 +45,9 @@ class tcp_tree final : public transport {
   void spread_abort(const std::string& message, int origin, errc code) noexcept;
   [[noreturn]] void fail(const std::string& message, int origin, errc code = errc::peer_failure);
   [[noreturn]] void lost(const link& l, const std::string& why, const exchange& ex);
+  [[noreturn]] void broke_protocol(const link& l, const protocol_violation& v, const exchange& ex);
+  /// Fails the group when a payload exceeds what one frame may carry.
+  void check_size(std::span<const std::byte> payload, const exchange& ex);
   std::string describe(int group_rank) const;
 
   std::vector<int> members_;
@@ -97,5 +61,11 @@ class tcp_tree final : public transport {
   errc broken_code_ = errc::peer_failure;
   std::string broken_;               // set once the tree failed
 };
+
+using subgroup_maker = std::function<group(const std::vector<int>&, std::chrono::milliseconds)>;
+/// A group of these world ranks over a new tcp_tree (collective over the members). Its split
+/// makes groups with make_subgroup, by default through the same fabric, which must outlive them.
+group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout,
+                     subgroup_maker make_subgroup = {});
 
 }  // namespace jobkit::detail

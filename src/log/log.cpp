@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <charconv>
 
-#include "environment.hpp"
+#include "identity/environment.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/runtime.hpp"
 

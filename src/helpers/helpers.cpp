@@ -10,14 +10,16 @@
 #include <cstring>
 #include <tuple>
 
-#include "environment.hpp"
+#include "core/failure.hpp"
+#include "core/timeout.hpp"
+#include "identity/environment.hpp"
 
 namespace jobkit {
 namespace detail {
 
 std::string describe_self() {
   const auto& id = current_identity();
-  return fmt::format("rank {} ({})", id.rank, id.hostname);
+  return rank_label(id.rank, id.hostname);
 }
 
 bool nested_runs_directly(section_kind wanted, const char* helper, const std::source_location& site) {

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "environment.hpp"
+#include "identity/environment.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit::detail {
@@ -41,6 +41,14 @@ std::vector<int> parse_tasks_per_node(std::string_view name, std::string_view va
 /// Environment-only checks that must pass before PMIx_Init: the launcher variables are well formed
 /// and agree with PMIX_RANK, so several processes spawned inside one task never connect as one rank.
 void check_environment_before_pmix(const environment& env);
+
+class pmix_session;
+
+/// This process's identity, discovered once: JOBKIT_IDENTITY says which sources to use; with a
+/// PMIx server advertised (or requested), `pmix` is connected and PMIx is the truth.
+/// @throws jobkit::error (invalid_environment) when the environment is malformed or contradicts
+/// PMIx; (pmix) when PMIx fails
+identity discover_identity(const environment& env, std::optional<pmix_session>& pmix);
 
 /// The identity of this process. With pmix set, PMIx is the truth and every other source found in
 /// the environment must agree with it; otherwise the first source found in the documented order.

@@ -1,7 +1,5 @@
 #include "jobkit/runtime.hpp"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,23 +9,16 @@
 #include <optional>
 #include <set>
 
-#include "identity_resolver.hpp"
-#include "inprocess_transport.hpp"
+#include "core/timeout.hpp"
+#include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
-#include "pmix_session.hpp"
-#include "tcp_transport.hpp"
+#include "pmix/session.hpp"
+#include "runtime/access.hpp"
+#include "transport/fabric.hpp"
+#include "transport/inprocess.hpp"
+#include "transport/tree.hpp"
 
 namespace jobkit {
-namespace {
-
-std::string local_hostname() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "unknown";
-  return name;
-}
-
-}  // namespace
-
 struct runtime::impl {
   std::optional<detail::pmix_session> pmix;
   jobkit::identity id;
@@ -64,6 +55,7 @@ struct runtime::impl {
           }
           connect(deadline);
         };
+        world_state->make_subgroup = subgroup_maker();
         world = group(world_state);
       }
     }
@@ -80,7 +72,7 @@ struct runtime::impl {
     if (!fabric) {
       world_group();
       try {
-        auto created = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout);
+        auto created = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout, detail::settings_for(id));
         world_state->link = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
         for (const auto& e : created->endpoints()) {
           world_state->hosts.push_back(e.host);
@@ -97,39 +89,24 @@ struct runtime::impl {
     return *fabric;
   }
 
+  /// What group::split uses to create its groups; it must not reach a destroyed runtime.
+  std::function<group(const std::vector<int>&, std::chrono::milliseconds)> subgroup_maker() {
+    return [this, alive = std::weak_ptr<const bool>(alive)](const std::vector<int>& ranks,
+                                                            std::chrono::milliseconds timeout) {
+      if (alive.expired()) throw error(errc::invalid_argument, "this group's runtime was destroyed before the split");
+      return make(ranks, timeout);
+    };
+  }
+
   /// A group of these world ranks, connected now.
   group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
     if (ranks.size() == 1) return detail::make_single_rank_group(ranks.front(), id.hostname);
-    auto& f = connect(timeout);
-    auto state = std::make_shared<detail::group_state>();
-    state->world_ranks = ranks;
-    state->rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), id.rank) - ranks.begin());
-    state->link = std::make_unique<detail::tcp_tree>(f, ranks, timeout);
-    for (const int r : ranks) {
-      state->hosts.push_back(f.endpoints()[static_cast<std::size_t>(r)].host);
-      state->local_ranks.push_back(f.endpoints()[static_cast<std::size_t>(r)].local_rank);
-    }
-    return group(std::move(state));
+    return detail::make_tcp_group(connect(timeout), ranks, timeout, subgroup_maker());
   }
 };
 
 runtime::runtime() : impl_(std::make_unique<impl>()) {
-  const auto& env = detail::process_environment();
-  const auto request = detail::requested_source(env);
-  const bool use_pmix = request == detail::source_request::pmix ||
-                        (request == detail::source_request::automatic && detail::pmix_server_advertised(env));
-  if (request == detail::source_request::pmix && !detail::pmix_server_advertised(env)) {
-    throw error(errc::invalid_environment,
-                "JOBKIT_IDENTITY='pmix' but no PMIx server is advertised (PMIX_RANK and "
-                "PMIX_NAMESPACE are not set): launch with srun --mpi=pmix or mpirun");
-  }
-  std::optional<detail::pmix_facts> facts;
-  if (use_pmix) {
-    detail::check_environment_before_pmix(env);
-    impl_->pmix.emplace();
-    facts = impl_->pmix->query_facts();
-  }
-  impl_->id = detail::resolve_identity(env, facts ? &*facts : nullptr, local_hostname());
+  impl_->id = detail::discover_identity(detail::process_environment(), impl_->pmix);
 }
 
 runtime::~runtime() = default;
@@ -141,6 +118,8 @@ const jobkit::identity& runtime::identity() const noexcept { return impl_->id; }
 bool runtime::connected_to_pmix() const noexcept { return impl_->pmix.has_value(); }
 
 group& runtime::world() { return impl_->world_group(); }
+
+std::vector<std::string> runtime::data_path_addresses() const { return detail::settings_for(impl_->id).addresses; }
 
 group runtime::make_group(const std::vector<int>& world_ranks, call_options options) {
   const auto& id = impl_->id;
@@ -161,10 +140,7 @@ group runtime::make_group(const std::vector<int>& world_ranks, call_options opti
                 fmt::format("make_group: world_ranks={} does not hold this rank ({}); only members call make_group",
                             listed, id.rank));
   }
-  if (options.timeout.count() < 0) {
-    throw error(errc::invalid_argument, fmt::format("make_group: timeout={} ms is negative", options.timeout.count()));
-  }
-  return impl_->make(world_ranks, options.timeout.count() == 0 ? detail::default_timeout() : options.timeout);
+  return impl_->make(world_ranks, detail::timeout_of(options.timeout, "make_group"));
 }
 
 group& runtime::node_group() {
@@ -215,7 +191,7 @@ group& runtime::node_leaders_group() {
   return *impl_->leaders;
 }
 
-detail::pmix_session* detail::pmix_of(runtime& rt) noexcept {
+detail::rendezvous* detail::runtime_access::rendezvous_of(runtime& rt) noexcept {
   return rt.impl_->pmix ? &*rt.impl_->pmix : nullptr;
 }
 

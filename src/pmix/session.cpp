@@ -1,4 +1,4 @@
-#include "pmix_session.hpp"
+#include "pmix/session.hpp"
 
 #include <fmt/format.h>
 
@@ -128,7 +128,7 @@ struct fence_wait {
 
 }  // namespace
 
-void pmix_session::commit_and_fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
   pmix_status_t status = PMIx_Commit();
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
@@ -173,7 +173,7 @@ void pmix_session::commit_and_fence(std::chrono::milliseconds timeout, const std
   }
 }
 
-std::vector<std::byte> pmix_session::get_bytes(int rank, const std::string& key) {
+std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
   pmix_proc_t proc;
   PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(rank));
   pmix_status_t status = PMIX_SUCCESS;

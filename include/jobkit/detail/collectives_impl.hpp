@@ -1,0 +1,207 @@
+#pragma once
+
+// The templates of jobkit/collectives.hpp: each collective as one detail::exchange.
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace jobkit {
+
+template <class T>
+T group::decode(const detail::exchange& ex, const detail::rank_bytes& entry) const {
+  try {
+    return from_bytes<T>(entry.bytes);
+  } catch (const error& e) {
+    fail_to_decode(ex, entry.rank, e);
+  }
+}
+
+template <class T>
+std::vector<T> group::decode_all(const detail::exchange& ex, const std::vector<detail::rank_bytes>& entries) const {
+  std::vector<T> values;
+  values.reserve(entries.size());
+  for (const auto& entry : entries) values.push_back(decode<T>(ex, entry));
+  return values;
+}
+
+template <class F>
+std::vector<std::byte> group::encode_result(F& fn, const detail::exchange& ex) {
+  try {
+    return to_bytes(fn());
+  } catch (...) {
+    fail_from_callable(ex);
+  }
+}
+
+template <sendable T>
+T group::broadcast(const T& value, rooted_options options, std::source_location site) {
+  check_root("broadcast", options.root);
+  auto ex = make_exchange("broadcast(root " + std::to_string(options.root) + ")", options.timeout, site);
+  std::vector<std::byte> bytes;
+  if (rank() == options.root) {
+    bytes = to_bytes(value);
+    ex.mine = bytes;
+  }
+  auto entries = run(ex);
+  if (rank() == options.root) return value;
+  return decode<T>(ex, entries.at(0));
+}
+
+template <sendable T>
+std::vector<T> group::gather(const T& value, rooted_options options, std::source_location site) {
+  check_root("gather", options.root);
+  auto ex = make_exchange("gather(root " + std::to_string(options.root) + ")", options.timeout, site);
+  const auto bytes = to_bytes(value);
+  ex.mine = bytes;
+  ex.to = detail::delivery::one_rank;
+  ex.target = options.root;
+  return decode_all<T>(ex, run(ex));
+}
+
+template <sendable T>
+std::vector<T> group::all_gather(const T& value, call_options options, std::source_location site) {
+  auto ex = make_exchange("all_gather", options.timeout, site);
+  const auto bytes = to_bytes(value);
+  ex.mine = bytes;
+  return decode_all<T>(ex, run(ex));
+}
+
+template <class T, class Combine>
+T group::fold_in_rank_order(detail::exchange& ex, const T& value, Combine combine) {
+  const auto bytes = to_bytes(value);
+  ex.mine = bytes;
+  // Entries are folded in rank order, so every rank receives the same bits.
+  ex.fold = [this, &ex, &combine](std::vector<detail::rank_bytes>& entries) {
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    T total = decode<T>(ex, entries.front());
+    for (std::size_t i = 1; i < entries.size(); ++i) {
+      total = combine(std::move(total), decode<T>(ex, entries[i]), entries.front().rank, entries[i].rank);
+    }
+    return detail::rank_bytes{entries.front().rank, to_bytes(total)};
+  };
+  return decode<T>(ex, run(ex).at(0));
+}
+
+namespace detail {
+template <class T>
+T combine_scalar(T a, T b, reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return static_cast<T>(a + b);
+    case reduce_op::prod: return static_cast<T>(a * b);
+    case reduce_op::min: return std::min(a, b);
+    case reduce_op::max: return std::max(a, b);
+    default: break;
+  }
+  if constexpr (std::is_integral_v<T>) {
+    switch (op) {
+      case reduce_op::band: return static_cast<T>(a & b);
+      case reduce_op::bor: return static_cast<T>(a | b);
+      default: return static_cast<T>(a ^ b);
+    }
+  }
+  return a;  // unreachable: all_reduce refuses bitwise operations on floating-point types
+}
+}  // namespace detail
+
+template <reducible T>
+T group::all_reduce(const T& value, reduce_op op, call_options options, std::source_location site) {
+  constexpr bool floating = [] {
+    if constexpr (std::is_arithmetic_v<T>) return std::is_floating_point_v<T>;
+    else return std::is_floating_point_v<typename T::value_type>;
+  }();
+  if (floating && (op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor)) {
+    detail::throw_bitwise_on_floating(to_string(op));
+  }
+  auto ex = make_exchange("all_reduce(" + std::string(to_string(op)) + ")", options.timeout, site);
+  return fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
+    if constexpr (std::is_arithmetic_v<T>) {
+      return detail::combine_scalar(a, b, op);
+    } else {
+      if (a.size() != b.size()) fail_sizes_differ(ex, rank_a, a.size(), rank_b, b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = detail::combine_scalar(a[i], b[i], op);
+      return a;
+    }
+  });
+}
+
+template <sendable T, binary_operation_of<T> Op>
+T group::all_reduce(const T& value, Op op, call_options options, std::source_location site) {
+  auto ex = make_exchange("all_reduce(user operation)", options.timeout, site);
+  return fold_in_rank_order(ex, value, [&](T a, const T& b, int, int) { return static_cast<T>(op(a, b)); });
+}
+
+template <sendable T>
+T group::scatter(const std::vector<T>& values, rooted_options options, std::source_location site) {
+  const int root = options.root;
+  check_root("scatter", root);
+  auto ex = make_exchange("scatter(root " + std::to_string(root) + ")", options.timeout, site);
+  std::vector<std::byte> bytes;
+  if (rank() == root) {
+    std::vector<std::vector<std::byte>> parts;
+    for (const auto& v : values) parts.push_back(to_bytes(v));
+    bytes = to_bytes(parts);
+    ex.mine = bytes;
+  }
+  ex.to = detail::delivery::each_own;
+  const int members = size();
+  ex.finish = [this, &ex, members, root](std::vector<detail::rank_bytes>& entries) {
+    auto parts = decode<std::vector<std::vector<std::byte>>>(ex, entries.at(0));
+    if (static_cast<int>(parts.size()) != members) fail_scatter_count(ex, root, parts.size());
+    std::vector<detail::rank_bytes> out;
+    for (int r = 0; r < members; ++r) out.push_back({r, std::move(parts[static_cast<std::size_t>(r)])});
+    return out;
+  };
+  return decode<T>(ex, run(ex).at(0));
+}
+
+template <class F, class R>
+  requires sendable<R>
+R group::compute_and_broadcast(F&& fn, rooted_options options, std::source_location site) {
+  const int root = options.root;
+  check_root("compute_and_broadcast", root);
+  auto ex = make_exchange("compute_and_broadcast(root " + std::to_string(root) + ")", options.timeout, site);
+  // Connected first: while fn runs, the others then wait in jobkit's data path with its deadline,
+  // not in the setup's PMIx fence (bounded by the launcher's own timeout).
+  connect(ex);
+  if (rank() != root) return decode<R>(ex, run(ex).at(0));
+  std::optional<R> value;
+  std::vector<std::byte> bytes;
+  try {
+    value.emplace(fn());
+    bytes = to_bytes(*value);
+  } catch (...) {
+    fail_from_callable(ex);
+  }
+  ex.mine = bytes;
+  run(ex);
+  return std::move(*value);
+}
+
+template <class F, class R>
+  requires sendable<R>
+std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_options options, std::source_location site) {
+  check_root("gather_from_all_ranks", options.root);
+  auto ex = make_exchange("gather_from_all_ranks(root " + std::to_string(options.root) + ")", options.timeout, site);
+  connect(ex);
+  const auto bytes = encode_result(fn, ex);
+  ex.mine = bytes;
+  ex.to = detail::delivery::one_rank;
+  ex.target = options.root;
+  return decode_all<R>(ex, run(ex));
+}
+
+template <class Map, class Reduce, class M, class R>
+  requires sendable<M> && sendable<R>
+R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options, std::source_location site) {
+  auto ex = make_exchange("reduce_and_broadcast", options.timeout, site);
+  connect(ex);
+  const auto bytes = encode_result(map, ex);
+  ex.mine = bytes;
+  ex.finish = [this, &ex, &reduce](std::vector<detail::rank_bytes>& entries) {
+    return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(decode_all<M>(ex, entries)))}};
+  };
+  return decode<R>(ex, run(ex).at(0));
+}
+
+}  // namespace jobkit

@@ -1,0 +1,17 @@
+#include "core/failure.hpp"
+
+#include <fmt/format.h>
+
+namespace jobkit::detail {
+
+std::string rank_label(int world_rank, std::string_view host) {
+  if (host.empty()) return fmt::format("rank {}", world_rank);
+  return fmt::format("rank {} ({})", world_rank, host);
+}
+
+void raise(errc code, const std::string& message, int native_status) {
+  if (code == errc::timeout) throw timeout_error(message, native_status);
+  throw error(code, message, native_status);
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,50 @@
+#include "core/timeout.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "identity/environment.hpp"
+
+namespace jobkit {
+
+std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view value) {
+  const std::string text(value);
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(seconds) || seconds <= 0 ||
+      seconds > 1e9) {
+    throw error(errc::invalid_argument,
+                fmt::format("{}='{}' is not a positive number of seconds (e.g. 300 or 2.5)", name, value));
+  }
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+}
+
+namespace detail {
+
+std::chrono::milliseconds default_timeout() {
+  static const auto timeout = [] {
+    const auto value = process_environment().get("JOBKIT_TIMEOUT");
+    if (!value) return std::chrono::milliseconds(1800 * 1000);
+    try {
+      return parse_timeout("JOBKIT_TIMEOUT", *value);
+    } catch (const error& e) {
+      throw error(errc::invalid_environment, e.what());
+    }
+  }();
+  return timeout;
+}
+
+std::chrono::milliseconds timeout_of(std::chrono::milliseconds timeout, std::string_view operation) {
+  if (timeout.count() < 0) {
+    throw error(errc::invalid_argument, fmt::format("{}: timeout={} ms is negative", operation, timeout.count()));
+  }
+  return timeout.count() == 0 ? default_timeout() : timeout;
+}
+
+}  // namespace detail
+}  // namespace jobkit

@@ -1,0 +1,402 @@
+#include "transport/fabric.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/failure.hpp"
+#include "identity/environment.hpp"
+#include "jobkit/error.hpp"
+#include "jobkit/log.hpp"
+#include "transport/addresses.hpp"
+#include "transport/frame.hpp"
+#include "transport/sha256.hpp"
+
+namespace jobkit::detail {
+namespace {
+
+constexpr std::size_t max_pending_connections = 256;
+
+void set_socket_options(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+[[noreturn]] void bootstrap_failure(const std::string& what) {
+  throw error(errc::internal, fmt::format("data path setup: {}", what));
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t length = sizeof addr;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) return "an unknown address";
+  char host[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), length, host, sizeof host, service, sizeof service,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "an unknown address";
+  }
+  return addr.ss_family == AF_INET6 ? fmt::format("[{}]:{}", host, service) : fmt::format("{}:{}", host, service);
+}
+
+/// A socket listening on loopback (every rank on one host) or on every address.
+std::pair<int, int> listen_socket(const fabric_settings& settings) {
+  const bool loopback_only = settings.addresses == std::vector<std::string>{"127.0.0.1"};
+  const bool any_ipv6 = std::any_of(settings.addresses.begin(), settings.addresses.end(),
+                                    [](const std::string& a) { return a.find(':') != std::string::npos; });
+  const int family = any_ipv6 ? AF_INET6 : AF_INET;
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) bootstrap_failure(fmt::format("socket: {}", std::strerror(errno)));
+  sockaddr_storage addr{};
+  socklen_t length = 0;
+  if (family == AF_INET6) {
+    const int zero = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 peers too
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(addr);
+    in6.sin6_family = AF_INET6;
+    in6.sin6_addr = in6addr_any;
+    length = sizeof in6;
+  } else {
+    auto& in = reinterpret_cast<sockaddr_in&>(addr);
+    in.sin_family = AF_INET;
+    in.sin_addr.s_addr = htonl(loopback_only ? INADDR_LOOPBACK : INADDR_ANY);
+    length = sizeof in;
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), length) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    const auto why = std::strerror(errno);
+    ::close(fd);
+    bootstrap_failure(fmt::format("listen: {}", why));
+  }
+  set_socket_options(fd);
+  const int port = family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
+  return {fd, port};
+}
+
+template <std::size_t N>
+bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_point deadline, std::string& why) {
+  try {
+    receive_all(fd, out.data(), N, deadline);
+    return true;
+  } catch (const socket_closed& e) {
+    why = e.why;
+  } catch (const socket_timeout&) {
+    why = "no answer in time";
+  }
+  return false;
+}
+
+}  // namespace
+
+fabric_settings settings_for(const identity& self) {
+  fabric_settings settings;
+  settings.addresses = choose_endpoint_addresses(process_environment(), self.num_nodes == 1, host_addresses());
+  return settings;
+}
+
+/// A connection accepted but not yet proven to come from a member.
+struct tcp_fabric::pending {
+  int fd = -1;
+  steady_clock::time_point deadline;
+  std::string address;
+  nonce_bytes nonce{};
+  std::array<std::byte, hello_fixed_size> start_bytes{};
+  std::size_t received = 0;
+  std::optional<hello_start> start;
+  std::string key;
+};
+
+tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::milliseconds timeout,
+                       fabric_settings settings)
+    : rank_(self.rank), settings_(std::move(settings)) {
+  fill_random(secret_);
+  const auto [fd, port] = listen_socket(settings_);
+  listen_fd_ = fd;
+  endpoint mine;
+  mine.node = self.node_rank;
+  mine.local_rank = self.local_rank;
+  mine.port = port;
+  mine.host = self.hostname.empty() ? "unknown" : self.hostname;
+  mine.addresses = settings_.addresses;
+  mine.secret = secret_;
+  const std::string key = "jobkit.endpoint";
+  try {
+    rv.put(key, as_bytes(encode_endpoint(self.rank, mine)));
+    rv.fence(timeout);
+    for (int r = 0; r < self.world_size; ++r) endpoints_.push_back(decode_endpoint(rv.get(r, key), r));
+  } catch (...) {
+    ::close(listen_fd_);
+    throw;
+  }
+}
+
+tcp_fabric::~tcp_fabric() {
+  for (const auto& [key, fd] : waiting_) ::close(fd);
+  for (const auto& p : pending_) ::close(p.fd);
+  ::close(listen_fd_);
+}
+
+std::string tcp_fabric::next_group_key(const std::vector<int>& members) {
+  const auto list = fmt::format("{}", fmt::join(members, ","));
+  sha256 h;
+  h.update(as_bytes(list));
+  const auto digest = h.finish();
+  std::uint64_t short_hash = 0;
+  std::memcpy(&short_hash, digest.data(), sizeof short_hash);
+  const auto key = fmt::format("{}-{:016x}#{}", members.size(), short_hash, created_[list]++);
+  key_members_[key] = members.size() <= 16 ? list : fmt::format("{} ranks: {}...", members.size(),
+                                                                  fmt::join(members.begin(), members.begin() + 16, ","));
+  return key;
+}
+
+std::string tcp_fabric::describe_members(const std::string& key) const {
+  const auto it = key_members_.find(key);
+  return it == key_members_.end() ? "another group" : fmt::format("group [{}]", it->second);
+}
+
+std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, const std::string& key,
+                                          steady_clock::time_point deadline, std::string& why) {
+  const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const auto service = std::to_string(e.port);
+  if (const int rc = ::getaddrinfo(address.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    why = gai_strerror(rc);
+    return std::nullopt;
+  }
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    why = std::strerror(errno);
+    ::freeaddrinfo(found);
+    return std::nullopt;
+  }
+  set_socket_options(fd);
+  int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
+  int connect_errno = errno;
+  ::freeaddrinfo(found);
+  if (rc != 0 && connect_errno == EINPROGRESS) {  // bounded by us, not by the kernel's SYN retries
+    try {
+      wait_ready(fd, POLLOUT, std::min(deadline, steady_clock::now() + settings_.connect_timeout));
+      socklen_t length = sizeof connect_errno;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &connect_errno, &length);
+      rc = connect_errno == 0 ? 0 : -1;
+    } catch (const socket_timeout&) {
+      connect_errno = ETIMEDOUT;
+    } catch (const socket_closed&) {
+    }
+  }
+  auto give_up = [&](std::string reason) -> std::optional<int> {
+    ::close(fd);
+    why = std::move(reason);
+    return std::nullopt;
+  };
+  if (rc != 0) return give_up(std::strerror(connect_errno));
+
+  // The peer challenges once it accepts, which may be late: it may be busy elsewhere until then.
+  std::array<std::byte, challenge_size> challenge_bytes{};
+  if (!read_exactly(fd, challenge_bytes, deadline, why)) return give_up("no challenge: " + why);
+  const auto challenge = decode_challenge(challenge_bytes);
+  if (!challenge) return give_up("what answers there is not a jobkit data path");
+  if (challenge->version != protocol_version) {
+    ::close(fd);
+    throw error(errc::invalid_environment,
+                fmt::format("data path setup: {} at {} speaks jobkit data path protocol {}, this rank protocol {}: "
+                            "every rank of a step must run the same jobkit build",
+                            rank_label(peer, e.host), address, challenge->version, protocol_version));
+  }
+  hello_message hello;
+  hello.world_rank = static_cast<std::uint32_t>(rank_);
+  hello.group_key = key;
+  fill_random(hello.nonce);
+  hello.mac = hello_mac(e.secret, challenge->nonce, hello.nonce, hello.world_rank, key);
+  auto hello_bytes = encode_hello(hello);
+  iovec part{hello_bytes.data(), hello_bytes.size()};
+  try {
+    send_all(fd, &part, 1, deadline);
+  } catch (const socket_closed& c) {
+    return give_up("greeting failed: " + c.why);
+  } catch (const socket_timeout&) {
+    return give_up("greeting timed out");
+  }
+  std::array<std::byte, welcome_size> welcome_bytes{};
+  if (!read_exactly(fd, welcome_bytes, std::min(deadline, steady_clock::now() + settings_.handshake_timeout), why)) {
+    return give_up("our proof of membership was refused (" + why + "): a process of another step listens there");
+  }
+  const auto welcome = decode_welcome(welcome_bytes);
+  const auto expected = welcome_mac(e.secret, challenge->nonce, hello.nonce, hello.world_rank, key);
+  if (!welcome || !equal_in_constant_time(*welcome, expected)) {
+    return give_up("the listener there could not prove it is this step's rank");
+  }
+  return fd;
+}
+
+int tcp_fabric::connect(int peer, const std::string& key, steady_clock::time_point deadline) {
+  const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
+  std::vector<std::string> failures;
+  for (const auto& address : e.addresses) {
+    std::string why;
+    if (const auto fd = connect_to(peer, address, key, deadline, why)) return *fd;
+    failures.push_back(fmt::format("{} port {}: {}", address, e.port, why));
+    if (steady_clock::now() >= deadline) break;
+  }
+  const auto message = fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host),
+                                   fmt::join(failures, "; "));
+  if (steady_clock::now() >= deadline) throw timeout_error(message);
+  throw error(errc::peer_failure, message);
+}
+
+void tcp_fabric::drop(pending& p, const std::string& why) {
+  ::close(p.fd);
+  p.fd = -1;
+  ++dropped_;
+  jobkit::log::debug("data path: dropped a connection from {}: {} ({} dropped so far)", p.address, why, dropped_);
+}
+
+void tcp_fabric::take_new_connections() {
+  while (true) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: none left; anything else: the next poll tells
+    set_socket_options(fd);
+    pending p;
+    p.fd = fd;
+    p.address = peer_address(fd);
+    p.deadline = steady_clock::now() + settings_.handshake_timeout;
+    if (pending_.size() >= max_pending_connections) {
+      drop(p, fmt::format("{} handshakes are already pending", pending_.size()));
+      continue;
+    }
+    fill_random(p.nonce);
+    const auto challenge = encode_challenge({protocol_version, p.nonce});
+    try {
+      iovec part{const_cast<std::byte*>(challenge.data()), challenge.size()};
+      send_all(fd, &part, 1, steady_clock::now());  // a fresh socket's buffer takes 24 bytes at once
+    } catch (...) {
+      drop(p, "it closed before the challenge");
+      continue;
+    }
+    pending_.push_back(std::move(p));
+  }
+}
+
+bool tcp_fabric::advance(pending& p) {
+  try {
+    if (!p.start) {
+      p.received += receive_some(p.fd, p.start_bytes.data() + p.received, hello_fixed_size - p.received);
+      if (p.received < hello_fixed_size) return false;
+      p.start = decode_hello_start(p.start_bytes);
+      if (!p.start) {
+        drop(p, "it sent something that is not a jobkit hello");
+        return true;
+      }
+      if (p.start->hello.version != protocol_version) {
+        drop(p, fmt::format("it speaks jobkit data path protocol {}, this rank {}", p.start->hello.version,
+                            protocol_version));
+        return true;
+      }
+      p.key.reserve(p.start->key_size);
+      p.received = 0;
+    }
+    if (p.key.size() < p.start->key_size) {
+      char buffer[max_group_key_size];
+      const auto n = receive_some(p.fd, buffer, p.start->key_size - p.key.size());
+      p.key.append(buffer, n);
+      if (p.key.size() < p.start->key_size) return false;
+    }
+  } catch (const socket_closed& e) {
+    drop(p, e.why);
+    return true;
+  }
+  const auto& hello = p.start->hello;
+  const auto claimed = static_cast<int>(hello.world_rank);
+  if (hello.world_rank >= endpoints_.size() ||
+      !equal_in_constant_time(hello.mac, hello_mac(secret_, p.nonce, hello.nonce, hello.world_rank, p.key))) {
+    drop(p, "its proof of membership is wrong");
+    return true;
+  }
+  if (waiting_.count({p.key, claimed}) != 0) {
+    drop(p, fmt::format("rank {} already joined this group", claimed));
+    return true;
+  }
+  const auto welcome = encode_welcome(welcome_mac(secret_, p.nonce, hello.nonce, hello.world_rank, p.key));
+  try {
+    iovec part{const_cast<std::byte*>(welcome.data()), welcome.size()};
+    send_all(p.fd, &part, 1, p.deadline);
+  } catch (...) {
+    drop(p, fmt::format("rank {} went away during the handshake", claimed));
+    return true;
+  }
+  waiting_[{p.key, claimed}] = p.fd;
+  p.fd = -1;
+  return true;
+}
+
+std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::string& key,
+                                    steady_clock::time_point deadline) {
+  std::vector<int> fds(peers.size(), -1);
+  auto claim_waiting = [&] {
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      if (const auto it = waiting_.find({key, peers[i]}); fds[i] < 0 && it != waiting_.end()) {
+        fds[i] = it->second;
+        waiting_.erase(it);
+      }
+    }
+  };
+  claim_waiting();
+  std::vector<pollfd> polled;
+  while (std::count(fds.begin(), fds.end(), -1) > 0) {
+    const auto now = steady_clock::now();
+    for (auto& p : pending_) {
+      if (now >= p.deadline) drop(p, fmt::format("no proof of membership within {} ms", settings_.handshake_timeout.count()));
+    }
+    std::erase_if(pending_, [](const pending& p) { return p.fd < 0; });
+    if (now >= deadline) {
+      std::vector<std::string> missing;
+      for (std::size_t i = 0; i < peers.size(); ++i) {
+        if (fds[i] >= 0) continue;
+        std::string note;
+        for (const auto& [waiting_key, fd] : waiting_) {
+          if (waiting_key.second == peers[i]) note = fmt::format(", which is creating {} instead", describe_members(waiting_key.first));
+        }
+        missing.push_back(rank_label(peers[i], endpoints_[static_cast<std::size_t>(peers[i])].host) + note);
+      }
+      for (const int fd : fds) {
+        if (fd >= 0) ::close(fd);
+      }
+      throw timeout_error(fmt::format("creating {} on rank {}: no connection from {}", describe_members(key), rank_,
+                                      fmt::join(missing, "; ")));
+    }
+    auto wake = deadline;
+    polled.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    for (const auto& p : pending_) {
+      polled.push_back(pollfd{p.fd, POLLIN, 0});
+      wake = std::min(wake, p.deadline);
+    }
+    const int ready = ::poll(polled.data(), polled.size(), remaining_ms(wake));
+    if (ready <= 0) continue;  // a deadline, or EINTR: checked at the top
+    // Pending connections first: take_new_connections appends to pending_.
+    for (std::size_t i = 1; i < polled.size(); ++i) {
+      if (polled[i].revents != 0) advance(pending_[i - 1]);
+    }
+    std::erase_if(pending_, [](const pending& p) { return p.fd < 0; });
+    if (polled[0].revents != 0) take_new_connections();
+    claim_waiting();
+  }
+  return fds;
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/posix_io.hpp"
+#include "jobkit/identity.hpp"
+#include "transport/handshake.hpp"
+#include "transport/rendezvous.hpp"
+
+namespace jobkit::detail {
+
+/// What a fabric listens on and publishes.
+struct fabric_settings {
+  /// Numeric addresses published for the peers, tried by them in order (see
+  /// choose_endpoint_addresses). 127.0.0.1 alone makes the fabric listen on loopback only.
+  std::vector<std::string> addresses;
+  /// How long an accepted connection may take to prove its membership before it is dropped.
+  std::chrono::milliseconds handshake_timeout{5000};
+  /// How long one connection attempt to one address may take.
+  std::chrono::milliseconds connect_timeout{10000};
+};
+/// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
+fabric_settings settings_for(const identity& self);
+
+/// This process's listening socket and every rank's endpoint, exchanged in one rendezvous put and
+/// one fence (the only PMIx traffic of the data path). Groups connect through it; the socket
+/// stays open so that later groups need no PMIx at all.
+///
+/// Membership is proven on every connection (see transport/handshake.hpp). Connections that do
+/// not prove it (strangers: port scanners, other users' processes, a rank of another step) are
+/// handshaken concurrently, each within settings.handshake_timeout, and dropped without
+/// disturbing the step; they are counted and reported at debug level with their address.
+class tcp_fabric {
+ public:
+  /// @throws jobkit::error when the socket or the exchange fails or times out
+  tcp_fabric(rendezvous& rv, const identity& self, std::chrono::milliseconds timeout, fabric_settings settings);
+  ~tcp_fabric();
+  tcp_fabric(const tcp_fabric&) = delete;
+  tcp_fabric& operator=(const tcp_fabric&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
+  /// Connections dropped because they did not prove membership.
+  std::uint64_t dropped_connections() const noexcept { return dropped_; }
+
+  /// A name for the next group with these members, the same on every member as long as members
+  /// create their groups in the same order.
+  std::string next_group_key(const std::vector<int>& members);
+  /// An authenticated connection to world rank `peer` for group `key`.
+  /// @throws jobkit::error naming the peer and every address tried
+  int connect(int peer, const std::string& key, steady_clock::time_point deadline);
+  /// The connections of `peers` (world ranks) to group `key`, in the order of `peers`.
+  /// Connections for other groups that arrive meanwhile wait for their own group.
+  /// @throws jobkit::timeout_error naming the ranks that did not connect
+  std::vector<int> accept(const std::vector<int>& peers, const std::string& key, steady_clock::time_point deadline);
+
+ private:
+  struct pending;
+  std::optional<int> connect_to(int peer, const std::string& address, const std::string& key,
+                                steady_clock::time_point deadline, std::string& why);
+  void take_new_connections();
+  /// Reads what a pending connection sent; true when it is done (admitted or dropped).
+  bool advance(pending& p);
+  void drop(pending& p, const std::string& why);
+  std::string describe_members(const std::string& key) const;
+
+  int rank_;
+  int listen_fd_ = -1;
+  fabric_settings settings_;
+  secret_bytes secret_{};
+  std::vector<endpoint> endpoints_;
+  std::vector<pending> pending_;
+  std::uint64_t dropped_ = 0;
+  std::map<std::pair<std::string, int>, int> waiting_;  // (group key, world rank) -> socket
+  std::map<std::string, int> created_;                  // member list -> groups created with it
+  std::map<std::string, std::string> key_members_;      // group key -> its members, for messages
+};
+
+}  // namespace jobkit::detail

@@ -1,0 +1,127 @@
+#include "transport/frame.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+namespace jobkit::detail {
+
+void check_header(const frame_header& h) {
+  if (h.magic != frame_magic) throw protocol_violation{fmt::format("a frame with a bad magic number {:#x}", h.magic)};
+  if (h.type < static_cast<std::uint32_t>(frame_type::up) || h.type > static_cast<std::uint32_t>(frame_type::abort)) {
+    throw protocol_violation{fmt::format("a frame of unknown type {}", h.type)};
+  }
+  if (h.name_size > max_name_size || h.site_size > max_site_size) {
+    throw protocol_violation{fmt::format("a frame header announcing a {}-byte name and a {}-byte call site "
+                                         "(limits {} and {})",
+                                         h.name_size, h.site_size, max_name_size, max_site_size)};
+  }
+  if (h.payload_size > max_payload_size) {
+    throw protocol_violation{
+        fmt::format("a frame header announcing {} payload bytes (limit {})", h.payload_size, max_payload_size)};
+  }
+}
+
+void send_frame(int fd, frame_type type, std::uint64_t sequence, int origin, std::string_view name,
+                std::string_view site, std::span<const std::byte> payload, steady_clock::time_point deadline) {
+  if (payload.size() > max_payload_size) {
+    throw error(errc::invalid_argument,
+                fmt::format("{} at {}: {} bytes would cross one link of the data path, more than its limit of {} "
+                            "bytes per collective (move bulk data with NCCL, or in pieces)",
+                            name, site, payload.size(), max_payload_size));
+  }
+  frame_header h{frame_magic,
+                 static_cast<std::uint32_t>(type),
+                 sequence,
+                 static_cast<std::uint32_t>(origin),
+                 static_cast<std::uint16_t>(std::min(name.size(), max_name_size)),
+                 static_cast<std::uint16_t>(std::min(site.size(), max_site_size)),
+                 payload.size()};
+  iovec parts[] = {{&h, sizeof h},
+                   {const_cast<char*>(name.data()), h.name_size},
+                   {const_cast<char*>(site.data()), h.site_size},
+                   {const_cast<std::byte*>(payload.data()), payload.size()}};
+  send_all(fd, parts, 4, deadline);
+}
+
+frame receive_frame(int fd, steady_clock::time_point deadline) {
+  frame f;
+  receive_all(fd, &f.header, sizeof f.header, deadline);
+  check_header(f.header);
+  f.name.resize(f.header.name_size);
+  f.site.resize(f.header.site_size);
+  receive_all(fd, f.name.data(), f.name.size(), deadline);
+  receive_all(fd, f.site.data(), f.site.size(), deadline);
+  f.payload.resize(f.header.payload_size);
+  receive_all(fd, f.payload.data(), f.payload.size(), deadline);
+  return f;
+}
+
+std::span<const std::byte> as_bytes(std::string_view text) {
+  return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
+}
+
+void append_entries(std::vector<std::byte>& out, const std::vector<const rank_bytes*>& entries) {
+  auto put = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  std::size_t total = sizeof(std::uint32_t);
+  for (const auto* e : entries) total += sizeof(std::uint32_t) + sizeof(std::uint64_t) + e->bytes.size();
+  out.reserve(out.size() + total);
+  const auto count = static_cast<std::uint32_t>(entries.size());
+  put(&count, sizeof count);
+  for (const auto* e : entries) {
+    const auto r = static_cast<std::uint32_t>(e->rank);
+    const std::uint64_t n = e->bytes.size();
+    put(&r, sizeof r);
+    put(&n, sizeof n);
+    put(e->bytes.data(), e->bytes.size());
+  }
+}
+
+std::vector<rank_bytes> parse_entries(std::span<const std::byte> in, int group_size) {
+  std::size_t at = 0;
+  auto take = [&](void* p, std::size_t n) {
+    if (n > in.size() - at) throw protocol_violation{"a truncated payload"};
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+  };
+  std::uint32_t count = 0;
+  take(&count, sizeof count);
+  constexpr std::size_t entry_header = sizeof(std::uint32_t) + sizeof(std::uint64_t);
+  if (count > static_cast<std::uint32_t>(group_size) || count > (in.size() - at) / entry_header) {
+    throw protocol_violation{fmt::format("a payload announcing {} entries in {} bytes for a group of {}", count,
+                                         in.size(), group_size)};
+  }
+  std::vector<rank_bytes> entries(count);
+  for (auto& e : entries) {
+    std::uint32_t r = 0;
+    std::uint64_t n = 0;
+    take(&r, sizeof r);
+    take(&n, sizeof n);
+    if (r >= static_cast<std::uint32_t>(group_size)) {
+      throw protocol_violation{fmt::format("a payload entry for rank {} in a group of {}", r, group_size)};
+    }
+    if (n > in.size() - at) throw protocol_violation{"a truncated payload"};
+    e.rank = static_cast<int>(r);
+    e.bytes.assign(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  if (at != in.size()) throw protocol_violation{fmt::format("{} bytes after the last payload entry", in.size() - at)};
+  return entries;
+}
+
+std::optional<abort_notice> abort_in(const frame& f) {
+  if (f.header.type != static_cast<std::uint32_t>(frame_type::abort)) return std::nullopt;
+  int code = -1;
+  const auto [end, ec] = std::from_chars(f.name.data(), f.name.data() + f.name.size(), code);
+  const bool known = ec == std::errc() && end == f.name.data() + f.name.size() && code >= 0 &&
+                     code <= static_cast<int>(errc::internal);
+  return abort_notice{std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()),
+                      static_cast<int>(f.header.origin), known ? static_cast<errc>(code) : errc::peer_failure};
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/posix_io.hpp"
+#include "jobkit/error.hpp"
+#include "transport/transport.hpp"
+
+namespace jobkit::detail {
+
+// The frames of an established tree link. Every size in a header is checked against these
+// limits before anything is allocated.
+constexpr std::uint32_t frame_magic = 0x4a4b5433;  // "JKT3"
+constexpr std::size_t max_name_size = 256;         // a collective's name, e.g. "broadcast(root 3)"
+constexpr std::size_t max_site_size = 512;         // "file.cpp:42"
+/// The largest payload of one frame: what one collective carries over one link (for a gather,
+/// the values of the whole subtree below it). Larger values are refused before sending.
+constexpr std::uint64_t max_payload_size = std::uint64_t{1} << 32;  // 4 GiB
+
+enum class frame_type : std::uint32_t { up = 1, down = 2, abort = 3 };
+
+struct frame_header {
+  std::uint32_t magic;
+  std::uint32_t type;
+  std::uint64_t sequence;
+  std::uint32_t origin;  // the writer's group rank (abort: the rank that failed)
+  std::uint16_t name_size;
+  std::uint16_t site_size;
+  std::uint64_t payload_size;
+};
+
+struct frame {
+  frame_header header{};
+  std::string name, site;
+  std::vector<std::byte> payload;
+};
+
+/// An authenticated peer sent bytes that break the protocol; what says how.
+struct protocol_violation {
+  std::string what;
+};
+
+/// Checks magic, type and sizes. @throws protocol_violation
+void check_header(const frame_header& header);
+
+/// Name and site are cut to their limits. @throws jobkit::error (invalid_argument) when the
+/// payload exceeds max_payload_size; socket_closed, socket_timeout
+void send_frame(int fd, frame_type type, std::uint64_t sequence, int origin, std::string_view name,
+                std::string_view site, std::span<const std::byte> payload, steady_clock::time_point deadline);
+/// @throws protocol_violation, socket_closed, socket_timeout
+frame receive_frame(int fd, steady_clock::time_point deadline);
+
+/// A set of rank_bytes as one payload: [u32 count] then per entry [u32 rank][u64 size][bytes].
+void append_entries(std::vector<std::byte>& out, const std::vector<const rank_bytes*>& entries);
+/// @throws protocol_violation when the payload is truncated or an entry's rank is not below group_size
+std::vector<rank_bytes> parse_entries(std::span<const std::byte> in, int group_size);
+
+/// What an abort frame carries: the reason, the rank that failed first, and the error category.
+struct abort_notice {
+  std::string reason;
+  int origin;
+  errc code;
+};
+std::optional<abort_notice> abort_in(const frame& f);
+
+std::span<const std::byte> as_bytes(std::string_view text);
+
+}  // namespace jobkit::detail

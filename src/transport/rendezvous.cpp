@@ -1,0 +1,56 @@
+#include "transport/rendezvous.hpp"
+
+#include <fmt/format.h>
+
+#include "jobkit/error.hpp"
+
+namespace jobkit::detail {
+
+void memory_rendezvous::put(const std::string& key, std::span<const std::byte> bytes) {
+  std::lock_guard lock(store_->mutex_);
+  store_->pending_[{rank_, key}].assign(bytes.begin(), bytes.end());
+}
+
+void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+  auto& s = *store_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(s.mutex_);
+  const auto generation = s.generation_;
+  if (++s.arrived_ == s.size_) {
+    s.arrived_ = 0;
+    ++s.generation_;
+    for (auto& [key, value] : s.pending_) s.visible_[key] = std::move(value);
+    s.pending_.clear();
+    s.fenced_.notify_all();
+    return;
+  }
+  while (s.generation_ == generation) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      --s.arrived_;
+      throw timeout_error(fmt::format("rank {}: the rendezvous fence timed out after {} ms", rank_, timeout.count()));
+    }
+    s.fenced_.wait_for(lock, std::chrono::milliseconds(50));
+    if (while_waiting && s.generation_ == generation) {
+      lock.unlock();
+      try {
+        while_waiting();
+      } catch (...) {
+        lock.lock();
+        --s.arrived_;
+        throw;
+      }
+      lock.lock();
+    }
+  }
+}
+
+std::vector<std::byte> memory_rendezvous::get(int rank, const std::string& key) {
+  std::lock_guard lock(store_->mutex_);
+  const auto it = store_->visible_.find({rank, key});
+  if (it == store_->visible_.end()) {
+    throw error(errc::internal, fmt::format("rank {} read key '{}' of rank {}, which is not there", rank_, key, rank));
+  }
+  return it->second;
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,64 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace jobkit::detail {
+
+/// How the ranks of a job first find each other: each rank puts values, one fence over all ranks
+/// makes them visible, then any rank's value can be read. The PMIx session implements it for
+/// launched jobs; memory_rendezvous does for ranks that are threads of one process (unit tests).
+/// Data here is visible only to the ranks of the job, so secrets may travel through it.
+class rendezvous {
+ public:
+  virtual ~rendezvous() = default;
+  /// Publishes bytes under a key. Keys must be fresh (PMIx 4.2 may return stale values for a
+  /// re-put key).
+  virtual void put(const std::string& key, std::span<const std::byte> bytes) = 0;
+  /// Waits until every rank has fenced (a barrier across all ranks), then every earlier put is
+  /// visible. While it waits, `while_waiting` runs every 50 ms; an exception from it ends the wait.
+  /// @throws jobkit::timeout_error after timeout
+  virtual void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) = 0;
+  /// A key that `rank` put before the last fence. @throws jobkit::error when it is missing
+  virtual std::vector<std::byte> get(int rank, const std::string& key) = 0;
+};
+
+/// The values and fences of `size` ranks that share one process.
+class memory_rendezvous_store {
+ public:
+  explicit memory_rendezvous_store(int size) : size_(size) {}
+
+ private:
+  friend class memory_rendezvous;
+  int size_;
+  std::mutex mutex_;
+  std::condition_variable fenced_;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  std::map<std::pair<int, std::string>, std::vector<std::byte>> pending_, visible_;
+};
+
+/// One rank's view of a memory_rendezvous_store.
+class memory_rendezvous final : public rendezvous {
+ public:
+  memory_rendezvous(std::shared_ptr<memory_rendezvous_store> store, int rank)
+      : store_(std::move(store)), rank_(rank) {}
+  void put(const std::string& key, std::span<const std::byte> bytes) override;
+  void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
+  std::vector<std::byte> get(int rank, const std::string& key) override;
+
+ private:
+  std::shared_ptr<memory_rendezvous_store> store_;
+  int rank_;
+};
+
+}  // namespace jobkit::detail

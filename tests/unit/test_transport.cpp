@@ -1,0 +1,464 @@
+// The data path without a cluster: the tree layout, the handshake's pieces, the frame limits,
+// and the real TCP tree over loopback with threads as ranks (a memory rendezvous stands in for
+// PMIx), including strangers that connect to a rank's port.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "../catch.hpp"
+#include "support.hpp"
+#include "transport/addresses.hpp"
+#include "transport/fabric.hpp"
+#include "transport/frame.hpp"
+#include "transport/handshake.hpp"
+#include "transport/rendezvous.hpp"
+#include "transport/sha256.hpp"
+#include "transport/tree.hpp"
+#include "transport/tree_layout.hpp"
+
+using namespace std::chrono_literals;
+using namespace jobkit::detail;
+using test_support::contains;
+
+namespace {
+
+std::string hex(std::span<const std::byte> bytes) {
+  std::string out;
+  for (const auto b : bytes) out += fmt::format("{:02x}", static_cast<unsigned>(b));
+  return out;
+}
+
+std::span<const std::byte> text_bytes(std::string_view text) { return as_bytes(text); }
+
+jobkit::identity rank_identity(int rank, const std::vector<int>& nodes) {
+  jobkit::identity id;
+  id.rank = rank;
+  id.world_size = static_cast<int>(nodes.size());
+  id.node_rank = nodes[static_cast<std::size_t>(rank)];
+  id.num_nodes = *std::max_element(nodes.begin(), nodes.end()) + 1;
+  for (int r = 0; r < rank; ++r) id.local_rank += nodes[static_cast<std::size_t>(r)] == id.node_rank;
+  id.local_world_size = static_cast<int>(std::count(nodes.begin(), nodes.end(), id.node_rank));
+  id.hostname = fmt::format("n{}", id.node_rank);
+  return id;
+}
+
+/// Runs fn(fabric, world group) on one thread per rank; nodes[r] is rank r's (pretend) node.
+/// before_groups(rank, fabric) runs after the endpoint exchange, before the world group exists.
+template <class F, class T = std::invoke_result_t<F&, tcp_fabric&, jobkit::group&>>
+std::vector<test_support::outcome<T>> on_tcp_ranks(
+    const std::vector<int>& nodes, F fn, std::chrono::milliseconds handshake_timeout = 30s,
+    const std::function<void(int, tcp_fabric&)>& before_groups = {}) {
+  const int size = static_cast<int>(nodes.size());
+  auto store = std::make_shared<memory_rendezvous_store>(size);
+  std::vector<test_support::outcome<T>> outcomes(nodes.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      auto& out = outcomes[static_cast<std::size_t>(r)];
+      try {
+        memory_rendezvous rv(store, r);
+        fabric_settings settings{.addresses = {"127.0.0.1"}, .handshake_timeout = handshake_timeout};
+        tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, settings);
+        if (before_groups) before_groups(r, fabric);
+        std::vector<int> all(static_cast<std::size_t>(size));
+        std::iota(all.begin(), all.end(), 0);
+        auto world = make_tcp_group(fabric, all, 20s);
+        out.value.emplace(fn(fabric, world));
+      } catch (const jobkit::error& e) {
+        out.error = e.what();
+        out.code = e.code();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+int connect_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+void send_text(int fd, std::string_view text) { REQUIRE(::send(fd, text.data(), text.size(), MSG_NOSIGNAL) >= 0); }
+
+}  // namespace
+
+TEST_CASE("the tree: node leaders in a binomial tree, the others under their node's leader", "[transport]") {
+  // Nodes 0..3; leaders are group ranks 0, 3, 5 and 7.
+  const auto parents = tree_parents({0, 0, 0, 1, 1, 2, 2, 3});
+  CHECK(parents == std::vector<int>{-1, 0, 0, 0, 3, 0, 5, 5});
+  const auto root = position_in_tree(parents, 0);
+  CHECK(root.parent == -1);
+  CHECK(root.children == std::vector<int>{1, 2, 3, 5});
+  CHECK(root.subtrees == std::vector<std::vector<int>>{{1}, {2}, {3, 4}, {5, 6, 7}});
+  CHECK(root.child_of == std::vector<int>{-1, 0, 1, 2, 2, 3, 3, 3});
+  const auto leaf = position_in_tree(parents, 6);
+  CHECK(leaf.parent == 5);
+  CHECK(leaf.children.empty());
+  // A cyclic layout: ranks of a node are not adjacent.
+  CHECK(tree_parents({0, 1, 2, 0, 1, 2}) == std::vector<int>{-1, 0, 0, 0, 1, 2});
+  CHECK(tree_parents({4}) == std::vector<int>{-1});
+}
+
+TEST_CASE("SHA-256 and HMAC-SHA-256 match their published test vectors", "[transport]") {
+  auto digest = [](std::string_view text) {
+    sha256 h;
+    h.update(text_bytes(text));
+    return hex(h.finish());
+  };
+  CHECK(digest("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(digest("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(digest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // RFC 4231, test case 2.
+  CHECK(hex(hmac_sha256(text_bytes("Jefe"), text_bytes("what do ya want for nothing?"))) ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // RFC 4231, test case 6: a key longer than a block.
+  const std::string long_key(131, '\xaa');
+  CHECK(hex(hmac_sha256(text_bytes(long_key), text_bytes("Test Using Larger Than Block-Size Key - Hash Key First"))) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST_CASE("an endpoint record round-trips and its errors never show the secret", "[transport]") {
+  endpoint e;
+  e.node = 2;
+  e.local_rank = 1;
+  e.port = 40123;
+  e.host = "c3";
+  e.addresses = {"198.18.0.3", "fd00::3"};
+  fill_random(e.secret);
+  const auto record = encode_endpoint(5, e);
+  const auto back = decode_endpoint(text_bytes(record), 5);
+  CHECK(back.node == 2);
+  CHECK(back.local_rank == 1);
+  CHECK(back.port == 40123);
+  CHECK(back.host == "c3");
+  CHECK(back.addresses == e.addresses);
+  CHECK(back.secret == e.secret);
+
+  const auto secret_text = hex(e.secret);
+  try {
+    decode_endpoint(text_bytes(record), 4);
+    FAIL("a record of rank 5 was taken for rank 4");
+  } catch (const jobkit::error& error) {
+    CHECK(contains(error.what(), "rank 4 published a malformed endpoint"));
+    CHECK_FALSE(contains(error.what(), secret_text));
+  }
+  auto bad_port = record;
+  bad_port.replace(bad_port.find("40123"), 5, "99999");
+  CHECK_THROWS_WITH(decode_endpoint(text_bytes(bad_port), 5), Catch::Contains("the port is not a number"));
+  CHECK_THROWS_WITH(decode_endpoint(text_bytes("garbage"), 5), Catch::Contains("no jobkit endpoint tag"));
+  CHECK_THROWS_WITH(decode_endpoint(text_bytes(std::string(5000, 'x')), 5), Catch::Contains("5000 bytes"));
+
+  auto other_build = record;
+  other_build.replace(other_build.find(" 3 "), 3, " 2 ");
+  try {
+    decode_endpoint(text_bytes(other_build), 5);
+    FAIL("a record of another protocol version was accepted");
+  } catch (const jobkit::error& error) {
+    CHECK(error.code() == jobkit::errc::invalid_environment);
+    CHECK(contains(error.what(), "(data path protocol 2), this rank runs jobkit"));
+    CHECK(contains(error.what(), "every rank of a step must run the same jobkit build"));
+  }
+}
+
+TEST_CASE("handshake messages decode only what they encode", "[transport]") {
+  challenge_message c;
+  fill_random(c.nonce);
+  const auto challenge = encode_challenge(c);
+  const auto decoded = decode_challenge(challenge);
+  REQUIRE(decoded);
+  CHECK(decoded->nonce == c.nonce);
+  CHECK(decoded->version == protocol_version);
+  std::array<std::byte, challenge_size> http{};
+  std::memcpy(http.data(), "HTTP/1.1 400 Bad Request", challenge_size);
+  CHECK_FALSE(decode_challenge(http));
+
+  hello_message h;
+  h.world_rank = 7;
+  h.group_key = "3-00112233#0";
+  const auto hello = encode_hello(h);
+  const auto start = decode_hello_start(std::span<const std::byte, hello_fixed_size>(hello.data(), hello_fixed_size));
+  REQUIRE(start);
+  CHECK(start->hello.world_rank == 7);
+  CHECK(start->key_size == h.group_key.size());
+  h.group_key = std::string(max_group_key_size + 1, 'k');
+  const auto too_long = encode_hello(h);
+  CHECK_FALSE(decode_hello_start(std::span<const std::byte, hello_fixed_size>(too_long.data(), hello_fixed_size)));
+
+  secret_bytes secret{};
+  fill_random(secret);
+  nonce_bytes a{}, b{};
+  fill_random(a);
+  fill_random(b);
+  CHECK(hello_mac(secret, a, b, 1, "k") != hello_mac(secret, b, a, 1, "k"));  // the nonces' roles differ
+  CHECK(hello_mac(secret, a, b, 1, "k") != welcome_mac(secret, a, b, 1, "k"));
+  CHECK(hello_mac(secret, a, b, 1, "k") != hello_mac(secret, a, b, 2, "k"));
+}
+
+TEST_CASE("JOBKIT_SOCKET_IFNAME selects interfaces as NCCL_SOCKET_IFNAME does", "[transport]") {
+  const auto prefixes = parse_interface_filter("JOBKIT_SOCKET_IFNAME", "eth,ib");
+  CHECK(interface_matches(prefixes, "eth0"));
+  CHECK(interface_matches(prefixes, "ib1"));
+  CHECK_FALSE(interface_matches(prefixes, "lo"));
+  const auto excluded = parse_interface_filter("JOBKIT_SOCKET_IFNAME", "^docker,lo");
+  CHECK(excluded.exclude);
+  CHECK_FALSE(interface_matches(excluded, "docker0"));
+  CHECK(interface_matches(excluded, "eth0"));
+  const auto exact = parse_interface_filter("JOBKIT_SOCKET_IFNAME", "=eth1");
+  CHECK(interface_matches(exact, "eth1"));
+  CHECK_FALSE(interface_matches(exact, "eth10"));
+  const auto not_exact = parse_interface_filter("JOBKIT_SOCKET_IFNAME", "^=eth1");
+  CHECK(interface_matches(not_exact, "eth10"));
+  CHECK_FALSE(interface_matches(not_exact, "eth1"));
+  CHECK_THROWS_WITH(parse_interface_filter("JOBKIT_SOCKET_IFNAME", "^"),
+                    Catch::Contains("JOBKIT_SOCKET_IFNAME='^' names no interface"));
+
+  const std::vector<interface_address> host{{"lo", "127.0.0.1", true, false},
+                                            {"docker0", "172.17.0.1", false, false},
+                                            {"ib0", "fd00::5", false, true},
+                                            {"eth0", "10.0.0.5", false, false},
+                                            {"eth1", "10.1.0.5", false, false}};
+  using jobkit::detail::map_environment;
+  CHECK(choose_endpoint_addresses(map_environment{}, true, host) == std::vector<std::string>{"127.0.0.1"});
+  CHECK(choose_endpoint_addresses(map_environment{}, false, host) ==
+        std::vector<std::string>{"10.0.0.5", "10.1.0.5", "fd00::5"});
+  CHECK(choose_endpoint_addresses(map_environment{{"JOBKIT_SOCKET_IFNAME", "ib"}}, false, host) ==
+        std::vector<std::string>{"fd00::5"});
+  CHECK(choose_endpoint_addresses(map_environment{{"JOBKIT_SOCKET_IFNAME", "=eth1"}}, true, host) ==
+        std::vector<std::string>{"10.1.0.5"});
+  CHECK_THROWS_WITH(choose_endpoint_addresses(map_environment{{"JOBKIT_SOCKET_IFNAME", "xyz"}}, false, host),
+                    Catch::Contains("JOBKIT_SOCKET_IFNAME='xyz' selects no interface address of this host (it has: "
+                                    "lo 127.0.0.1, docker0 172.17.0.1"));
+  const std::vector<interface_address> loopback_only{{"lo", "127.0.0.1", true, false}};
+  CHECK_THROWS_WITH(choose_endpoint_addresses(map_environment{}, false, loopback_only),
+                    Catch::Contains("no usable non-loopback address") && Catch::Contains("JOBKIT_SOCKET_IFNAME"));
+}
+
+TEST_CASE("frame sizes are checked before anything is allocated", "[transport]") {
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair) == 0);
+  auto expect_violation = [&](frame_header h, const std::string& what) {
+    REQUIRE(::send(pair[0], &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+    try {
+      receive_frame(pair[1], steady_clock::now() + 5s);
+      FAIL("a bad header was accepted");
+    } catch (const protocol_violation& v) {
+      CHECK(contains(v.what, what));
+    }
+  };
+  const frame_header good{frame_magic, static_cast<std::uint32_t>(frame_type::up), 1, 0, 3, 4, 10};
+  auto huge_payload = good;
+  huge_payload.payload_size = std::uint64_t{1} << 62;
+  expect_violation(huge_payload, "payload bytes (limit 4294967296)");
+  auto huge_name = good;
+  huge_name.name_size = 60000;
+  expect_violation(huge_name, "60000-byte name");
+  auto bad_magic = good;
+  bad_magic.magic = 0x50545448;
+  expect_violation(bad_magic, "bad magic number");
+  auto bad_type = good;
+  bad_type.type = 9;
+  expect_violation(bad_type, "unknown type 9");
+  ::close(pair[0]);
+  ::close(pair[1]);
+
+  // Entries: counts and ranks are checked against the payload and the group.
+  std::vector<std::byte> payload;
+  const rank_bytes entry{2, {std::byte{1}, std::byte{2}}};
+  append_entries(payload, {&entry});
+  CHECK(parse_entries(payload, 3).at(0).bytes == entry.bytes);
+  CHECK_THROWS_AS(parse_entries(payload, 2), protocol_violation);  // rank 2 in a group of 2
+  auto lying = payload;
+  const std::uint32_t many = 1000000;
+  std::memcpy(lying.data(), &many, sizeof many);
+  CHECK_THROWS_AS(parse_entries(lying, 3), protocol_violation);
+  CHECK_THROWS_AS(parse_entries(std::span(payload).first(payload.size() - 1), 3), protocol_violation);
+}
+
+TEST_CASE("the TCP tree over loopback: every collective, groups and splits", "[transport]") {
+  const std::vector<int> nodes{0, 0, 0, 1, 1, 2, 2};  // 3 pretend nodes: leaders 0, 3 and 5
+  const auto results = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    std::vector<int> got;
+    got.push_back(g.all_reduce(g.rank(), jobkit::reduce_op::sum));
+    got.push_back(g.broadcast(g.rank() * 10, {.root = 5}));
+    const auto gathered = g.all_gather(std::string(static_cast<std::size_t>(g.rank()), 'x'));
+    got.push_back(static_cast<int>(gathered.at(6).size()));
+    got.push_back(g.scatter(std::vector<int>{10, 11, 12, 13, 14, 15, 16}, 3));
+    got.push_back(g.all_reduce(std::string(1, static_cast<char>('a' + g.rank())),
+                               [](const std::string& a, const std::string& b) { return a + b; }) == "abcdefg");
+    auto half = g.split(g.rank() % 2, -g.rank());  // ordered by descending rank
+    got.push_back(half->size());
+    got.push_back(half->world_ranks().front());
+    got.push_back(half->all_reduce(1, jobkit::reduce_op::sum));
+    return got;
+  });
+  for (int r = 0; r < 7; ++r) {
+    const auto& o = results[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << o.error);
+    REQUIRE(o.value);
+    const int even = r % 2 == 0;
+    CHECK(*o.value == std::vector<int>{21, 50, 6, 10 + r, 1, even ? 4 : 3, even ? 6 : 5, even ? 4 : 3});
+  }
+}
+
+TEST_CASE("strangers on a rank's port: silent, garbage, absurd sizes, forged hello; none stalls the group",
+          "[transport]") {
+  std::promise<int> port_of_rank_0;
+  auto port = port_of_rank_0.get_future().share();
+  std::atomic<std::uint64_t> dropped_at_end{0};
+  std::vector<int> strangers;
+  std::thread stranger([&] {
+    const int p = port.get();
+    strangers.push_back(connect_loopback(p));  // (a) silent
+    const int http = connect_loopback(p);      // (b) 18 bytes of an HTTP request, then silent
+    send_text(http, "GET / HTTP/1.1\r\n\r\n");
+    strangers.push_back(http);
+    const int garbage = connect_loopback(p);  // (b) garbage longer than a hello
+    send_text(garbage, std::string(200, '\x7f'));
+    strangers.push_back(garbage);
+    const int absurd = connect_loopback(p);  // (c) a well-formed frame header with absurd sizes
+    const frame_header h{frame_magic, 1, 1, 0, 65535, 65535, std::uint64_t{1} << 62};
+    REQUIRE(::send(absurd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+    strangers.push_back(absurd);
+    const int forged = connect_loopback(p);  // (d) a hello claiming to be rank 1, without the secret
+    std::array<std::byte, challenge_size> challenge{};
+    REQUIRE(::recv(forged, challenge.data(), challenge.size(), MSG_WAITALL) == challenge_size);
+    hello_message hello;
+    hello.world_rank = 1;
+    hello.group_key = "4-0000000000000000#0";
+    const auto bytes = encode_hello(hello);
+    REQUIRE(::send(forged, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+    strangers.push_back(forged);
+  });
+  const std::vector<int> nodes{0, 1, 1, 2};
+  const auto results = on_tcp_ranks(
+      nodes,
+      [&](tcp_fabric& fabric, jobkit::group& g) {
+        const auto sum = g.all_reduce(g.rank() + 1, jobkit::reduce_op::sum);
+        // New groups until rank 0 has handled the strangers that send something: the forged
+        // hello comes only after rank 0's challenge.
+        int sum_again = 0;
+        for (int round = 0; round < 200; ++round) {
+          auto again = make_tcp_group(fabric, g.world_ranks(), 20s);
+          sum_again = again.all_reduce(g.rank() + 1, jobkit::reduce_op::sum);
+          if (!g.broadcast(g.rank() == 0 && fabric.dropped_connections() < 2)) break;
+          std::this_thread::sleep_for(10ms);
+        }
+        if (g.rank() == 0) dropped_at_end = fabric.dropped_connections();
+        return sum * 100 + sum_again;
+      },
+      30s,
+      [&](int rank, tcp_fabric& fabric) {
+        if (rank != 0) return;
+        port_of_rank_0.set_value(fabric.endpoints()[0].port);
+        std::this_thread::sleep_for(300ms);  // the strangers connect first
+      });
+  stranger.join();
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 1010);
+  }
+  // The 200 bytes of garbage and the forged hello were dropped at once; the silent ones (the idle
+  // connection, the HTTP request and the 32-byte header) still wait for their 30 s deadline: the
+  // real ranks got in, group after group, while they were pending.
+  CHECK(dropped_at_end == 2);
+  for (const int fd : strangers) ::close(fd);
+}
+
+TEST_CASE("a silent stranger is dropped at its handshake deadline", "[transport]") {
+  std::promise<int> port_of_rank_0;
+  auto port = port_of_rank_0.get_future().share();
+  int silent = -1;
+  std::thread stranger([&] { silent = connect_loopback(port.get()); });
+  std::atomic<std::uint64_t> dropped{0};
+  const auto results = on_tcp_ranks(
+      {0, 1},
+      [&](tcp_fabric& fabric, jobkit::group& g) {
+        std::this_thread::sleep_for(400ms);
+        auto again = make_tcp_group(fabric, g.world_ranks(), 20s);  // rank 0 accepts again: deadlines pass
+        if (g.rank() == 0) dropped = fabric.dropped_connections();
+        return again.all_reduce(1, jobkit::reduce_op::sum);
+      },
+      200ms,
+      [&](int rank, tcp_fabric& fabric) {
+        if (rank != 0) return;
+        port_of_rank_0.set_value(fabric.endpoints()[0].port);
+        stranger.join();
+      });
+  for (const auto& o : results) CHECK(o.value == 2);
+  CHECK(dropped == 1);
+  ::close(silent);
+}
+
+TEST_CASE("connecting to an address where no rank of this step listens fails, naming rank and address",
+          "[transport]") {
+  // Rank 1 publishes the port of a server that is not jobkit: rank 0 must not take it for rank 1.
+  const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  REQUIRE(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(server, 4) == 0);
+  REQUIRE(::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  std::thread other_service([&] {
+    const int fd = ::accept(server, nullptr, nullptr);
+    const std::string banner = "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n";
+    ::send(fd, banner.data(), banner.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  });
+  auto store = std::make_shared<memory_rendezvous_store>(2);
+  std::thread fake_rank_1([&] {
+    memory_rendezvous rv(store, 1);
+    endpoint e;
+    e.port = ntohs(addr.sin_port);
+    e.host = "n1";
+    e.node = 1;
+    e.addresses = {"127.0.0.1"};
+    rv.put("jobkit.endpoint", text_bytes(encode_endpoint(1, e)));
+    rv.fence(20s);
+  });
+  memory_rendezvous rv(store, 0);
+  tcp_fabric fabric(rv, rank_identity(0, {0, 1}), 20s, {.addresses = {"127.0.0.1"}});
+  fake_rank_1.join();
+  try {
+    fabric.connect(1, "2-0#0", steady_clock::now() + 20s);
+    FAIL("a non-jobkit service was taken for rank 1");
+  } catch (const jobkit::error& e) {
+    CHECK(contains(e.what(), "cannot connect to rank 1 (n1)"));
+    CHECK(contains(e.what(), fmt::format("127.0.0.1 port {}", ntohs(addr.sin_port))));
+    CHECK(contains(e.what(), "not a jobkit data path"));
+  }
+  other_service.join();
+  ::close(server);
+}
+
+TEST_CASE("a rank that leaves during a collective fails every other rank, naming it", "[transport]") {
+  const auto results = on_tcp_ranks({0, 0, 1, 1}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 3) throw jobkit::error(jobkit::errc::internal, "rank 3 leaves");
+    return g.all_reduce(1, jobkit::reduce_op::sum, {.timeout = 20s});
+  });
+  for (int r = 0; r < 3; ++r) {
+    const auto& o = results[static_cast<std::size_t>(r)];
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "rank 3 (n1) closed its connection"));
+  }
+}
