@@ -82,6 +82,7 @@ int next_communicator_number() {
 }  // namespace
 
 std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options options) {
+  const auto timeout = detail::timeout_of(options.timeout, "share_unique_ids");
   if (ranks_per_root < 1) {
     throw error(errc::invalid_argument, fmt::format("ranks_per_root={} must be at least 1", ranks_per_root));
   }
@@ -114,8 +115,7 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
   // Slurm 22.05 does not always end the fence then.
   auto& all = world();
   all.setup(options);
-  pmix->fence(detail::timeout_of(options.timeout, "share_unique_ids"),
-              [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
+  pmix->fence(timeout, [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
   for (int i = 0; i < roots; ++i) {
     const auto bytes = pmix->get(root_rank(i), key(i));
     if (bytes.size() != sizeof(ncclUniqueId)) {

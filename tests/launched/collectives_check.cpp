@@ -11,6 +11,8 @@
 //   timeout          the last rank sleeps past the others' 1 s deadline
 //   throw            compute_and_broadcast whose callable throws on the root (rank 1)
 //   groups           node groups, node leaders and explicit lists match the real layout
+//   churn N          N rounds of group creation (world, a split, node groups) and checked
+//                    collectives on each: what strangers on the ranks' ports must not disturb
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "jobkit/jobkit.hpp"
 #include "test_support.hpp"
@@ -183,6 +187,34 @@ int groups() {
   return node_ok && leaders_ok && list_ok ? 0 : 1;
 }
 
+int churn(int rounds) {
+  const auto& id = jobkit::current_identity();
+  const int size = id.world_size;
+  checker check{id.rank};
+  const auto start = steady_clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<int> all(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
+    auto world = jobkit::make_group(all);
+    const auto op = static_cast<std::uint64_t>(i);
+    check.expect(world.all_reduce(id.rank + i, jobkit::reduce_op::sum) == size * (size - 1) / 2 + size * i, op,
+                 "all_reduce");
+    auto half = world.split(id.rank % 2, id.rank);
+    const auto members = half->all_gather(id.rank);
+    bool same_parity = true;
+    for (const int r : members) same_parity = same_parity && r % 2 == id.rank % 2;
+    check.expect(same_parity && static_cast<int>(members.size()) == (size + 1 - id.rank % 2) / 2, op, "split");
+    const auto root = static_cast<int>(mix(op) % static_cast<std::uint64_t>(size));
+    check.expect(world.broadcast(fmt::format("round {} from {}", i, root), root) ==
+                     fmt::format("round {} from {}", i, root),
+                 op, "broadcast");
+  }
+  jobkit::barrier();
+  std::printf("rank %d: churn %d rounds in %.2f s, %ld checks, %ld bad values\n", id.rank, rounds,
+              duration<double>(steady_clock::now() - start).count(), check.checked, check.bad);
+  return check.bad == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -194,6 +226,7 @@ int main(int argc, char** argv) {
     const int me = id.rank, last = id.world_size - 1;
     if (mode == "stress") return stress(std::stol(arg));
     if (mode == "groups") return groups();
+    if (mode == "churn") return churn(std::stoi(arg));
     if (mode == "late") {
       jobkit::barrier();  // everyone connected: the lateness below is the only wait
       if (me == last) std::this_thread::sleep_for(seconds(std::stoi(arg)));

@@ -214,6 +214,52 @@ TEST_CASE("bad arguments name themselves", "[collectives]") {
   CHECK_THROWS_WITH(world.barrier({.timeout = -1ms}), Catch::Contains("timeout=-1 ms"));
 }
 
+TEST_CASE("rooted collectives take the root in their options", "[collectives]") {
+  auto results = on_ranks(4, [](group& g) {
+    std::vector<int> got;
+    got.push_back(g.broadcast(g.rank() * 10, {.root = 2, .timeout = 5s}));
+    const auto gathered = g.gather(g.rank(), {.root = 3});
+    got.push_back(static_cast<int>(gathered.size()));
+    got.push_back(g.scatter(std::vector<int>{5, 6, 7, 8}, {.root = 1}));
+    got.push_back(g.compute_and_broadcast([&] { return g.rank() + 100; }, {.root = 3}));
+    got.push_back(static_cast<int>(g.gather_from_all_ranks([&] { return g.rank(); }, {.root = 1}).size()));
+    return got;
+  });
+  for (int r = 0; r < 4; ++r) {
+    const auto& o = results[static_cast<std::size_t>(r)];
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == std::vector<int>{20, r == 3 ? 4 : 0, 5 + r, 103, r == 1 ? 4 : 0});
+  }
+}
+
+TEST_CASE("all_reduce with a user operation folds in rank order, on any sendable type", "[collectives]") {
+  struct best {
+    double loss;
+    int rank;
+  };
+  auto results = on_ranks(5, [](group& g) {
+    const auto text = g.all_reduce(std::to_string(g.rank()), [](const std::string& a, const std::string& b) { return a + b; });
+    const auto lowest = g.all_reduce(best{10.0 - g.rank() % 3, g.rank()},
+                                     [](const best& a, const best& b) { return b.loss < a.loss ? b : a; });
+    return text + "/" + std::to_string(lowest.rank);
+  });
+  for (const auto& r : results) CHECK(r.value == "01234/2");  // loss 8.0 first reached by rank 2
+  auto throwing = on_ranks(3, [](group& g) {
+    return g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("bad combine"); });
+  });
+  for (const auto& r : throwing) CHECK(contains(r.error, "bad combine"));
+}
+
+TEST_CASE("split of a one-rank group, and a negative color", "[collectives]") {
+  auto& world = jobkit::world();
+  auto mine = world.split(7, 0);
+  REQUIRE(mine);
+  CHECK(mine->size() == 1);
+  CHECK(mine->all_reduce(4, reduce_op::sum) == 4);
+  CHECK_FALSE(world.split(-1, 0));
+}
+
 TEST_CASE("JOBKIT_TIMEOUT is seconds, positive, and named when wrong", "[collectives]") {
   using jobkit::parse_timeout;
   CHECK(parse_timeout("JOBKIT_TIMEOUT", "90") == 90s);

@@ -10,6 +10,8 @@
 #include "../catch.hpp"
 #include "support.hpp"
 
+using namespace std::chrono_literals;
+
 namespace {
 
 using test_support::contains;
@@ -39,6 +41,24 @@ TEST_CASE("a single rank runs every helper's callable exactly once", "[helpers]"
   CHECK(jobkit::local_zero_first([&] { return ++calls; }) == 6);
   CHECK(jobkit::do_n_at_a_time([&] { return ++calls; }) == 7);
   CHECK(jobkit::do_n_at_a_time([&] { return ++calls; }, 3) == 8);
+}
+
+TEST_CASE("helpers take designated-initialiser options; the positional seed forms still work", "[helpers]") {
+  int posts = 0;
+  CHECK(jobkit::run_on_main([] { return 1; }, [&] { ++posts; }, {.run_post_on_main = true, .timeout = 5s}) == 1);
+  CHECK(posts == 1);
+  CHECK(jobkit::run_on_main([] { return 2; }, [&] { ++posts; }, {}) == 2);
+  CHECK(posts == 1);
+  CHECK(jobkit::run_once_per_node([] { return 1; }, [] { return 2; }, {.run_post_on_all = true}) == 2);
+  CHECK(jobkit::run_once_per_node([] { return 1; }, [] { return 2; }, {.timeout = 5s}) == 1);
+  CHECK(jobkit::do_n_at_a_time([] { return 3; }, {.n = 2, .timeout = 5s}) == 3);
+  CHECK_THROWS_WITH(jobkit::do_n_at_a_time([] {}, {.n = 0}), Catch::Contains("do_n_at_a_time: n=0 must be at least 1"));
+}
+
+TEST_CASE("every helper applies the one timeout policy: negative is refused, naming the call", "[helpers]") {
+  CHECK_THROWS_WITH(jobkit::zero_first([] {}, {.timeout = -5ms}), Catch::Contains("timeout=-5 ms is negative"));
+  CHECK_THROWS_WITH(jobkit::run_on_main([] {}, [] {}, {.timeout = -5ms}), Catch::Contains("timeout=-5 ms is negative"));
+  CHECK_THROWS_WITH(jobkit::make_group({0}, {.timeout = -5ms}), Catch::Contains("make_group: timeout=-5 ms"));
 }
 
 TEST_CASE("an exception from the callable reaches the caller unchanged", "[helpers]") {

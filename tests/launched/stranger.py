@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""A stranger on a node of the step: connects to every listening port of the processes named
+TARGET in this network namespace, again and again until they are gone, and (a) stays silent,
+(b) sends garbage, (c) sends a well-formed jobkit frame header with absurd sizes, (d) answers the
+handshake's challenge with a hello claiming to be a real rank but without the secret.
+usage: stranger.py TARGET WORLD_SIZE"""
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+target, world_size = sys.argv[1], int(sys.argv[2])
+my_netns = os.stat("/proc/self/ns/net").st_ino
+
+
+def socket_inodes(pid):
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
+
+
+def slurm_inodes():
+    """Sockets slurmstepd holds: its PMIx server's listener leaks into the tasks; not ours to test."""
+    held = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() == "slurmstepd":
+                held |= socket_inodes(pid)
+        except OSError:
+            continue
+    return held
+
+
+def target_ports():
+    ports = set()
+    slurm = slurm_inodes()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) != target:
+                continue
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != my_netns:
+                continue
+            inodes = socket_inodes(pid) - slurm
+            for table in ("tcp", "tcp6"):
+                for line in open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            continue
+    return ports
+
+
+def host_addresses():
+    """Loopback first, then this node's other IPv4 addresses (a node's loopback may be down)."""
+    found = ["127.0.0.1"]
+    for line in subprocess.run(["ip", "-o", "-4", "addr", "show", "up"], capture_output=True, text=True).stdout.splitlines():
+        address = line.split()[3].split("/")[0]
+        if address not in found:
+            found.append(address)
+    return found
+
+
+addresses = host_addresses()
+
+
+def connect(port):
+    for address in addresses:
+        try:
+            s = socket.create_connection((address, port), timeout=2)
+            s.settimeout(2)
+            return s
+        except OSError:
+            continue
+    raise OSError(f"port {port} unreachable")
+
+
+open_sockets, counts, seen, start = [], {"silent": 0, "garbage": 0, "header": 0, "forged": 0}, set(), time.time()
+forged_rank = 0
+while time.time() - start < 240:
+    ports = target_ports()
+    if not ports and (seen or time.time() - start > 60):
+        break
+    seen |= ports
+    for port in ports:
+        try:
+            open_sockets.append(connect(port))
+            counts["silent"] += 1
+            s = connect(port)
+            s.sendall(b"GET / HTTP/1.1\r\n\r\n" + os.urandom(200))
+            open_sockets.append(s)
+            counts["garbage"] += 1
+            s = connect(port)
+            s.sendall(struct.pack("=IIQIHHQ", 0x4A4B5433, 1, 1, 0, 65535, 65535, 1 << 62))
+            open_sockets.append(s)
+            counts["header"] += 1
+            s = connect(port)
+            open_sockets.append(s)
+            s.settimeout(0.3)
+            if len(s.recv(24, socket.MSG_WAITALL)) != 24:  # the challenge comes when the rank accepts
+                continue
+            key = b"2-0000000000000000#0"
+            forged_rank = (forged_rank + 1) % world_size
+            s.sendall(struct.pack("=IIIHH16s32s", 0x4A4B4848, 3, forged_rank, len(key), 0, os.urandom(16),
+                                  os.urandom(32)) + key)
+            counts["forged"] += 1
+        except OSError:
+            pass
+    while len(open_sockets) > 400:
+        open_sockets.pop(0).close()
+    time.sleep(0.2)
+print(f"stranger on {socket.gethostname()}: {len(seen)} ports, connections: "
+      + ", ".join(f"{k} {v}" for k, v in counts.items()), flush=True)
