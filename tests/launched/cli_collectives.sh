@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # jobkit barrier and jobkit broadcast on the dev cluster.
-# usage: cli_collectives.sh MODE JOBKIT   (MODE: broadcast, barrier, late, dead, timeout)
+# usage: cli_collectives.sh MODE JOBKIT   (MODE: see declare_modes below)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes broadcast barrier late dead timeout
 mode=$1
 jobkit=$2
 need_cluster

@@ -5,6 +5,7 @@
 #   OP: barrier broadcast all_gather)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes stress groups late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead
 mode=$1
 binary=$2
 need_cluster

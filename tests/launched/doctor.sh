@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # jobkit doctor on the dev cluster (no GPU here).
-# usage: doctor.sh MODE JOBKIT   (MODE: plain, nccl)
+# usage: doctor.sh MODE JOBKIT   (MODE: see declare_modes below)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes plain nccl
 mode=$1
 jobkit=$2
 need_cluster

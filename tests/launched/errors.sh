@@ -4,6 +4,7 @@
 # usage: errors.sh MODE JOBKIT_BINARY
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes contradiction spawned partial
 mode=$1
 jobkit=$2
 need_cluster

@@ -5,6 +5,7 @@
 #         long-control
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes semantics-uneven semantics-cyclic throw-main throw-node throw-rounds nested long long-control
 mode=$1
 binary=$2
 shared=$3

@@ -3,6 +3,7 @@
 # usage: identity.sh MODE JOBKIT_BINARY
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes 1x1 1x4 uneven cyclic subset none 3x8 mpirun
 mode=$1
 jobkit=$2
 probe=("$here/probe.sh" "$jobkit" info --json)

@@ -1,5 +1,6 @@
 # Shared by the launched tests: find the dev cluster or skip (exit 77, meson's skip status).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+first_argument=${1:-}
 repo=$(cd "$here/../.." && pwd -P)
 
 skip() {
@@ -43,3 +44,15 @@ run_step() {
 
 # count PATTERN: how many lines of the last step's output match (grep -c).
 count() { grep -c -- "$1" <<<"$out" || true; }
+
+# declare_modes MODE...: the modes of the sourcing script, declared once. `SCRIPT --modes` prints
+# them (tests/launched/meson.build registers one test per mode from it); an unknown mode fails.
+declare_modes() {
+  if [[ $first_argument == --modes ]]; then
+    echo "$*"
+    exit 0
+  fi
+  local m
+  for m in "$@"; do [[ $m == "$first_argument" ]] && return 0; done
+  fail "unknown mode '$first_argument' (modes: $*)"
+}

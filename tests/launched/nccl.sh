@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The NCCL id exchange through PMIx on the dev cluster (3 nodes, uneven), without a GPU.
-# usage: nccl.sh MODE BINARY   (MODE: ids, ids-scalable, die-root, die-other, no-gpu)
+# usage: nccl.sh MODE BINARY   (MODE: see declare_modes below)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes ids ids-scalable die-root die-other no-gpu
 mode=$1
 binary=$2
 need_cluster

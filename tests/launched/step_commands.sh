@@ -4,6 +4,7 @@
 # usage: step_commands.sh MODE JOBKIT SHARED_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes on-main on-main-fail once-per-node once-per-node-fail n-at-a-time n-at-a-time-fail zero-first zero-first-fail env exec exec-refuse exec-overwrite
 mode=$1
 jobkit=$2
 shared=$3

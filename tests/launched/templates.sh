@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The sbatch templates of slurm/, submitted for real with sbatch --wait on the dev cluster, their
 # output checked. The GPU template runs as a CPU variant (its --gpus-per-task line removed).
-# usage: templates.sh MODE JOBKIT TRAIN_STEP WORK_DIR   (MODE: gpu-as-cpu, python, stage, array)
+# usage: templates.sh MODE JOBKIT TRAIN_STEP WORK_DIR   (MODE: see declare_modes below)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes gpu-as-cpu python stage array
 mode=$1
 jobkit=$(realpath "$2")  # the batch script runs in $work
 train_step=$(realpath "$3")

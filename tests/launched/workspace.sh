@@ -5,6 +5,7 @@
 #   MODE: gather-cross, gather-node, race, steps, kill, blocked, exit-before, missing
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+declare_modes gather-cross gather-node race steps kill blocked exit-before missing
 mode=$1
 binary=$2
 need_cluster
