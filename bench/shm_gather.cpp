@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
     const auto line = [&](const char* what, double seconds) {
       std::printf("%-26s %8.1f ms  %8.0f MiB/s\n", what, seconds * 1e3, mib / seconds);
     };
-    std::printf("%s: %d ranks, %.0f MiB in all (%.1f MiB per rank), median of %d (checksum %u)\n",
-                id.hostname.c_str(), node.size(), mib, mib / node.size(), iterations, checksum);
+    std::printf("%s: %d ranks, %.0f MiB in all (%.1f MiB per rank), median of %d (checksum %u)\n", id.hostname.c_str(),
+                node.size(), mib, mib / node.size(), iterations, checksum);
     line("node_local_gather (shm)", median(gather_s));
     line("memcpy to fresh memory", median(fresh_s));
     line("memcpy to touched memory", median(touched_s));

@@ -12,9 +12,8 @@ int main(int argc, char** argv) {
   try {
     const int steps = argc > 1 ? std::stoi(argv[1]) : 3;
     const auto& me = jobkit::current_identity();
-    const auto run_id = jobkit::compute_and_broadcast([] {
-      return std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-    });
+    const auto run_id = jobkit::compute_and_broadcast(
+        [] { return std::to_string(std::chrono::system_clock::now().time_since_epoch().count()); });
     jobkit::once_per_node([&] { jobkit::log::info("node {}: preparing the node-local cache", me.hostname); });
     double loss = 1.0;
     for (int step = 1; step <= steps; ++step) {

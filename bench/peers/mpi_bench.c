@@ -39,141 +39,154 @@
 
 static int g_rank = -1;
 
-#define CHECK(call)                                                                    \
-    do {                                                                               \
-        int rc_ = (call);                                                              \
-        if (rc_ != MPI_SUCCESS) {                                                      \
-            char msg_[MPI_MAX_ERROR_STRING];                                           \
-            int len_ = 0;                                                              \
-            MPI_Error_string(rc_, msg_, &len_);                                        \
-            fprintf(stderr, "mpi_bench: rank %d: %s failed: %s\n", g_rank, #call, msg_); \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
-
+#define CHECK(call)                                                                \
+  do {                                                                             \
+    int rc_ = (call);                                                              \
+    if (rc_ != MPI_SUCCESS) {                                                      \
+      char msg_[MPI_MAX_ERROR_STRING];                                             \
+      int len_ = 0;                                                                \
+      MPI_Error_string(rc_, msg_, &len_);                                          \
+      fprintf(stderr, "mpi_bench: rank %d: %s failed: %s\n", g_rank, #call, msg_); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
 
 static int g_size, g_nodes;
 static long g_iters, g_warmup;
 static double *g_t, *g_tmax;
 
 /* Collective: reduces the per-iteration times (MAX over ranks) to rank 0, which prints them. */
-static void report(const char *op, long bytes, int sep) {
-    CHECK(MPI_Reduce(g_t, g_tmax, (int)g_iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-    if (g_rank != 0) return;
-    double med, p99, med0, p99_0;
-    stats(g_t, g_iters, &med0, &p99_0);
-    stats(g_tmax, g_iters, &med, &p99);
-    printf("{\"impl\":\"mpi\",\"op\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"bytes\":%ld,\"iters\":%ld,"
-           "\"median_us\":%.2f,\"p99_us\":%.2f,\"rank0_median_us\":%.2f,\"timing\":\"max_over_ranks\"%s}\n",
-           op, g_size, g_nodes, bytes, g_iters, med, p99, med0, sep ? ",\"iter_sep\":\"barrier\"" : "");
-    fflush(stdout);
+static void report(const char* op, long bytes, int sep) {
+  CHECK(MPI_Reduce(g_t, g_tmax, (int)g_iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  if (g_rank != 0) return;
+  double med, p99, med0, p99_0;
+  stats(g_t, g_iters, &med0, &p99_0);
+  stats(g_tmax, g_iters, &med, &p99);
+  printf(
+      "{\"impl\":\"mpi\",\"op\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"bytes\":%ld,\"iters\":%ld,"
+      "\"median_us\":%.2f,\"p99_us\":%.2f,\"rank0_median_us\":%.2f,\"timing\":\"max_over_ranks\"%s}\n",
+      op, g_size, g_nodes, bytes, g_iters, med, p99, med0, sep ? ",\"iter_sep\":\"barrier\"" : "");
+  fflush(stdout);
 }
 
 /* Runs BODY WARMUP + ITERS times after a barrier, timing the last ITERS into g_t.
  * SEP: an untimed MPI_Barrier after each iteration (for rooted ops: without it the root runs ahead
  * and the receivers find the data already there, which times the stream, not the latency). */
-#define TIMED(SEP, BODY)                                               \
-    do {                                                               \
-        CHECK(MPI_Barrier(MPI_COMM_WORLD));                            \
-        for (long i_ = 0; i_ < g_warmup; ++i_) {                       \
-            BODY;                                                      \
-            if (SEP) CHECK(MPI_Barrier(MPI_COMM_WORLD));               \
-        }                                                              \
-        for (long i_ = 0; i_ < g_iters; ++i_) {                        \
-            double t0_ = now_us();                                     \
-            BODY;                                                      \
-            g_t[i_] = now_us() - t0_;                                  \
-            if (SEP) CHECK(MPI_Barrier(MPI_COMM_WORLD));               \
-        }                                                              \
-    } while (0)
+#define TIMED(SEP, BODY)                           \
+  do {                                             \
+    CHECK(MPI_Barrier(MPI_COMM_WORLD));            \
+    for (long i_ = 0; i_ < g_warmup; ++i_) {       \
+      BODY;                                        \
+      if (SEP) CHECK(MPI_Barrier(MPI_COMM_WORLD)); \
+    }                                              \
+    for (long i_ = 0; i_ < g_iters; ++i_) {        \
+      double t0_ = now_us();                       \
+      BODY;                                        \
+      g_t[i_] = now_us() - t0_;                    \
+      if (SEP) CHECK(MPI_Barrier(MPI_COMM_WORLD)); \
+    }                                              \
+  } while (0)
 
 static int count_nodes(void) {
-    char name[MPI_MAX_PROCESSOR_NAME + 1];
-    memset(name, 0, sizeof name);
-    int len = 0;
-    CHECK(MPI_Get_processor_name(name, &len));
-    char *all = calloc((size_t)g_size, sizeof name);
-    if (!all) { perror("calloc"); exit(1); }
-    CHECK(MPI_Allgather(name, (int)sizeof name, MPI_CHAR, all, (int)sizeof name, MPI_CHAR,
-                        MPI_COMM_WORLD));
-    int distinct = 0;
-    for (int i = 0; i < g_size; ++i) {
-        int seen = 0;
-        for (int j = 0; j < i && !seen; ++j)
-            seen = strcmp(all + (size_t)i * sizeof name, all + (size_t)j * sizeof name) == 0;
-        distinct += !seen;
-    }
-    free(all);
-    return distinct;
+  char name[MPI_MAX_PROCESSOR_NAME + 1];
+  memset(name, 0, sizeof name);
+  int len = 0;
+  CHECK(MPI_Get_processor_name(name, &len));
+  char* all = calloc((size_t)g_size, sizeof name);
+  if (!all) {
+    perror("calloc");
+    exit(1);
+  }
+  CHECK(MPI_Allgather(name, (int)sizeof name, MPI_CHAR, all, (int)sizeof name, MPI_CHAR, MPI_COMM_WORLD));
+  int distinct = 0;
+  for (int i = 0; i < g_size; ++i) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; ++j)
+      seen = strcmp(all + (size_t)i * sizeof name, all + (size_t)j * sizeof name) == 0;
+    distinct += !seen;
+  }
+  free(all);
+  return distinct;
 }
 
-int main(int argc, char **argv) {
-    double t_init0 = now_us();
-    int rc = MPI_Init(&argc, &argv);
-    double t_init = now_us() - t_init0;
-    if (rc != MPI_SUCCESS) { fprintf(stderr, "mpi_bench: MPI_Init failed (%d)\n", rc); return 1; }
-    CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
-    CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
+int main(int argc, char** argv) {
+  double t_init0 = now_us();
+  int rc = MPI_Init(&argc, &argv);
+  double t_init = now_us() - t_init0;
+  if (rc != MPI_SUCCESS) {
+    fprintf(stderr, "mpi_bench: MPI_Init failed (%d)\n", rc);
+    return 1;
+  }
+  CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
+  CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
 
-    g_iters = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
-    g_warmup = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
-    if (g_iters < 1 || g_warmup < 0) {
-        if (g_rank == 0) fprintf(stderr, "usage: %s [ITERS>=1 [WARMUP>=0]]\n", argv[0]);
-        MPI_Finalize();
-        return 2;
-    }
-    g_t = malloc(sizeof(double) * (size_t)g_iters);
-    g_tmax = malloc(sizeof(double) * (size_t)g_iters);
-    if (!g_t || !g_tmax) { perror("malloc"); return 1; }
-    g_nodes = count_nodes();
+  g_iters = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
+  g_warmup = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
+  if (g_iters < 1 || g_warmup < 0) {
+    if (g_rank == 0) fprintf(stderr, "usage: %s [ITERS>=1 [WARMUP>=0]]\n", argv[0]);
+    MPI_Finalize();
+    return 2;
+  }
+  g_t = malloc(sizeof(double) * (size_t)g_iters);
+  g_tmax = malloc(sizeof(double) * (size_t)g_iters);
+  if (!g_t || !g_tmax) {
+    perror("malloc");
+    return 1;
+  }
+  g_nodes = count_nodes();
 
-    if (g_rank == 0) {
-        printf("{\"impl\":\"mpi\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
-               "\"median_us\":%.0f,\"p99_us\":%.0f,\"timing\":\"rank0\"}\n", g_size, g_nodes, t_init, t_init);
-        fflush(stdout);
-    }
+  if (g_rank == 0) {
+    printf(
+        "{\"impl\":\"mpi\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
+        "\"median_us\":%.0f,\"p99_us\":%.0f,\"timing\":\"rank0\"}\n",
+        g_size, g_nodes, t_init, t_init);
+    fflush(stdout);
+  }
 
-    TIMED(0, CHECK(MPI_Barrier(MPI_COMM_WORLD)));
-    report("barrier", 0, 0);
+  TIMED(0, CHECK(MPI_Barrier(MPI_COMM_WORLD)));
+  report("barrier", 0, 0);
 
-    double in = (double)g_rank, out = 0.0;
-    TIMED(0, CHECK(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)));
-    if (out != (double)g_size * (g_size - 1) / 2.0) {
-        fprintf(stderr, "mpi_bench: rank %d: allreduce gave %g\n", g_rank, out);
+  double in = (double)g_rank, out = 0.0;
+  TIMED(0, CHECK(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)));
+  if (out != (double)g_size * (g_size - 1) / 2.0) {
+    fprintf(stderr, "mpi_bench: rank %d: allreduce gave %g\n", g_rank, out);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  report("allreduce", 8, 0);
+
+  unsigned char buf[1024];
+  static const int bsizes[] = {64, 1024};
+  for (int s = 0; s < 2; ++s) {
+    int n = bsizes[s];
+    memset(buf, g_rank == 0 ? 0xA5 : 0, sizeof buf);
+    TIMED(1, CHECK(MPI_Bcast(buf, n, MPI_BYTE, 0, MPI_COMM_WORLD)));
+    for (int i = 0; i < n; ++i)
+      if (buf[i] != 0xA5) {
+        fprintf(stderr, "mpi_bench: rank %d: bcast byte %d wrong\n", g_rank, i);
         MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    report("bcast", n, 1);
+  }
+
+  uint64_t mine = (uint64_t)g_rank * 1000003u;
+  uint64_t* all = calloc((size_t)g_size, sizeof *all);
+  if (!all) {
+    perror("calloc");
+    return 1;
+  }
+  TIMED(0, CHECK(MPI_Allgather(&mine, 8, MPI_BYTE, all, 8, MPI_BYTE, MPI_COMM_WORLD)));
+  for (int r = 0; r < g_size; ++r)
+    if (all[r] != (uint64_t)r * 1000003u) {
+      fprintf(stderr, "mpi_bench: rank %d: allgather slot %d wrong\n", g_rank, r);
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    report("allreduce", 8, 0);
+  report("allgather", 8, 0);
 
-    unsigned char buf[1024];
-    static const int bsizes[] = {64, 1024};
-    for (int s = 0; s < 2; ++s) {
-        int n = bsizes[s];
-        memset(buf, g_rank == 0 ? 0xA5 : 0, sizeof buf);
-        TIMED(1, CHECK(MPI_Bcast(buf, n, MPI_BYTE, 0, MPI_COMM_WORLD)));
-        for (int i = 0; i < n; ++i)
-            if (buf[i] != 0xA5) {
-                fprintf(stderr, "mpi_bench: rank %d: bcast byte %d wrong\n", g_rank, i);
-                MPI_Abort(MPI_COMM_WORLD, 1);
-            }
-        report("bcast", n, 1);
-    }
-
-    uint64_t mine = (uint64_t)g_rank * 1000003u;
-    uint64_t *all = calloc((size_t)g_size, sizeof *all);
-    if (!all) { perror("calloc"); return 1; }
-    TIMED(0, CHECK(MPI_Allgather(&mine, 8, MPI_BYTE, all, 8, MPI_BYTE, MPI_COMM_WORLD)));
-    for (int r = 0; r < g_size; ++r)
-        if (all[r] != (uint64_t)r * 1000003u) {
-            fprintf(stderr, "mpi_bench: rank %d: allgather slot %d wrong\n", g_rank, r);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-    report("allgather", 8, 0);
-
-    free(all);
-    free(g_t);
-    free(g_tmax);
-    CHECK(MPI_Finalize());
-    return 0;
+  free(all);
+  free(g_t);
+  free(g_tmax);
+  CHECK(MPI_Finalize());
+  return 0;
 }

@@ -37,127 +37,131 @@
 
 static pmix_proc_t g_self;
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        pmix_status_t rc_ = (call);                                                      \
-        if (rc_ != PMIX_SUCCESS) {                                                       \
-            fprintf(stderr, "pmix_floor: rank %u: %s failed: %s (%d)\n", g_self.rank,    \
-                    #call, PMIx_Error_string(rc_), (int)rc_);                            \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#define CHECK(call)                                                                                            \
+  do {                                                                                                         \
+    pmix_status_t rc_ = (call);                                                                                \
+    if (rc_ != PMIX_SUCCESS) {                                                                                 \
+      fprintf(stderr, "pmix_floor: rank %u: %s failed: %s (%d)\n", g_self.rank, #call, PMIx_Error_string(rc_), \
+              (int)rc_);                                                                                       \
+      exit(1);                                                                                                 \
+    }                                                                                                          \
+  } while (0)
 
-
-static uint32_t get_u32(const pmix_proc_t *who, const char *key) {
-    pmix_value_t *val = NULL;
-    CHECK(PMIx_Get(who, key, NULL, 0, &val));
-    uint32_t out = 0;
-    switch (val->type) {
+static uint32_t get_u32(const pmix_proc_t* who, const char* key) {
+  pmix_value_t* val = NULL;
+  CHECK(PMIx_Get(who, key, NULL, 0, &val));
+  uint32_t out = 0;
+  switch (val->type) {
     case PMIX_UINT32: out = val->data.uint32; break;
     case PMIX_UINT16: out = val->data.uint16; break;
     case PMIX_UINT64: out = (uint32_t)val->data.uint64; break;
     case PMIX_INT: out = (uint32_t)val->data.integer; break;
     case PMIX_SIZE: out = (uint32_t)val->data.size; break;
-    default:
-        fprintf(stderr, "pmix_floor: unexpected type %d for %s\n", (int)val->type, key);
-        exit(1);
-    }
-    PMIX_VALUE_RELEASE(val);
-    return out;
+    default: fprintf(stderr, "pmix_floor: unexpected type %d for %s\n", (int)val->type, key); exit(1);
+  }
+  PMIX_VALUE_RELEASE(val);
+  return out;
 }
 
-int main(int argc, char **argv) {
-    long iters = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
-    long warmup = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
-    if (iters < 1 || warmup < 0) {
-        fprintf(stderr, "usage: %s [ITERS>=1 [WARMUP>=0]]\n", argv[0]);
-        return 2;
+int main(int argc, char** argv) {
+  long iters = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
+  long warmup = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
+  if (iters < 1 || warmup < 0) {
+    fprintf(stderr, "usage: %s [ITERS>=1 [WARMUP>=0]]\n", argv[0]);
+    return 2;
+  }
+
+  memset(&g_self, 0, sizeof g_self);
+  CHECK(PMIx_Init(&g_self, NULL, 0));
+
+  pmix_proc_t wild;
+  PMIX_LOAD_PROCID(&wild, g_self.nspace, PMIX_RANK_WILDCARD);
+  uint32_t ranks = get_u32(&wild, PMIX_JOB_SIZE);
+  uint32_t nodes = get_u32(&wild, PMIX_NUM_NODES);
+
+  bool yes = true;
+  pmix_info_t collect;
+  PMIX_INFO_CONSTRUCT(&collect);
+  PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+
+  enum { NOPS = 2 };
+  static const struct {
+    const char* op;
+    bool collect;
+    const char* note;
+  } ops[NOPS] = {
+      {"fence_collect", true, NULL},
+      {"fence_nocollect", false, "not a barrier across nodes"},
+  };
+  size_t nt = (size_t)iters * NOPS;
+  double* t = malloc(sizeof(double) * nt);    /* this rank's times, op-major */
+  double* tmax = malloc(sizeof(double) * nt); /* rank 0: max over ranks */
+  double* tmp = malloc(sizeof(double) * (size_t)iters);
+  if (!t || !tmax || !tmp) {
+    perror("malloc");
+    return 1;
+  }
+
+  for (size_t o = 0; o < NOPS; ++o) {
+    pmix_info_t* info = ops[o].collect ? &collect : NULL;
+    size_t ninfo = ops[o].collect ? 1 : 0;
+    double* to = t + o * (size_t)iters;
+    CHECK(PMIx_Fence(NULL, 0, &collect, 1)); /* synchronised start */
+    for (long i = 0; i < warmup; ++i) CHECK(PMIx_Fence(NULL, 0, info, ninfo));
+    for (long i = 0; i < iters; ++i) {
+      double t0 = now_us();
+      CHECK(PMIx_Fence(NULL, 0, info, ninfo));
+      to[i] = now_us() - t0;
     }
+  }
 
-    memset(&g_self, 0, sizeof g_self);
-    CHECK(PMIx_Init(&g_self, NULL, 0));
-
-    pmix_proc_t wild;
-    PMIX_LOAD_PROCID(&wild, g_self.nspace, PMIX_RANK_WILDCARD);
-    uint32_t ranks = get_u32(&wild, PMIX_JOB_SIZE);
-    uint32_t nodes = get_u32(&wild, PMIX_NUM_NODES);
-
-    bool yes = true;
-    pmix_info_t collect;
-    PMIX_INFO_CONSTRUCT(&collect);
-    PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
-
-    enum { NOPS = 2 };
-    static const struct { const char *op; bool collect; const char *note; } ops[NOPS] = {
-        {"fence_collect", true, NULL},
-        {"fence_nocollect", false, "not a barrier across nodes"},
-    };
-    size_t nt = (size_t)iters * NOPS;
-    double *t = malloc(sizeof(double) * nt);    /* this rank's times, op-major */
-    double *tmax = malloc(sizeof(double) * nt); /* rank 0: max over ranks */
-    double *tmp = malloc(sizeof(double) * (size_t)iters);
-    if (!t || !tmax || !tmp) { perror("malloc"); return 1; }
-
+  /* Untimed: bring every rank's times to rank 0 (one key per rank, one collecting fence). */
+  static const char key[] = "peers.pmix_floor.times";
+  pmix_value_t val;
+  PMIX_VALUE_CONSTRUCT(&val);
+  val.type = PMIX_BYTE_OBJECT;
+  val.data.bo.bytes = (char*)t;
+  val.data.bo.size = sizeof(double) * nt;
+  CHECK(PMIx_Put(PMIX_GLOBAL, key, &val)); /* PMIx copies the value */
+  CHECK(PMIx_Commit());
+  CHECK(PMIx_Fence(NULL, 0, &collect, 1));
+  if (g_self.rank == 0) {
+    memcpy(tmax, t, sizeof(double) * nt);
+    for (uint32_t r = 1; r < ranks; ++r) {
+      pmix_proc_t peer;
+      PMIX_LOAD_PROCID(&peer, g_self.nspace, r);
+      pmix_value_t* pv = NULL;
+      CHECK(PMIx_Get(&peer, key, NULL, 0, &pv));
+      if (pv->type != PMIX_BYTE_OBJECT || pv->data.bo.size != sizeof(double) * nt) {
+        fprintf(stderr, "pmix_floor: rank %u's times have type %d, size %zu\n", r, (int)pv->type,
+                pv->type == PMIX_BYTE_OBJECT ? pv->data.bo.size : 0);
+        return 1;
+      }
+      const double* rt = (const double*)(void*)pv->data.bo.bytes;
+      for (size_t i = 0; i < nt; ++i)
+        if (rt[i] > tmax[i]) tmax[i] = rt[i];
+      PMIX_VALUE_RELEASE(pv);
+    }
     for (size_t o = 0; o < NOPS; ++o) {
-        pmix_info_t *info = ops[o].collect ? &collect : NULL;
-        size_t ninfo = ops[o].collect ? 1 : 0;
-        double *to = t + o * (size_t)iters;
-        CHECK(PMIx_Fence(NULL, 0, &collect, 1)); /* synchronised start */
-        for (long i = 0; i < warmup; ++i) CHECK(PMIx_Fence(NULL, 0, info, ninfo));
-        for (long i = 0; i < iters; ++i) {
-            double t0 = now_us();
-            CHECK(PMIx_Fence(NULL, 0, info, ninfo));
-            to[i] = now_us() - t0;
-        }
+      double med, p99, med0, p99_0;
+      memcpy(tmp, t + o * (size_t)iters, sizeof(double) * (size_t)iters);
+      stats(tmp, iters, &med0, &p99_0);
+      stats(tmax + o * (size_t)iters, iters, &med, &p99);
+      printf(
+          "{\"impl\":\"pmix\",\"op\":\"%s\",\"ranks\":%u,\"nodes\":%u,\"bytes\":0,"
+          "\"iters\":%ld,\"median_us\":%.1f,\"p99_us\":%.1f,\"rank0_median_us\":%.1f,"
+          "\"timing\":\"max_over_ranks\"%s%s%s}\n",
+          ops[o].op, ranks, nodes, iters, med, p99, med0, ops[o].note ? ",\"note\":\"" : "",
+          ops[o].note ? ops[o].note : "", ops[o].note ? "\"" : "");
     }
+    fflush(stdout);
+  }
 
-    /* Untimed: bring every rank's times to rank 0 (one key per rank, one collecting fence). */
-    static const char key[] = "peers.pmix_floor.times";
-    pmix_value_t val;
-    PMIX_VALUE_CONSTRUCT(&val);
-    val.type = PMIX_BYTE_OBJECT;
-    val.data.bo.bytes = (char *)t;
-    val.data.bo.size = sizeof(double) * nt;
-    CHECK(PMIx_Put(PMIX_GLOBAL, key, &val)); /* PMIx copies the value */
-    CHECK(PMIx_Commit());
-    CHECK(PMIx_Fence(NULL, 0, &collect, 1));
-    if (g_self.rank == 0) {
-        memcpy(tmax, t, sizeof(double) * nt);
-        for (uint32_t r = 1; r < ranks; ++r) {
-            pmix_proc_t peer;
-            PMIX_LOAD_PROCID(&peer, g_self.nspace, r);
-            pmix_value_t *pv = NULL;
-            CHECK(PMIx_Get(&peer, key, NULL, 0, &pv));
-            if (pv->type != PMIX_BYTE_OBJECT || pv->data.bo.size != sizeof(double) * nt) {
-                fprintf(stderr, "pmix_floor: rank %u's times have type %d, size %zu\n", r,
-                        (int)pv->type, pv->type == PMIX_BYTE_OBJECT ? pv->data.bo.size : 0);
-                return 1;
-            }
-            const double *rt = (const double *)(void *)pv->data.bo.bytes;
-            for (size_t i = 0; i < nt; ++i)
-                if (rt[i] > tmax[i]) tmax[i] = rt[i];
-            PMIX_VALUE_RELEASE(pv);
-        }
-        for (size_t o = 0; o < NOPS; ++o) {
-            double med, p99, med0, p99_0;
-            memcpy(tmp, t + o * (size_t)iters, sizeof(double) * (size_t)iters);
-            stats(tmp, iters, &med0, &p99_0);
-            stats(tmax + o * (size_t)iters, iters, &med, &p99);
-            printf("{\"impl\":\"pmix\",\"op\":\"%s\",\"ranks\":%u,\"nodes\":%u,\"bytes\":0,"
-                   "\"iters\":%ld,\"median_us\":%.1f,\"p99_us\":%.1f,\"rank0_median_us\":%.1f,"
-                   "\"timing\":\"max_over_ranks\"%s%s%s}\n",
-                   ops[o].op, ranks, nodes, iters, med, p99, med0,
-                   ops[o].note ? ",\"note\":\"" : "", ops[o].note ? ops[o].note : "",
-                   ops[o].note ? "\"" : "");
-        }
-        fflush(stdout);
-    }
-
-    CHECK(PMIx_Fence(NULL, 0, &collect, 1)); /* rank 0 has read everything */
-    PMIX_INFO_DESTRUCT(&collect);
-    free(t);
-    free(tmax);
-    free(tmp);
-    CHECK(PMIx_Finalize(NULL, 0));
-    return 0;
+  CHECK(PMIx_Fence(NULL, 0, &collect, 1)); /* rank 0 has read everything */
+  PMIX_INFO_DESTRUCT(&collect);
+  free(t);
+  free(tmax);
+  free(tmp);
+  CHECK(PMIx_Finalize(NULL, 0));
+  return 0;
 }

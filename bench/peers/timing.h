@@ -6,23 +6,23 @@
 #include <time.h>
 
 static inline double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static inline int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+static inline int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
 }
 
 /* Sorts v in place. Median (mean of the two middle values for even n); p99 = nearest rank. */
-static inline void stats(double *v, long n, double *median, double *p99) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    *median = (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    long k = (99 * n + 99) / 100; /* ceil(0.99 n) */
-    if (k < 1) k = 1;
-    *p99 = v[k - 1];
+static inline void stats(double* v, long n, double* median, double* p99) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  *median = (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+  long k = (99 * n + 99) / 100; /* ceil(0.99 n) */
+  if (k < 1) k = 1;
+  *p99 = v[k - 1];
 }
 
 #endif

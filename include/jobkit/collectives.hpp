@@ -43,15 +43,14 @@ std::string_view to_string(reduce_op op) noexcept;
 
 /// Arithmetic types, and std::vector or std::array of them (reduced element by element).
 template <class T>
-concept reducible =
-    std::is_arithmetic_v<T> ||
-    (detail::is_vector<T>::value && std::is_arithmetic_v<typename T::value_type>) ||
-    (detail::is_std_array<T>::value && std::is_arithmetic_v<typename T::value_type>);
+concept reducible = std::is_arithmetic_v<T> ||
+                    (detail::is_vector<T>::value&& std::is_arithmetic_v<typename T::value_type>) ||
+                    (detail::is_std_array<T>::value && std::is_arithmetic_v<typename T::value_type>);
 
 /// A user reduction of T: op(a, b) returns the combination of a and b.
 template <class Op, class T>
-concept binary_operation_of = std::invocable<Op&, const T&, const T&> &&
-                              std::convertible_to<std::invoke_result_t<Op&, const T&, const T&>, T>;
+concept binary_operation_of =
+    std::invocable<Op&, const T&, const T&> && std::convertible_to<std::invoke_result_t<Op&, const T&, const T&>, T>;
 
 /// A set of ranks that run collectives together: the world, a node, one rank per node, an
 /// explicit list, or a split. Every member must call the same collectives in the same order;
@@ -107,15 +106,13 @@ class group {
   /// fn() runs on the root only; its result is returned on every rank. If fn throws, the root
   /// rethrows it and every other rank throws a jobkit::error carrying its message.
   template <class F, class R = std::invoke_result_t<F&>>
-    requires sendable<R>
-  R compute_and_broadcast(F&& fn, rooted_options options,
-                          std::source_location site = std::source_location::current());
+  requires sendable<R> R compute_and_broadcast(F&& fn, rooted_options options,
+                                               std::source_location site = std::source_location::current());
 
   /// fn() runs on every rank; the results, in rank order, on the root (empty elsewhere).
   template <class F, class R = std::invoke_result_t<F&>>
-    requires sendable<R>
-  std::vector<R> gather_from_all_ranks(F&& fn, rooted_options options,
-                                       std::source_location site = std::source_location::current());
+  requires sendable<R> std::vector<R> gather_from_all_ranks(
+      F&& fn, rooted_options options, std::source_location site = std::source_location::current());
 
   /// The same with the root spelled first, as the seeds do: `broadcast(x, 3)`.
   ///@{
@@ -135,15 +132,13 @@ class group {
     return scatter(values, rooted_options{root, options.timeout}, site);
   }
   template <class F, class R = std::invoke_result_t<F&>>
-    requires sendable<R>
-  R compute_and_broadcast(F&& fn, int root = 0, call_options options = {},
-                          std::source_location site = std::source_location::current()) {
+  requires sendable<R> R compute_and_broadcast(F&& fn, int root = 0, call_options options = {},
+                                               std::source_location site = std::source_location::current()) {
     return compute_and_broadcast(std::forward<F>(fn), rooted_options{root, options.timeout}, site);
   }
   template <class F, class R = std::invoke_result_t<F&>>
-    requires sendable<R>
-  std::vector<R> gather_from_all_ranks(F&& fn, int root = 0, call_options options = {},
-                                       std::source_location site = std::source_location::current()) {
+  requires sendable<R> std::vector<R> gather_from_all_ranks(
+      F&& fn, int root = 0, call_options options = {}, std::source_location site = std::source_location::current()) {
     return gather_from_all_ranks(std::forward<F>(fn), rooted_options{root, options.timeout}, site);
   }
   ///@}
@@ -152,9 +147,9 @@ class group {
   /// on rank 0 only, and its result is returned on every rank.
   template <class Map, class Reduce, class M = std::invoke_result_t<Map&>,
             class R = std::invoke_result_t<Reduce&, std::vector<M>>>
-    requires sendable<M> && sendable<R>
-  R reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options = {},
-                         std::source_location site = std::source_location::current());
+  requires sendable<M> && sendable<R> R
+  reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options = {},
+                       std::source_location site = std::source_location::current());
 
   /// Splits the group as MPI_Comm_split and ncclCommSplit do (collective over the members): the
   /// ranks that pass the same color form one new group, ordered by (key, rank in this group). A
@@ -259,33 +254,30 @@ T scatter(const std::vector<T>& values, rooted_options options,
   return world().scatter(values, options, site);
 }
 template <class F, class R = std::invoke_result_t<F&>>
-  requires sendable<R>
-R compute_and_broadcast(F&& fn, int root = 0, call_options options = {},
-                        std::source_location site = std::source_location::current()) {
+requires sendable<R> R compute_and_broadcast(F&& fn, int root = 0, call_options options = {},
+                                             std::source_location site = std::source_location::current()) {
   return world().compute_and_broadcast(std::forward<F>(fn), root, options, site);
 }
 template <class F, class R = std::invoke_result_t<F&>>
-  requires sendable<R>
-R compute_and_broadcast(F&& fn, rooted_options options, std::source_location site = std::source_location::current()) {
+requires sendable<R> R compute_and_broadcast(F&& fn, rooted_options options,
+                                             std::source_location site = std::source_location::current()) {
   return world().compute_and_broadcast(std::forward<F>(fn), options, site);
 }
 template <class F, class R = std::invoke_result_t<F&>>
-  requires sendable<R>
-std::vector<R> gather_from_all_ranks(F&& fn, int root = 0, call_options options = {},
-                                     std::source_location site = std::source_location::current()) {
+requires sendable<R> std::vector<R> gather_from_all_ranks(F&& fn, int root = 0, call_options options = {},
+                                                          std::source_location site = std::source_location::current()) {
   return world().gather_from_all_ranks(std::forward<F>(fn), root, options, site);
 }
 template <class F, class R = std::invoke_result_t<F&>>
-  requires sendable<R>
-std::vector<R> gather_from_all_ranks(F&& fn, rooted_options options,
-                                     std::source_location site = std::source_location::current()) {
+requires sendable<R> std::vector<R> gather_from_all_ranks(F&& fn, rooted_options options,
+                                                          std::source_location site = std::source_location::current()) {
   return world().gather_from_all_ranks(std::forward<F>(fn), options, site);
 }
 template <class Map, class Reduce, class M = std::invoke_result_t<Map&>,
           class R = std::invoke_result_t<Reduce&, std::vector<M>>>
-  requires sendable<M> && sendable<R>
-R reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options = {},
-                       std::source_location site = std::source_location::current()) {
+requires sendable<M> && sendable<R> R
+reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options = {},
+                     std::source_location site = std::source_location::current()) {
   return world().reduce_and_broadcast(std::forward<Map>(map), std::forward<Reduce>(reduce), options, site);
 }
 ///@}

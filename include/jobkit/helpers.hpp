@@ -98,8 +98,8 @@ stored_t<R> call_storing(F& fn) {
 
 /// fn() on the main rank only; its result is returned on every rank. fn may return void.
 template <class F, class R = std::invoke_result_t<F&>>
-  requires(std::is_void_v<R> || sendable<R>)
-R main_process_only(F&& fn, call_options options = {}, std::source_location site = std::source_location::current()) {
+requires(std::is_void_v<R> || sendable<R>) R
+    main_process_only(F&& fn, call_options options = {}, std::source_location site = std::source_location::current()) {
   if (detail::nested_runs_directly(detail::section_kind::main_only, "main_process_only", site)) return fn();
   auto& g = world();
   auto guarded = [&] {
@@ -112,8 +112,8 @@ R main_process_only(F&& fn, call_options options = {}, std::source_location site
 
 /// Another name for main_process_only.
 template <class F, class R = std::invoke_result_t<F&>>
-  requires(std::is_void_v<R> || sendable<R>)
-R master_only(F&& fn, call_options options = {}, std::source_location site = std::source_location::current()) {
+requires(std::is_void_v<R> || sendable<R>) R
+    master_only(F&& fn, call_options options = {}, std::source_location site = std::source_location::current()) {
   return main_process_only(std::forward<F>(fn), options, site);
 }
 
@@ -121,9 +121,9 @@ R master_only(F&& fn, call_options options = {}, std::source_location site = std
 /// at once when run_post_on_main, else on the other ranks followed by a barrier (the usual "main
 /// prepares, the others load what it prepared").
 template <class F, class P = detail::no_post, class R = std::invoke_result_t<F&>>
-  requires(std::is_void_v<R> || sendable<R>) && std::is_invocable_v<P&>
-R run_on_main(F&& fn, P&& post_fn = {}, run_on_main_options options = {},
-              std::source_location site = std::source_location::current()) {
+requires(std::is_void_v<R> || sendable<R>) && std::is_invocable_v<P&> R
+    run_on_main(F&& fn, P&& post_fn = {}, run_on_main_options options = {},
+                std::source_location site = std::source_location::current()) {
   const bool post_on_main = options.run_post_on_main;
   const call_options call{options.timeout};
   if (detail::nested_runs_directly(detail::section_kind::main_only, "run_on_main", site)) {
@@ -155,11 +155,11 @@ R run_on_main(F&& fn, P&& post_fn = {}, run_on_main_options options = {},
 
 /// run_on_main with the flag spelled positionally, as SpeechBrain does.
 template <class F, class P, class R = std::invoke_result_t<F&>>
-  requires(std::is_void_v<R> || sendable<R>) && std::is_invocable_v<P&>
-R run_on_main(F&& fn, P&& post_fn, bool run_post_on_main, call_options options = {},
-              std::source_location site = std::source_location::current()) {
-  return run_on_main(std::forward<F>(fn), std::forward<P>(post_fn), run_on_main_options{run_post_on_main, options.timeout},
-                     site);
+requires(std::is_void_v<R> || sendable<R>) && std::is_invocable_v<P&> R
+    run_on_main(F&& fn, P&& post_fn, bool run_post_on_main, call_options options = {},
+                std::source_location site = std::source_location::current()) {
+  return run_on_main(std::forward<F>(fn), std::forward<P>(post_fn),
+                     run_on_main_options{run_post_on_main, options.timeout}, site);
 }
 
 /// fn() on local rank 0 of every node; the other ranks get an empty optional (for a void fn:
@@ -186,9 +186,9 @@ std::optional<detail::stored_t<R>> once_per_node(F&& fn, call_options options = 
 /// run_post_on_all, else on the ranks that did not run fn, followed by a barrier. Where post_fn
 /// runs and returns a value, it replaces the result.
 template <class F, class P = detail::no_post, class R = std::invoke_result_t<F&>>
-  requires std::is_invocable_v<P&>
-std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn = {}, run_once_per_node_options settings = {},
-                                                     std::source_location site = std::source_location::current()) {
+requires std::is_invocable_v<P&> std::optional<detail::stored_t<R>> run_once_per_node(
+    F&& fn, P&& post_fn = {}, run_once_per_node_options settings = {},
+    std::source_location site = std::source_location::current()) {
   const bool run_post_on_all = settings.run_post_on_all;
   const call_options options{settings.timeout};
   using post_result = std::invoke_result_t<P&>;
@@ -224,10 +224,9 @@ std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn = {}, r
 
 /// run_once_per_node with the flag spelled positionally, as SpeechBrain does.
 template <class F, class P, class R = std::invoke_result_t<F&>>
-  requires std::is_invocable_v<P&>
-std::optional<detail::stored_t<R>> run_once_per_node(F&& fn, P&& post_fn, bool run_post_on_all,
-                                                     call_options options = {},
-                                                     std::source_location site = std::source_location::current()) {
+requires std::is_invocable_v<P&> std::optional<detail::stored_t<R>> run_once_per_node(
+    F&& fn, P&& post_fn, bool run_post_on_all, call_options options = {},
+    std::source_location site = std::source_location::current()) {
   return run_once_per_node(std::forward<F>(fn), std::forward<P>(post_fn),
                            run_once_per_node_options{run_post_on_all, options.timeout}, site);
 }
@@ -278,8 +277,8 @@ R local_zero_first(F&& fn, call_options options = {}, std::source_location site 
     detail::nested_runs_directly(detail::section_kind::node_leaders, "local_zero_first", site);
     return fn();
   }
-  return detail::first_then_others(node_group(), current_identity().local_rank == 0, fn, options,
-                                   "local_zero_first", site);
+  return detail::first_then_others(node_group(), current_identity().local_rank == 0, fn, options, "local_zero_first",
+                                   site);
 }
 
 namespace detail {

@@ -72,37 +72,57 @@ concept has_serializer = requires(byte_writer& w, byte_reader& r, const T& v) {
 
 namespace detail {
 
-template <class T> struct is_vector : std::false_type {};
-template <class T, class A> struct is_vector<std::vector<T, A>> : std::true_type {};
-template <class T> struct is_std_array : std::false_type {};
-template <class T, std::size_t N> struct is_std_array<std::array<T, N>> : std::true_type {};
-template <class T> struct is_pair : std::false_type {};
-template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
-template <class T> struct is_tuple : std::false_type {};
-template <class... T> struct is_tuple<std::tuple<T...>> : std::true_type {};
-template <class T> struct is_optional : std::false_type {};
-template <class T> struct is_optional<std::optional<T>> : std::true_type {};
-template <class T> struct is_string : std::false_type {};
-template <class C, class Tr, class A> struct is_string<std::basic_string<C, Tr, A>> : std::true_type {};
-template <class T> struct is_view : std::false_type {};
-template <class C, class Tr> struct is_view<std::basic_string_view<C, Tr>> : std::true_type {};
-template <class T, std::size_t N> struct is_view<std::span<T, N>> : std::true_type {};
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>
+struct is_vector<std::vector<T, A>> : std::true_type {};
+template <class T>
+struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
+template <class T>
+struct is_pair : std::false_type {};
+template <class A, class B>
+struct is_pair<std::pair<A, B>> : std::true_type {};
+template <class T>
+struct is_tuple : std::false_type {};
+template <class... T>
+struct is_tuple<std::tuple<T...>> : std::true_type {};
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+template <class T>
+struct is_string : std::false_type {};
+template <class C, class Tr, class A>
+struct is_string<std::basic_string<C, Tr, A>> : std::true_type {};
+template <class T>
+struct is_view : std::false_type {};
+template <class C, class Tr>
+struct is_view<std::basic_string_view<C, Tr>> : std::true_type {};
+template <class T, std::size_t N>
+struct is_view<std::span<T, N>> : std::true_type {};
 
-template <class T> struct is_map : std::false_type {};
-template <class K, class V, class C, class A> struct is_map<std::map<K, V, C, A>> : std::true_type {};
+template <class T>
+struct is_map : std::false_type {};
+template <class K, class V, class C, class A>
+struct is_map<std::map<K, V, C, A>> : std::true_type {};
 template <class K, class V, class H, class E, class A>
 struct is_map<std::unordered_map<K, V, H, E, A>> : std::true_type {};
-template <class T> struct is_set : std::false_type {};
-template <class K, class C, class A> struct is_set<std::set<K, C, A>> : std::true_type {};
-template <class K, class H, class E, class A> struct is_set<std::unordered_set<K, H, E, A>> : std::true_type {};
+template <class T>
+struct is_set : std::false_type {};
+template <class K, class C, class A>
+struct is_set<std::set<K, C, A>> : std::true_type {};
+template <class K, class H, class E, class A>
+struct is_set<std::unordered_set<K, H, E, A>> : std::true_type {};
 
 /// Copied as raw bytes: arithmetic types, enums and trivially copyable structs. Pointers and views
 /// are excluded: their bytes mean nothing in another process.
 template <class T>
-constexpr bool is_raw_v = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> &&
-                          !std::is_member_pointer_v<T> && !std::is_null_pointer_v<T> &&
-                          !is_view<T>::value && !std::is_array_v<T> && !is_pair<T>::value &&
-                          !is_tuple<T>::value && !is_optional<T>::value && !is_std_array<T>::value;
+constexpr bool is_raw_v =
+    std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_member_pointer_v<T> &&
+    !std::is_null_pointer_v<T> && !is_view<T>::value && !std::is_array_v<T> && !is_pair<T>::value &&
+    !is_tuple<T>::value && !is_optional<T>::value && !is_std_array<T>::value;
 
 template <class T>
 constexpr bool sendable_v();
@@ -120,8 +140,7 @@ constexpr bool sendable_v() {
     return false;
   } else if constexpr (is_string<T>::value) {
     return std::is_trivially_copyable_v<typename T::value_type>;
-  } else if constexpr (is_vector<T>::value || is_set<T>::value || is_optional<T>::value ||
-                       is_std_array<T>::value) {
+  } else if constexpr (is_vector<T>::value || is_set<T>::value || is_optional<T>::value || is_std_array<T>::value) {
     return sendable_v<typename T::value_type>();
   } else if constexpr (is_map<T>::value) {
     return sendable_v<typename T::key_type>() && sendable_v<typename T::mapped_type>();
@@ -159,8 +178,8 @@ void write_value(byte_writer& w, const T& value) {
     const std::uint64_t count = std::size(value);
     if constexpr (!is_std_array<T>::value) w.write_bytes(&count, sizeof count);
     using element = typename T::value_type;
-    if constexpr ((is_string<T>::value || is_vector<T>::value || is_std_array<T>::value) &&
-                  is_raw_v<element> && !has_serializer<element> && !std::is_same_v<element, bool>) {
+    if constexpr ((is_string<T>::value || is_vector<T>::value || is_std_array<T>::value) && is_raw_v<element> &&
+                  !has_serializer<element> && !std::is_same_v<element, bool>) {
       w.write_bytes(std::data(value), count * sizeof(element));
     } else {
       for (const auto& element_value : value) write_value(w, element_value);
@@ -183,9 +202,8 @@ T read_value(byte_reader& r) {
     return T{read_value<typename T::value_type>(r)};
   } else if constexpr (is_pair<T>::value || is_tuple<T>::value) {
     // Braced initialisation evaluates left to right.
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return T{read_value<std::tuple_element_t<I, T>>(r)...};
-    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return T{read_value<std::tuple_element_t<I, T>>(r)...}; }
+    (std::make_index_sequence<std::tuple_size_v<T>>{});
   } else if constexpr (is_std_array<T>::value) {
     T value;
     for (auto& element_value : value) element_value = read_value<typename T::value_type>(r);
@@ -195,8 +213,8 @@ T read_value(byte_reader& r) {
     r.read_bytes(&count, sizeof count);
     using element = typename T::value_type;
     T value;
-    if constexpr ((is_string<T>::value || is_vector<T>::value) && is_raw_v<element> &&
-                  !has_serializer<element> && !std::is_same_v<element, bool>) {
+    if constexpr ((is_string<T>::value || is_vector<T>::value) && is_raw_v<element> && !has_serializer<element> &&
+                  !std::is_same_v<element, bool>) {
       r.expect(count, sizeof(element));
       value.resize(count);
       r.read_bytes(value.data(), count * sizeof(element));

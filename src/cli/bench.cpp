@@ -120,8 +120,8 @@ class bench {
     if (id_.rank == 0 && !o_.json) {
       std::printf("jobkit bench: %d ranks on %d nodes (times in us: slowest rank per iteration)\n", id_.world_size,
                   id_.num_nodes);
-      std::printf("%-12s %10s %7s %12s %12s %12s %8s %10s\n", "op", "bytes", "iters", "median_us", "p99_us",
-                  "fence_us", "ratio", "MB/s");
+      std::printf("%-12s %10s %7s %12s %12s %12s %8s %10s\n", "op", "bytes", "iters", "median_us", "p99_us", "fence_us",
+                  "ratio", "MB/s");
     }
     if (!fence_.active() && id_.rank == 0) {
       std::fprintf(stderr, "jobkit bench: no PMIx server, so no fence floor (run it under srun --mpi=pmix)\n");
@@ -131,7 +131,8 @@ class bench {
       for (const std::size_t bytes : sizes(op)) measure(op, bytes);
     }
     if (fence_.active()) {
-      if (const auto s = summarise(all_fences_)) report("pmix", "fence_collect_interleaved", 0, all_fences_.size(), *s, {});
+      if (const auto s = summarise(all_fences_))
+        report("pmix", "fence_collect_interleaved", 0, all_fences_.size(), *s, {});
     }
   }
 
@@ -141,7 +142,8 @@ class bench {
     std::vector<std::size_t> out{8, 1024};
     if (op == "broadcast" || op == "all_gather") {
       for (std::size_t b = 64 * 1024; b <= o_.max_bytes; b *= 16) out.push_back(b);
-      if (o_.max_bytes > 1024 && std::find(out.begin(), out.end(), o_.max_bytes) == out.end()) out.push_back(o_.max_bytes);
+      if (o_.max_bytes > 1024 && std::find(out.begin(), out.end(), o_.max_bytes) == out.end())
+        out.push_back(o_.max_bytes);
     }
     std::erase_if(out, [&](std::size_t b) { return b > o_.max_bytes; });
     return out;
@@ -212,7 +214,9 @@ class bench {
       std::string line = fmt::format(
           R"({{"impl":"{}","op":"{}","ranks":{},"nodes":{},"bytes":{},"iters":{},"median_us":{:.2f},"p99_us":{:.2f},"rank0_median_us":{:.2f},"timing":"max_over_ranks")",
           impl, op, id_.world_size, id_.num_nodes, bytes, iters, s.median, s.p99, s.rank0_median);
-      if (floor) line += fmt::format(R"(,"fence_median_us":{:.2f},"ratio_to_fence":{:.3f})", floor->median, s.median / floor->median);
+      if (floor)
+        line += fmt::format(R"(,"fence_median_us":{:.2f},"ratio_to_fence":{:.3f})", floor->median,
+                            s.median / floor->median);
       if (bytes > 1024) line += fmt::format(R"(,"mb_per_s":{:.1f})", mb_per_s);
       std::printf("%s}\n", line.c_str());
     } else {

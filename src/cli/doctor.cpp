@@ -52,8 +52,8 @@ std::string cpu_affinity() {
 
 /// One rank's row: rank, host, local rank, node, GPUs seen, device, uuid, pci, cpus, nccl version,
 /// NCCL phases (text), problems (text, empty when none).
-using row = std::tuple<int, std::string, int, int, std::string, int, std::string, std::string, std::string,
-                       std::string, std::string, std::string>;
+using row = std::tuple<int, std::string, int, int, std::string, int, std::string, std::string, std::string, std::string,
+                       std::string, std::string>;
 
 }  // namespace
 
@@ -77,8 +77,9 @@ int run_doctor(const std::vector<std::string_view>& args) {
   if (with_nccl) throw usage_error{"doctor: --nccl needs a jobkit built with CUDA and NCCL"};
 #endif
   const auto& id = current_identity();
-  row mine{id.rank, id.hostname, id.local_rank, id.node_rank, "n/a (built without CUDA)", -1, "", "", cpu_affinity(),
-           "n/a", "", ""};
+  row mine{
+      id.rank, id.hostname, id.local_rank, id.node_rank, "n/a (built without CUDA)", -1, "", "", cpu_affinity(), "n/a",
+      "",      ""};
   auto& [rank, host, local_rank, node, gpus, device, uuid, pci, cpus, version, phases, problems] = mine;
   [[maybe_unused]] const auto problem = [&](const std::string& text) {
     problems += (problems.empty() ? "" : "; ") + text;
@@ -107,7 +108,8 @@ int run_doctor(const std::vector<std::string_view>& args) {
 #if JOBKIT_HAS_NCCL
   std::vector<nccl::device_choice> choices;
   for (const auto& r : rows) {
-    if (std::get<5>(r) >= 0) choices.push_back({std::get<0>(r), std::get<2>(r), std::get<1>(r), std::get<5>(r), std::get<6>(r)});
+    if (std::get<5>(r) >= 0)
+      choices.push_back({std::get<0>(r), std::get<2>(r), std::get<1>(r), std::get<5>(r), std::get<6>(r)});
   }
   const auto duplicates = nccl::duplicate_devices(choices);
   if (with_nccl) {
@@ -154,7 +156,8 @@ int run_doctor(const std::vector<std::string_view>& args) {
     }
     if (failed) std::printf("problems:\n");
     for (const auto& r : rows) {
-      if (!std::get<11>(r).empty()) std::printf("  rank %d (%s): %s\n", std::get<0>(r), std::get<1>(r).c_str(), std::get<11>(r).c_str());
+      if (!std::get<11>(r).empty())
+        std::printf("  rank %d (%s): %s\n", std::get<0>(r), std::get<1>(r).c_str(), std::get<11>(r).c_str());
     }
 #if JOBKIT_HAS_NCCL
     if (duplicates) std::printf("  %s", duplicates->c_str());

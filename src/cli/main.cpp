@@ -72,8 +72,8 @@ using jobkit::cli::usage_error;
 
 int parse_rank(std::string_view option, std::string_view value) {
   int rank = 0;
-  const bool digits = !value.empty() && value.size() < 10 &&
-                      value.find_first_not_of("0123456789") == std::string_view::npos;
+  const bool digits =
+      !value.empty() && value.size() < 10 && value.find_first_not_of("0123456789") == std::string_view::npos;
   if (digits) rank = std::stoi(std::string(value));
   if (!digits) throw usage_error{std::string(option) + "='" + std::string(value) + "' is not a rank"};
   return rank;
@@ -106,7 +106,8 @@ std::string read_all_stdin() {
     } else if (n == 0) {
       return data;
     } else if (errno != EINTR) {
-      throw jobkit::error(jobkit::errc::invalid_argument, std::string("broadcast: reading stdin: ") + std::strerror(errno));
+      throw jobkit::error(jobkit::errc::invalid_argument,
+                          std::string("broadcast: reading stdin: ") + std::strerror(errno));
     }
   }
 }
@@ -201,7 +202,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "jobkit: %s\n", e.message.c_str());
   } catch (const jobkit::error& e) {
     std::fprintf(stderr, "jobkit: %s\n", e.what());
-    const bool caller_fault = e.code() == jobkit::errc::invalid_environment || e.code() == jobkit::errc::invalid_argument;
+    const bool caller_fault =
+        e.code() == jobkit::errc::invalid_environment || e.code() == jobkit::errc::invalid_argument;
     return caller_fault ? 2 : 1;
   }
   return 2;

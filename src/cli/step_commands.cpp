@@ -1,7 +1,7 @@
 // Shell helpers for sbatch scripts (on-main, once-per-node, n-at-a-time, zero-first) and the
 // torch launcher bridge (exec, env).
-#include <netinet/in.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -117,7 +117,8 @@ helper_args parse_helper_args(std::string_view name, const std::vector<std::stri
   helper_args parsed;
   std::size_t i = 0;
   if (wants_n) {
-    if (args.empty() || args[0] == "--") throw usage_error{fmt::format("{}: N is missing (see jobkit {} --help)", name, name)};
+    if (args.empty() || args[0] == "--")
+      throw usage_error{fmt::format("{}: N is missing (see jobkit {} --help)", name, name)};
     const auto n = args[0];
     if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string_view::npos || n == "0" ||
         n[0] == '0') {
@@ -139,7 +140,8 @@ helper_args parse_helper_args(std::string_view name, const std::vector<std::stri
       throw usage_error{fmt::format("{}: unknown argument '{}' (see jobkit {} --help)", name, args[i], name)};
     }
   }
-  if (parsed.command.empty()) throw usage_error{fmt::format("{}: no command after -- (see jobkit {} --help)", name, name)};
+  if (parsed.command.empty())
+    throw usage_error{fmt::format("{}: no command after -- (see jobkit {} --help)", name, name)};
   return parsed;
 }
 
@@ -228,7 +230,7 @@ std::string resolve_problem(const std::string& host) {
   return {};
 }
 
-constexpr const char* torch_variables[] = {"RANK",     "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+constexpr const char* torch_variables[] = {"RANK",      "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                            "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"};
 
 }  // namespace
@@ -261,9 +263,10 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
     if (const char* value = std::getenv(variable)) already.push_back(fmt::format("{}='{}'", variable, value));
   }
   if (!already.empty() && !overwrite) {
-    throw usage_error{fmt::format("{}: {} {} already set; jobkit sets these from the launcher (pass --overwrite to "
-                                  "replace them)",
-                                  name, fmt::join(already, ", "), already.size() == 1 ? "is" : "are")};
+    throw usage_error{
+        fmt::format("{}: {} {} already set; jobkit sets these from the launcher (pass --overwrite to "
+                    "replace them)",
+                    name, fmt::join(already, ", "), already.size() == 1 ? "is" : "are")};
   }
   for (const char* variable : torch_variables) ::unsetenv(variable);  // identity comes from PMIx alone
 

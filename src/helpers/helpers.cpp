@@ -47,8 +47,9 @@ std::pair<int, int> n_at_a_time_round(std::optional<int> n, call_options options
     order.emplace_back(places[static_cast<std::size_t>(r)].first, places[static_cast<std::size_t>(r)].second, r);
   }
   std::sort(order.begin(), order.end());
-  const auto position = std::find_if(order.begin(), order.end(), [&](const auto& t) { return std::get<2>(t) == id.rank; }) -
-                        order.begin();
+  const auto position =
+      std::find_if(order.begin(), order.end(), [&](const auto& t) { return std::get<2>(t) == id.rank; }) -
+      order.begin();
   const int size = static_cast<int>(order.size());
   return {static_cast<int>(position) / *n, (size + *n - 1) / *n};
 }
@@ -59,8 +60,10 @@ int fs_local_rank(const std::filesystem::path& dir, call_options options) {
   const auto& env = detail::process_environment();
   const auto& id = current_identity();
   if (const auto value = env.get("FS_LOCAL_RANK")) {
-    const bool digits = !value->empty() && value->size() < 10 && value->find_first_not_of("0123456789") == std::string::npos;
-    if (!digits) throw error(errc::invalid_environment, fmt::format("FS_LOCAL_RANK='{}' is not a non-negative integer", *value));
+    const bool digits =
+        !value->empty() && value->size() < 10 && value->find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      throw error(errc::invalid_environment, fmt::format("FS_LOCAL_RANK='{}' is not a non-negative integer", *value));
     return std::stoi(*value);
   }
   if (env.get("OLMO_SHARED_FS") == "1") return id.rank;

@@ -21,4 +21,3 @@ std::optional<section_info> current_section() {
 }
 
 }  // namespace jobkit::detail
-

@@ -16,9 +16,7 @@
 namespace jobkit::detail {
 namespace {
 
-[[noreturn]] void fail(const std::string& message) {
-  throw error(errc::invalid_environment, message);
-}
+[[noreturn]] void fail(const std::string& message) { throw error(errc::invalid_environment, message); }
 
 /// One value of a candidate identity and where it came from, e.g. "SLURM_PROCID='3'".
 struct field {
@@ -34,9 +32,7 @@ struct candidate {
   std::optional<field> rank, world_size, local_rank, local_world_size, node_rank, num_nodes;
 };
 
-std::string quoted(std::string_view name, std::string_view value) {
-  return fmt::format("{}='{}'", name, value);
-}
+std::string quoted(std::string_view name, std::string_view value) { return fmt::format("{}='{}'", name, value); }
 
 std::optional<field> read_count(const environment& env, std::string_view name) {
   auto value = env.get(name);
@@ -65,8 +61,7 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
   return out;
 }
 
-void require_all_or_none(const environment& env, std::string_view what,
-                         const std::vector<std::string_view>& names) {
+void require_all_or_none(const environment& env, std::string_view what, const std::vector<std::string_view>& names) {
   std::vector<std::string> set, unset;
   for (auto name : names) {
     if (auto value = env.get(name)) {
@@ -76,17 +71,16 @@ void require_all_or_none(const environment& env, std::string_view what,
     }
   }
   if (!set.empty() && !unset.empty()) {
-    fail(fmt::format("partial {}: {} {} set but {} {} not", what, join(set, ", "),
-                     set.size() == 1 ? "is" : "are", join(unset, ", "),
-                     unset.size() == 1 ? "is" : "are"));
+    fail(fmt::format("partial {}: {} {} set but {} {} not", what, join(set, ", "), set.size() == 1 ? "is" : "are",
+                     join(unset, ", "), unset.size() == 1 ? "is" : "are"));
   }
 }
 
 std::optional<candidate> slurm_candidate(const environment& env) {
   if (!env.has("SLURM_STEP_NUM_TASKS")) return std::nullopt;
   require_all_or_none(env, "Slurm step environment",
-                      {"SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE",
-                       "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"});
+                      {"SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID",
+                       "SLURM_LOCALID", "SLURM_NODEID"});
   candidate c{identity_source::slurm, "the Slurm step environment", {}, {}, {}, {}, {}, {}};
   c.world_size = read_size(env, "SLURM_STEP_NUM_TASKS");
   c.num_nodes = read_size(env, "SLURM_STEP_NUM_NODES");
@@ -106,15 +100,14 @@ std::optional<candidate> slurm_candidate(const environment& env) {
   if (total != c.world_size->value) {
     fail(fmt::format("{} adds up to {} tasks but {}", layout_origin, total, c.world_size->origin));
   }
-  c.local_world_size = field{layout[c.node_rank->value],
-                             fmt::format("{} at {}", layout_origin, c.node_rank->origin)};
+  c.local_world_size = field{layout[c.node_rank->value], fmt::format("{} at {}", layout_origin, c.node_rank->origin)};
   require_less(*c.local_rank, *c.local_world_size);
   return c;
 }
 
 std::optional<candidate> torchrun_candidate(const environment& env) {
-  static const std::vector<std::string_view> names = {"RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                      "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"};
+  static const std::vector<std::string_view> names = {"RANK",      "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                      "NODE_RANK", "GROUP_RANK"};
   if (std::none_of(names.begin(), names.end(), [&](auto n) { return env.has(n); })) {
     return std::nullopt;
   }
@@ -122,13 +115,13 @@ std::optional<candidate> torchrun_candidate(const environment& env) {
   c.rank = read_count(env, "RANK");
   c.world_size = read_size(env, "WORLD_SIZE");
   if (!c.rank || !c.world_size) {
-    require_all_or_none(env, "torchrun environment",
-                        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+    require_all_or_none(env, "torchrun environment", {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
     // Only NODE_RANK or GROUP_RANK is set.
-    fail(fmt::format("partial torchrun environment: {} is set but RANK, WORLD_SIZE, LOCAL_RANK, "
-                     "LOCAL_WORLD_SIZE are not",
-                     env.has("NODE_RANK") ? quoted("NODE_RANK", *env.get("NODE_RANK"))
-                                          : quoted("GROUP_RANK", *env.get("GROUP_RANK"))));
+    fail(
+        fmt::format("partial torchrun environment: {} is set but RANK, WORLD_SIZE, LOCAL_RANK, "
+                    "LOCAL_WORLD_SIZE are not",
+                    env.has("NODE_RANK") ? quoted("NODE_RANK", *env.get("NODE_RANK"))
+                                         : quoted("GROUP_RANK", *env.get("GROUP_RANK"))));
   }
   require_less(*c.rank, *c.world_size);
 
@@ -136,8 +129,7 @@ std::optional<candidate> torchrun_candidate(const environment& env) {
   c.local_world_size = read_size(env, "LOCAL_WORLD_SIZE");
   if (!c.local_rank || !c.local_world_size) {
     if (c.world_size->value > 1 || c.local_rank || c.local_world_size) {
-      require_all_or_none(env, "torchrun environment",
-                          {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+      require_all_or_none(env, "torchrun environment", {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
     }
     c.local_rank = field{0, "(implied by WORLD_SIZE=1)"};
     c.local_world_size = field{1, "(implied by WORLD_SIZE=1)"};
@@ -147,9 +139,10 @@ std::optional<candidate> torchrun_candidate(const environment& env) {
     fail(fmt::format("{} must not exceed {}", c.local_world_size->origin, c.world_size->origin));
   }
   if (c.world_size->value % c.local_world_size->value != 0) {
-    fail(fmt::format("{} is not a multiple of {}: torchrun starts the same number of processes on "
-                     "every node",
-                     c.world_size->origin, c.local_world_size->origin));
+    fail(
+        fmt::format("{} is not a multiple of {}: torchrun starts the same number of processes on "
+                    "every node",
+                    c.world_size->origin, c.local_world_size->origin));
   }
   c.num_nodes = field{c.world_size->value / c.local_world_size->value,
                       fmt::format("{} / {}", c.world_size->origin, c.local_world_size->origin)};
@@ -162,9 +155,10 @@ std::optional<candidate> torchrun_candidate(const environment& env) {
   c.node_rank = node_rank ? node_rank : group_rank;
   if (!c.node_rank) {
     if (c.num_nodes->value > 1) {
-      fail(fmt::format("partial torchrun environment: {} and {} describe {} nodes but neither "
-                       "NODE_RANK nor GROUP_RANK is set",
-                       c.world_size->origin, c.local_world_size->origin, c.num_nodes->value));
+      fail(
+          fmt::format("partial torchrun environment: {} and {} describe {} nodes but neither "
+                      "NODE_RANK nor GROUP_RANK is set",
+                      c.world_size->origin, c.local_world_size->origin, c.num_nodes->value));
     }
     c.node_rank = field{0, "(implied by a single node)"};
   }
@@ -181,9 +175,7 @@ std::optional<candidate> pmix_rank_candidate(const environment& env) {
 }
 
 candidate pmix_candidate(const pmix_facts& facts) {
-  auto from = [](int value, std::string_view key) {
-    return field{value, fmt::format("PMIx {}={}", key, value)};
-  };
+  auto from = [](int value, std::string_view key) { return field{value, fmt::format("PMIx {}={}", key, value)}; };
   candidate c{identity_source::pmix, "PMIx", {}, {}, {}, {}, {}, {}};
   c.rank = from(facts.rank, "rank");
   c.world_size = from(facts.world_size, "PMIX_JOB_SIZE");
@@ -195,30 +187,26 @@ candidate pmix_candidate(const pmix_facts& facts) {
     throw error(errc::pmix, fmt::format("the PMIx server reported an inconsistent identity: {}", what));
   };
   if (facts.world_size < 1 || facts.local_world_size < 1 || facts.num_nodes < 1) {
-    invalid(fmt::format("{}, {}, {}", c.world_size->origin, c.local_world_size->origin,
-                        c.num_nodes->origin));
+    invalid(fmt::format("{}, {}, {}", c.world_size->origin, c.local_world_size->origin, c.num_nodes->origin));
   }
-  for (auto [index, bound] : {std::pair{&c.rank, &c.world_size}, {&c.local_rank, &c.local_world_size},
-                              {&c.node_rank, &c.num_nodes}}) {
+  for (auto [index, bound] :
+       {std::pair{&c.rank, &c.world_size}, {&c.local_rank, &c.local_world_size}, {&c.node_rank, &c.num_nodes}}) {
     if ((*index)->value < 0 || (*index)->value >= (*bound)->value) {
       invalid(fmt::format("{} is not below {}", (*index)->origin, (*bound)->origin));
     }
   }
   if (!facts.local_peers.empty()) {
     const auto& peers = facts.local_peers;
-    if (static_cast<int>(peers.size()) != facts.local_world_size ||
-        peers[facts.local_rank] != facts.rank) {
-      invalid(fmt::format("PMIX_LOCAL_PEERS={} does not hold rank {} at local rank {} of {}",
-                          fmt::join(peers, ","), facts.rank, facts.local_rank,
-                          facts.local_world_size));
+    if (static_cast<int>(peers.size()) != facts.local_world_size || peers[facts.local_rank] != facts.rank) {
+      invalid(fmt::format("PMIX_LOCAL_PEERS={} does not hold rank {} at local rank {} of {}", fmt::join(peers, ","),
+                          facts.rank, facts.local_rank, facts.local_world_size));
     }
   }
   return c;
 }
 
 std::string spawn_hint(const environment& env, const candidate& a, const candidate& b) {
-  const bool torchrun_involved =
-      a.source == identity_source::torchrun || b.source == identity_source::torchrun;
+  const bool torchrun_involved = a.source == identity_source::torchrun || b.source == identity_source::torchrun;
   if (!torchrun_involved) {
     return " The Slurm variables do not describe this PMIx job: they were probably inherited from "
            "another job step.";
@@ -232,13 +220,12 @@ std::string spawn_hint(const environment& env, const candidate& a, const candida
 
 void check_agreement(const environment& env, const std::vector<candidate>& candidates) {
   using member = std::optional<field> candidate::*;
-  static const std::pair<member, const char*> fields[] = {
-      {&candidate::rank, "rank"},
-      {&candidate::world_size, "world size"},
-      {&candidate::local_rank, "local rank"},
-      {&candidate::local_world_size, "local world size"},
-      {&candidate::node_rank, "node rank"},
-      {&candidate::num_nodes, "number of nodes"}};
+  static const std::pair<member, const char*> fields[] = {{&candidate::rank, "rank"},
+                                                          {&candidate::world_size, "world size"},
+                                                          {&candidate::local_rank, "local rank"},
+                                                          {&candidate::local_world_size, "local world size"},
+                                                          {&candidate::node_rank, "node rank"},
+                                                          {&candidate::num_nodes, "number of nodes"}};
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     for (std::size_t j = i + 1; j < candidates.size(); ++j) {
       const auto& a = candidates[i];
@@ -250,8 +237,7 @@ void check_agreement(const environment& env, const std::vector<candidate>& candi
         }
       }
       if (!mismatches.empty()) {
-        fail(fmt::format("{} contradicts {}: {}.{}", b.name, a.name, join(mismatches, "; "),
-                         spawn_hint(env, a, b)));
+        fail(fmt::format("{} contradicts {}: {}.{}", b.name, a.name, join(mismatches, "; "), spawn_hint(env, a, b)));
       }
     }
   }
@@ -279,21 +265,17 @@ source_request requested_source(const environment& env) {
   if (*value == "torchrun") return source_request::torchrun;
   if (*value == "default") return source_request::defaults;
   throw error(errc::invalid_argument,
-              fmt::format("{} is not one of auto, pmix, slurm, torchrun, default",
-                          quoted("JOBKIT_IDENTITY", *value)));
+              fmt::format("{} is not one of auto, pmix, slurm, torchrun, default", quoted("JOBKIT_IDENTITY", *value)));
 }
 
-bool pmix_server_advertised(const environment& env) {
-  return env.has("PMIX_RANK") && env.has("PMIX_NAMESPACE");
-}
+bool pmix_server_advertised(const environment& env) { return env.has("PMIX_RANK") && env.has("PMIX_NAMESPACE"); }
 
 int parse_count(std::string_view name, std::string_view value) {
   if (!value.empty() && value.front() == '-' && value.size() > 1 &&
       std::all_of(value.begin() + 1, value.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
     fail(fmt::format("{} is negative", quoted(name, value)));
   }
-  if (value.empty() || !std::all_of(value.begin(), value.end(),
-                                    [](char ch) { return ch >= '0' && ch <= '9'; })) {
+  if (value.empty() || !std::all_of(value.begin(), value.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
     fail(fmt::format("{} is not a non-negative integer", quoted(name, value)));
   }
   int result = 0;
@@ -306,8 +288,7 @@ int parse_count(std::string_view name, std::string_view value) {
 
 std::vector<int> parse_tasks_per_node(std::string_view name, std::string_view value) {
   auto bad = [&](std::string_view why) -> std::vector<int> {
-    fail(fmt::format("{} cannot be parsed: {} (expected a form like '4,2,1' or '2(x3),1')",
-                     quoted(name, value), why));
+    fail(fmt::format("{} cannot be parsed: {} (expected a form like '4,2,1' or '2(x3),1')", quoted(name, value), why));
   };
   auto read_number = [&](std::string_view& rest) -> long {
     std::size_t digits = 0;
@@ -355,8 +336,7 @@ void check_environment_before_pmix(const environment& env) {
 identity resolve_identity(const environment& env, const pmix_facts* pmix, std::string hostname) {
   std::optional<candidate> truth;
   switch (requested_source(env)) {
-    case source_request::defaults:
-      break;
+    case source_request::defaults: break;
     case source_request::pmix:
       if (!pmix) fail("JOBKIT_IDENTITY='pmix' but no PMIx server is connected");
       truth = pmix_candidate(*pmix);
@@ -406,8 +386,8 @@ std::string local_hostname() {
 
 identity discover_identity(const environment& env, std::optional<pmix_session>& pmix) {
   const auto request = requested_source(env);
-  const bool use_pmix = request == source_request::pmix ||
-                        (request == source_request::automatic && pmix_server_advertised(env));
+  const bool use_pmix =
+      request == source_request::pmix || (request == source_request::automatic && pmix_server_advertised(env));
   if (request == source_request::pmix && !pmix_server_advertised(env)) {
     throw error(errc::invalid_environment,
                 "JOBKIT_IDENTITY='pmix' but no PMIx server is advertised (PMIX_RANK and "

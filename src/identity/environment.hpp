@@ -24,8 +24,7 @@ const environment& process_environment();
 class map_environment final : public environment {
  public:
   map_environment() = default;
-  map_environment(std::initializer_list<std::pair<const std::string, std::string>> vars)
-      : vars_(vars) {}
+  map_environment(std::initializer_list<std::pair<const std::string, std::string>> vars) : vars_(vars) {}
   std::optional<std::string> get(std::string_view name) const override;
   void set(std::string name, std::string value) { vars_[std::move(name)] = std::move(value); }
   void unset(std::string_view name);

@@ -38,21 +38,19 @@ std::string_view to_string(identity_source source) noexcept {
 }
 
 std::string to_string(const identity& id) {
-  std::string line = fmt::format("rank {}/{} local {}/{} node {}/{} host {}", id.rank, id.world_size,
-                                 id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
-                                 id.hostname);
+  std::string line = fmt::format("rank {}/{} local {}/{} node {}/{} host {}", id.rank, id.world_size, id.local_rank,
+                                 id.local_world_size, id.node_rank, id.num_nodes, id.hostname);
   if (!id.job_id.empty()) line += fmt::format(" job {}", id.job_id);
   if (!id.step_id.empty()) line += fmt::format(" step {}", id.step_id);
   return line + fmt::format(" ({})", to_string(id.source));
 }
 
 std::string to_json(const identity& id) {
-  return fmt::format(
-      R"({{"rank":{},"world_size":{},"local_rank":{},"local_world_size":{},"node_rank":{},)"
-      R"("num_nodes":{},"hostname":{},"job_id":{},"step_id":{},"source":{}}})",
-      id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
-      json_string(id.hostname), json_string(id.job_id), json_string(id.step_id),
-      json_string(to_string(id.source)));
+  return fmt::format(R"({{"rank":{},"world_size":{},"local_rank":{},"local_world_size":{},"node_rank":{},)"
+                     R"("num_nodes":{},"hostname":{},"job_id":{},"step_id":{},"source":{}}})",
+                     id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
+                     json_string(id.hostname), json_string(id.job_id), json_string(id.step_id),
+                     json_string(to_string(id.source)));
 }
 
 }  // namespace jobkit

@@ -68,8 +68,7 @@ rank_filter rank_filter::parse(std::string_view text, std::string_view setting_n
       int rank = 0;
       auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), rank);
       if (ec != std::errc{} || rank < 0) {
-        bad_setting(setting_name, text,
-                    "is not 'all', 'main', 'local-main' or a list of ranks such as '0,3-5'");
+        bad_setting(setting_name, text, "is not 'all', 'main', 'local-main' or a list of ranks such as '0,3-5'");
       }
       rest.remove_prefix(static_cast<std::size_t>(end - rest.data()));
       return rank;
@@ -86,8 +85,7 @@ rank_filter rank_filter::parse(std::string_view text, std::string_view setting_n
       filter.ranges_.emplace_back(first, last);
       if (rest.empty()) break;
       if (rest.front() != ',') {
-        bad_setting(setting_name, text,
-                    "is not 'all', 'main', 'local-main' or a list of ranks such as '0,3-5'");
+        bad_setting(setting_name, text, "is not 'all', 'main', 'local-main' or a list of ranks such as '0,3-5'");
       }
       rest.remove_prefix(1);
     }
@@ -101,9 +99,8 @@ bool rank_filter::admits(const identity& id) const noexcept {
     case kind::main: return id.rank == 0;
     case kind::local_main: return id.local_rank == 0;
     case kind::list:
-      return std::any_of(ranges_.begin(), ranges_.end(), [&](const auto& range) {
-        return id.rank >= range.first && id.rank <= range.second;
-      });
+      return std::any_of(ranges_.begin(), ranges_.end(),
+                         [&](const auto& range) { return id.rank >= range.first && id.rank <= range.second; });
   }
   return false;
 }
@@ -119,17 +116,15 @@ log_config log_config::from_environment() {
   return config;
 }
 
-logger::logger(identity id, log_config config, int fd)
-    : id_(std::move(id)), config_(std::move(config)), fd_(fd) {
-  const std::string_view pattern =
-      config_.prefix.empty() ? default_prefix(id_) : std::string_view(config_.prefix);
+logger::logger(identity id, log_config config, int fd) : id_(std::move(id)), config_(std::move(config)), fd_(fd) {
+  const std::string_view pattern = config_.prefix.empty() ? default_prefix(id_) : std::string_view(config_.prefix);
   for (auto level : {log_level::debug, log_level::info, log_level::warning, log_level::error}) {
     try {
-      prefixes_[static_cast<int>(level)] = fmt::format(
-          fmt::runtime(pattern), fmt::arg("rank", id_.rank), fmt::arg("world_size", id_.world_size),
-          fmt::arg("local_rank", id_.local_rank), fmt::arg("local_world_size", id_.local_world_size),
-          fmt::arg("node_rank", id_.node_rank), fmt::arg("num_nodes", id_.num_nodes),
-          fmt::arg("hostname", id_.hostname), fmt::arg("level", to_string(level)));
+      prefixes_[static_cast<int>(level)] =
+          fmt::format(fmt::runtime(pattern), fmt::arg("rank", id_.rank), fmt::arg("world_size", id_.world_size),
+                      fmt::arg("local_rank", id_.local_rank), fmt::arg("local_world_size", id_.local_world_size),
+                      fmt::arg("node_rank", id_.node_rank), fmt::arg("num_nodes", id_.num_nodes),
+                      fmt::arg("hostname", id_.hostname), fmt::arg("level", to_string(level)));
     } catch (const fmt::format_error& e) {
       bad_setting("log prefix pattern", pattern,
                   fmt::format("is not a valid pattern ({}); fields: {{rank}} {{world_size}} "

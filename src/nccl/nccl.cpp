@@ -10,11 +10,11 @@
 #include <tuple>
 #include <utility>
 
+#include "core/failure.hpp"
+#include "core/timeout.hpp"
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
-#include "core/failure.hpp"
-#include "core/timeout.hpp"
 #include "runtime/access.hpp"
 
 namespace jobkit::nccl {
@@ -36,9 +36,9 @@ std::string visible_devices_variable() {
 
 std::string uuid_text(const cudaUUID_t& uuid) {
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                     b[15]);
+  return fmt::format(
+      "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", b[0],
+      b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 std::chrono::microseconds since(clock::time_point start) {
@@ -108,7 +108,8 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
     if (const auto result = ncclGetUniqueId(&ids[static_cast<std::size_t>(i)]); result != ncclSuccess) {
       throw_nccl_error(result, "ncclGetUniqueId", nullptr);
     }
-    if (pmix) pmix->put(key(i), {reinterpret_cast<const std::byte*>(&ids[static_cast<std::size_t>(i)]), sizeof(ncclUniqueId)});
+    if (pmix)
+      pmix->put(key(i), {reinterpret_cast<const std::byte*>(&ids[static_cast<std::size_t>(i)]), sizeof(ncclUniqueId)});
   }
   if (!pmix) return ids;
   // With the world's connections up, a rank that dies during the PMIx fence is seen at once;
@@ -172,12 +173,12 @@ int select_device(int visible_count, int local_rank, int local_world_size) {
     throw error(errc::invalid_environment,
                 fmt::format("{} sees no CUDA device ({})", detail::describe_self(), visible_devices_variable()));
   }
-  throw error(errc::invalid_environment,
-              fmt::format("{} (local rank {} of {}) sees {} CUDA devices ({}): fewer than its node's ranks and "
-                          "more than one, so no device is its own. Bind one GPU per task (srun --gpus-per-task=1) "
-                          "or show every task all of the node's GPUs, or pass communicator_options::device",
-                          detail::describe_self(), local_rank, local_world_size, visible_count,
-                          visible_devices_variable()));
+  throw error(
+      errc::invalid_environment,
+      fmt::format("{} (local rank {} of {}) sees {} CUDA devices ({}): fewer than its node's ranks and "
+                  "more than one, so no device is its own. Bind one GPU per task (srun --gpus-per-task=1) "
+                  "or show every task all of the node's GPUs, or pass communicator_options::device",
+                  detail::describe_self(), local_rank, local_world_size, visible_count, visible_devices_variable()));
 }
 
 std::optional<std::string> duplicate_devices(const std::vector<device_choice>& choices) {
@@ -191,16 +192,18 @@ std::optional<std::string> duplicate_devices(const std::vector<device_choice>& c
     }
   }
   if (table.empty()) return std::nullopt;
-  return fmt::format("several ranks chose the same GPU (NCCL would fail later with \"Duplicate GPU detected\"):\n"
-                     "  {:<12} {:>6} {:>10} {:>6}  {}\n{}",
-                     "host", "rank", "local_rank", "device", "uuid", table);
+  return fmt::format(
+      "several ranks chose the same GPU (NCCL would fail later with \"Duplicate GPU detected\"):\n"
+      "  {:<12} {:>6} {:>10} {:>6}  {}\n{}",
+      "host", "rank", "local_rank", "device", "uuid", table);
 }
 
 void check_unique_devices(group& node, const device_choice& mine, call_options options) {
   const auto all =
       node.all_gather(std::make_tuple(mine.rank, mine.local_rank, mine.host, mine.device, mine.uuid), options);
   std::vector<device_choice> choices;
-  for (const auto& [rank, local_rank, host, device, uuid] : all) choices.push_back({rank, local_rank, host, device, uuid});
+  for (const auto& [rank, local_rank, host, device, uuid] : all)
+    choices.push_back({rank, local_rank, host, device, uuid});
   if (const auto report = duplicate_devices(choices)) throw error(errc::invalid_environment, *report);
 }
 
@@ -210,8 +213,8 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
   const auto start = clock::now();
 
   const auto devices = visible_devices();
-  device_ = options.device ? *options.device : select_device(static_cast<int>(devices.size()), id.local_rank,
-                                                              id.local_world_size);
+  device_ = options.device ? *options.device
+                           : select_device(static_cast<int>(devices.size()), id.local_rank, id.local_world_size);
   if (device_ < 0 || device_ >= static_cast<int>(devices.size())) {
     throw error(errc::invalid_argument, fmt::format("communicator: device={} on {} which sees {} devices", device_,
                                                     detail::describe_self(), devices.size()));
@@ -253,10 +256,11 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
   timing_.nccl_init = since(init_start);
   rank_ = id.rank;
   size_ = n;
-  log::debug("NCCL communicator on device {} ({}): device selection {} us, id exchange {} us ({} root(s)), NCCL "
-             "init {} us",
-             device_, devices[device_].pci_bus_id, timing_.device_selection.count(), timing_.id_exchange.count(),
-             roots, timing_.nccl_init.count());
+  log::debug(
+      "NCCL communicator on device {} ({}): device selection {} us, id exchange {} us ({} root(s)), NCCL "
+      "init {} us",
+      device_, devices[device_].pci_bus_id, timing_.device_selection.count(), timing_.id_exchange.count(), roots,
+      timing_.nccl_init.count());
 }
 
 communicator::~communicator() { release(); }

@@ -65,9 +65,7 @@ std::vector<int> parse_rank_list(const char* text) {
 
 }  // namespace
 
-std::string pmix_status_text(pmix_status_t status) {
-  return fmt::format("{} ({})", PMIx_Error_string(status), status);
-}
+std::string pmix_status_text(pmix_status_t status) { return fmt::format("{} ({})", PMIx_Error_string(status), status); }
 
 pmix_session::pmix_session() {
   std::memset(&self_, 0, sizeof self_);
@@ -91,8 +89,7 @@ void pmix_session::put(const std::string& key, std::span<const std::byte> bytes)
   value.data.bo.size = bytes.size();
   const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value);
   if (status != PMIX_SUCCESS) {
-    throw error(errc::pmix, fmt::format("PMIx_Put({}) failed: {}", key, pmix_status_text(status)),
-                status);
+    throw error(errc::pmix, fmt::format("PMIx_Put({}) failed: {}", key, pmix_status_text(status)), status);
   }
 }
 
@@ -163,9 +160,10 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
   }
   status = wait->status;
   if (status == PMIX_ERR_TIMEOUT) {
-    throw timeout_error("the PMIx fence over all ranks timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT, "
-                        "300 s by default): a rank never arrived",
-                        status);
+    throw timeout_error(
+        "the PMIx fence over all ranks timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT, "
+        "300 s by default): a rank never arrived",
+        status);
   }
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),
@@ -179,8 +177,7 @@ std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
   pmix_status_t status = PMIX_SUCCESS;
   const auto value = get_value(proc, key.c_str(), false, &status);
   if (!value) {
-    throw error(errc::pmix,
-                fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
+    throw error(errc::pmix, fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
                 status);
   }
   if (value->type != PMIX_BYTE_OBJECT) {
@@ -194,19 +191,17 @@ pmix_facts pmix_session::query_facts() const {
   pmix_proc_t job;
   PMIX_LOAD_PROCID(&job, self_.nspace, PMIX_RANK_WILDCARD);
 
-  auto number = [&](const pmix_proc_t& proc, const char* key,
-                    const char* name) -> std::optional<int> {
+  auto number = [&](const pmix_proc_t& proc, const char* key, const char* name) -> std::optional<int> {
     pmix_status_t status = PMIX_SUCCESS;
     auto value = get_value(proc, key, true, &status);
     if (!value) {
       if (status == PMIX_ERR_NOT_FOUND) return std::nullopt;
-      throw error(errc::pmix,
-                  fmt::format("PMIx_Get({}) failed: {}", name, pmix_status_text(status)), status);
+      throw error(errc::pmix, fmt::format("PMIx_Get({}) failed: {}", name, pmix_status_text(status)), status);
     }
     auto n = to_number(*value);
     if (!n) {
-      throw error(errc::pmix, fmt::format("PMIx key {} has the non-numeric type {}", name,
-                                          PMIx_Data_type_string(value->type)));
+      throw error(errc::pmix,
+                  fmt::format("PMIx key {} has the non-numeric type {}", name, PMIx_Data_type_string(value->type)));
     }
     return static_cast<int>(*n);
   };
@@ -231,10 +226,10 @@ pmix_facts pmix_session::query_facts() const {
     char* node_list = nullptr;
     pmix_status_t status = PMIx_Resolve_nodes(self_.nspace, &node_list);
     if (status != PMIX_SUCCESS || node_list == nullptr) {
-      throw error(errc::pmix,
-                  fmt::format("the PMIx server provides neither PMIX_NUM_NODES nor a node list: {}",
-                              pmix_status_text(status)),
-                  status);
+      throw error(
+          errc::pmix,
+          fmt::format("the PMIx server provides neither PMIX_NUM_NODES nor a node list: {}", pmix_status_text(status)),
+          status);
     }
     facts.num_nodes = 1 + static_cast<int>(std::count(node_list, node_list + std::strlen(node_list), ','));
     std::free(node_list);

@@ -3,8 +3,8 @@
 #include <pmix.h>
 
 #include <chrono>
-#include <functional>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>

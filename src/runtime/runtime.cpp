@@ -49,7 +49,7 @@ struct runtime::impl {
         world_state->rank = id.rank;
         // A copy of the world group may outlive an explicit runtime: it must not reach a freed one.
         world_state->connect = [this, alive = std::weak_ptr<const bool>(alive)](detail::group_state&,
-                                                                               std::chrono::milliseconds deadline) {
+                                                                                std::chrono::milliseconds deadline) {
           if (alive.expired()) {
             throw error(errc::invalid_argument, "this world group's runtime was destroyed before its first collective");
           }
@@ -128,8 +128,8 @@ group runtime::make_group(const std::vector<int>& world_ranks, call_options opti
   std::set<int> seen;
   for (const int r : world_ranks) {
     if (r < 0 || r >= id.world_size) {
-      throw error(errc::invalid_argument, fmt::format("make_group: world_ranks={} holds {}, outside 0 to {}", listed,
-                                                      r, id.world_size - 1));
+      throw error(errc::invalid_argument,
+                  fmt::format("make_group: world_ranks={} holds {}, outside 0 to {}", listed, r, id.world_size - 1));
     }
     if (!seen.insert(r).second) {
       throw error(errc::invalid_argument, fmt::format("make_group: world_ranks={} holds {} twice", listed, r));

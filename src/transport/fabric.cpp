@@ -157,8 +157,9 @@ std::string tcp_fabric::next_group_key(const std::vector<int>& members) {
   std::uint64_t short_hash = 0;
   std::memcpy(&short_hash, digest.data(), sizeof short_hash);
   const auto key = fmt::format("{}-{:016x}#{}", members.size(), short_hash, created_[list]++);
-  key_members_[key] = members.size() <= 16 ? list : fmt::format("{} ranks: {}...", members.size(),
-                                                                  fmt::join(members.begin(), members.begin() + 16, ","));
+  key_members_[key] = members.size() <= 16 ? list
+                                           : fmt::format("{} ranks: {}...", members.size(),
+                                                         fmt::join(members.begin(), members.begin() + 16, ","));
   return key;
 }
 
@@ -254,8 +255,8 @@ int tcp_fabric::connect(int peer, const std::string& key, steady_clock::time_poi
     failures.push_back(fmt::format("{} port {}: {}", address, e.port, why));
     if (steady_clock::now() >= deadline) break;
   }
-  const auto message = fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host),
-                                   fmt::join(failures, "; "));
+  const auto message =
+      fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host), fmt::join(failures, "; "));
   if (steady_clock::now() >= deadline) throw timeout_error(message);
   throw error(errc::peer_failure, message);
 }
@@ -361,7 +362,8 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
   while (std::count(fds.begin(), fds.end(), -1) > 0) {
     const auto now = steady_clock::now();
     for (auto& p : pending_) {
-      if (now >= p.deadline) drop(p, fmt::format("no proof of membership within {} ms", settings_.handshake_timeout.count()));
+      if (now >= p.deadline)
+        drop(p, fmt::format("no proof of membership within {} ms", settings_.handshake_timeout.count()));
     }
     std::erase_if(pending_, [](const pending& p) { return p.fd < 0; });
     if (now >= deadline) {
@@ -370,7 +372,8 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
         if (fds[i] >= 0) continue;
         std::string note;
         for (const auto& [waiting_key, fd] : waiting_) {
-          if (waiting_key.second == peers[i]) note = fmt::format(", which is creating {} instead", describe_members(waiting_key.first));
+          if (waiting_key.second == peers[i])
+            note = fmt::format(", which is creating {} instead", describe_members(waiting_key.first));
         }
         missing.push_back(rank_label(peers[i], endpoints_[static_cast<std::size_t>(peers[i])].host) + note);
       }

@@ -14,9 +14,10 @@ void check_header(const frame_header& h) {
     throw protocol_violation{fmt::format("a frame of unknown type {}", h.type)};
   }
   if (h.name_size > max_name_size || h.site_size > max_site_size) {
-    throw protocol_violation{fmt::format("a frame header announcing a {}-byte name and a {}-byte call site "
-                                         "(limits {} and {})",
-                                         h.name_size, h.site_size, max_name_size, max_site_size)};
+    throw protocol_violation{
+        fmt::format("a frame header announcing a {}-byte name and a {}-byte call site "
+                    "(limits {} and {})",
+                    h.name_size, h.site_size, max_name_size, max_site_size)};
   }
   if (h.payload_size > max_payload_size) {
     throw protocol_violation{
@@ -93,8 +94,8 @@ std::vector<rank_bytes> parse_entries(std::span<const std::byte> in, int group_s
   take(&count, sizeof count);
   constexpr std::size_t entry_header = sizeof(std::uint32_t) + sizeof(std::uint64_t);
   if (count > static_cast<std::uint32_t>(group_size) || count > (in.size() - at) / entry_header) {
-    throw protocol_violation{fmt::format("a payload announcing {} entries in {} bytes for a group of {}", count,
-                                         in.size(), group_size)};
+    throw protocol_violation{
+        fmt::format("a payload announcing {} entries in {} bytes for a group of {}", count, in.size(), group_size)};
   }
   std::vector<rank_bytes> entries(count);
   for (auto& e : entries) {

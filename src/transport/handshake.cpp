@@ -51,7 +51,8 @@ mac_bytes handshake_mac(std::string_view purpose, const secret_bytes& secret, co
 }
 
 [[noreturn]] void malformed(int world_rank, std::string_view what) {
-  throw error(errc::internal, fmt::format("data path setup: rank {} published a malformed endpoint ({})", world_rank, what));
+  throw error(errc::internal,
+              fmt::format("data path setup: rank {} published a malformed endpoint ({})", world_rank, what));
 }
 
 int parse_int(std::string_view text, int world_rank, std::string_view field, int low, int high) {
@@ -132,8 +133,8 @@ mac_bytes hello_mac(const secret_bytes& secret, const nonce_bytes& listener_nonc
   return handshake_mac("jobkit hello", secret, listener_nonce, connector_nonce, world_rank, group_key);
 }
 
-mac_bytes welcome_mac(const secret_bytes& secret, const nonce_bytes& listener_nonce,
-                      const nonce_bytes& connector_nonce, std::uint32_t world_rank, std::string_view group_key) {
+mac_bytes welcome_mac(const secret_bytes& secret, const nonce_bytes& listener_nonce, const nonce_bytes& connector_nonce,
+                      std::uint32_t world_rank, std::string_view group_key) {
   return handshake_mac("jobkit welcome", secret, listener_nonce, connector_nonce, world_rank, group_key);
 }
 

@@ -40,9 +40,9 @@ class hub {
         for (std::size_t r = 0; r < arrivals_.size(); ++r) {
           if (!arrivals_[r]) missing.push_back(static_cast<int>(r));
         }
-        failure_ = failure{errc::timeout,
-                           fmt::format("{} at {} timed out after {} ms on rank {}: rank(s) {} never arrived",
-                                       ex.name, ex.site, ex.timeout.count(), rank, fmt::join(missing, ", "))};
+        failure_ =
+            failure{errc::timeout, fmt::format("{} at {} timed out after {} ms on rank {}: rank(s) {} never arrived",
+                                               ex.name, ex.site, ex.timeout.count(), rank, fmt::join(missing, ", "))};
         done_.notify_all();
       }
     }
@@ -69,8 +69,8 @@ class hub {
       const auto& other = *arrivals_[r];
       if (other.name != root.name) {
         failure_ = failure{errc::peer_failure,
-                           fmt::format("collectives out of step: rank {} is in {} at {} while rank 0 is in {} at {}",
-                                       r, other.name, other.site, root.name, root.site)};
+                           fmt::format("collectives out of step: rank {} is in {} at {} while rank 0 is in {} at {}", r,
+                                       other.name, other.site, root.name, root.site)};
         done_.notify_all();
         return;
       }

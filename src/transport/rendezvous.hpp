@@ -50,8 +50,7 @@ class memory_rendezvous_store {
 /// One rank's view of a memory_rendezvous_store.
 class memory_rendezvous final : public rendezvous {
  public:
-  memory_rendezvous(std::shared_ptr<memory_rendezvous_store> store, int rank)
-      : store_(std::move(store)), rank_(rank) {}
+  memory_rendezvous(std::shared_ptr<memory_rendezvous_store> store, int rank) : store_(std::move(store)), rank_(rank) {}
   void put(const std::string& key, std::span<const std::byte> bytes) override;
   void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
   std::vector<std::byte> get(int rank, const std::string& key) override;

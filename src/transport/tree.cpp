@@ -218,7 +218,8 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
       } catch (const socket_closed& e) {
         lost(parent, e.why, ex);
       } catch (const socket_timeout&) {
-        fail(fmt::format("{} stalled mid-message during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+        fail(fmt::format("{} stalled mid-message during {} at {}", describe(parent.peer), ex.name, ex.site),
+             parent.peer);
       }
     }
     for (std::size_t i = 0; i < children_.size(); ++i) {
@@ -230,8 +231,8 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
         if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
         if (f.header.sequence != sequence_ || f.name != ex.name) {
           fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                           describe(child.peer), f.name, f.header.sequence, f.site, describe(rank_), ex.name,
-                           sequence_, ex.site),
+                           describe(child.peer), f.name, f.header.sequence, f.site, describe(rank_), ex.name, sequence_,
+                           ex.site),
                rank_);
         }
         under = parse_entries(f.payload, static_cast<int>(members_.size()));
@@ -252,8 +253,8 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
 
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   if (!broken_.empty()) {
-    raise(broken_code_, fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name,
-                                    ex.site, broken_));
+    raise(broken_code_,
+          fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name, ex.site, broken_));
   }
   ++sequence_;
   auto entries = gather_up(ex);
@@ -339,10 +340,10 @@ group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::c
     state->hosts.push_back(fabric.endpoints()[static_cast<std::size_t>(r)].host);
     state->local_ranks.push_back(fabric.endpoints()[static_cast<std::size_t>(r)].local_rank);
   }
-  state->make_subgroup = make_subgroup ? std::move(make_subgroup)
-                                        : [&fabric](const std::vector<int>& ranks, std::chrono::milliseconds t) {
-                                            return make_tcp_group(fabric, ranks, t);
-                                          };
+  state->make_subgroup =
+      make_subgroup ? std::move(make_subgroup) : [&fabric](const std::vector<int>& ranks, std::chrono::milliseconds t) {
+        return make_tcp_group(fabric, ranks, t);
+      };
   return group(std::move(state));
 }
 

@@ -51,15 +51,15 @@ class tcp_tree final : public transport {
   std::string describe(int group_rank) const;
 
   std::vector<int> members_;
-  std::vector<std::string> hosts_;   // per group rank
-  int rank_ = 0;                     // group rank
+  std::vector<std::string> hosts_;  // per group rank
+  int rank_ = 0;                    // group rank
   std::uint64_t sequence_ = 0;
   std::vector<link> children_;
-  std::vector<link> parent_link_;    // empty on group rank 0
+  std::vector<link> parent_link_;          // empty on group rank 0
   std::vector<std::vector<int>> subtree_;  // group ranks under each child
-  std::vector<int> child_of_;        // group rank -> index of the child whose subtree has it, or -1
+  std::vector<int> child_of_;              // group rank -> index of the child whose subtree has it, or -1
   errc broken_code_ = errc::peer_failure;
-  std::string broken_;               // set once the tree failed
+  std::string broken_;  // set once the tree failed
 };
 
 using subgroup_maker = std::function<group(const std::vector<int>&, std::chrono::milliseconds)>;

@@ -33,7 +33,8 @@ tree_position position_in_tree(const std::vector<int>& parents, int rank) {
   for (int g = 0; g < size; ++g) {
     for (int a = g; a != -1; a = parents[static_cast<std::size_t>(a)]) {
       if (parents[static_cast<std::size_t>(a)] != rank) continue;
-      const auto child = static_cast<std::size_t>(std::find(p.children.begin(), p.children.end(), a) - p.children.begin());
+      const auto child =
+          static_cast<std::size_t>(std::find(p.children.begin(), p.children.end(), a) - p.children.begin());
       p.subtrees[child].push_back(g);
       p.child_of[static_cast<std::size_t>(g)] = static_cast<int>(child);
       break;

@@ -13,10 +13,10 @@ std::vector<int> tree_parents(const std::vector<int>& node_of_member);
 
 /// One rank's view of the tree.
 struct tree_position {
-  int parent = -1;                          ///< group rank, -1 at the root
-  std::vector<int> children;                ///< group ranks, ascending
-  std::vector<std::vector<int>> subtrees;   ///< per child: every group rank under it, itself included
-  std::vector<int> child_of;                ///< per group rank: index of the child whose subtree holds it, or -1
+  int parent = -1;                         ///< group rank, -1 at the root
+  std::vector<int> children;               ///< group ranks, ascending
+  std::vector<std::vector<int>> subtrees;  ///< per child: every group rank under it, itself included
+  std::vector<int> child_of;               ///< per group rank: index of the child whose subtree holds it, or -1
 };
 tree_position position_in_tree(const std::vector<int>& parents, int rank);
 

@@ -10,8 +10,8 @@ std::string job_step_tag(const identity& id, int pid) {
   if (id.job_id.empty()) return fmt::format("pid{}", pid);
   std::string tag = id.step_id.empty() ? id.job_id : id.job_id + "." + id.step_id;
   for (char& c : tag) {
-    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                      c == '_' || c == '-';
+    const bool safe =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!safe) c = '_';
   }
   return tag;

@@ -17,10 +17,10 @@
 #include <thread>
 #include <tuple>
 
-#include "jobkit/runtime.hpp"
 #include "core/failure.hpp"
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
+#include "jobkit/runtime.hpp"
 #include "workspace/names.hpp"
 
 namespace jobkit {
@@ -40,7 +40,6 @@ struct workspace_factory {
 namespace {
 using clock = std::chrono::steady_clock;
 }  // namespace
-
 
 std::string_view to_string(gather_route route) noexcept {
   switch (route) {
@@ -125,7 +124,8 @@ rank_state take_segment(const announcement& writer, const std::string& writer_na
   state.payload.resize(writer.payload_size);
   int failed = detail::pread_file_all(fd.get(), state.config.data(), state.config.size(), 0);
   if (failed == 0) {
-    failed = detail::pread_file_all(fd.get(), state.payload.data(), state.payload.size(), static_cast<off_t>(writer.config_size));
+    failed = detail::pread_file_all(fd.get(), state.payload.data(), state.payload.size(),
+                                    static_cast<off_t>(writer.config_size));
   }
   if (failed != 0) fail(detail::errno_text(failed), failed);
   return state;
@@ -182,11 +182,11 @@ std::vector<rank_state> gather_through_workspace(group& members, const std::vect
       auto state = ws.read(r, call);
       const auto& expected = announced[static_cast<std::size_t>(r)];
       if (state.config.size() != expected.config_size || state.payload.size() != expected.payload_size) {
-        throw error(errc::internal,
-                    fmt::format("node_local_gather: {} announced {} + {} bytes but its state at {} holds {} + {}",
-                                describe(members.world_ranks(), announced, r), expected.config_size,
-                                expected.payload_size, ws.path_of(r).string(), state.config.size(),
-                                state.payload.size()));
+        throw error(
+            errc::internal,
+            fmt::format("node_local_gather: {} announced {} + {} bytes but its state at {} holds {} + {}",
+                        describe(members.world_ranks(), announced, r), expected.config_size, expected.payload_size,
+                        ws.path_of(r).string(), state.config.size(), state.payload.size()));
       }
       states.push_back(std::move(state));
     }
@@ -235,8 +235,7 @@ gather_result node_local_gather(std::string_view config, std::span<const std::by
         return {gather_through_shared_memory(members, announced, config, payload, options.call, site), route};
       case gather_route::workspace:
         return {gather_through_workspace(members, announced, config, payload, options.call, site), route};
-      case gather_route::collectives:
-        break;
+      case gather_route::collectives: break;
     }
     return {gather_through_collectives(members, config, payload, options.call, site), route};
   } catch (const std::exception& e) {
@@ -244,9 +243,8 @@ gather_result node_local_gather(std::string_view config, std::span<const std::by
     // from another member: the group is already broken). jobkit's messages name the rank.
     members.abort(dynamic_cast<const error*>(&e)
                       ? std::string(e.what())
-                      : fmt::format("node_local_gather: {} failed: {}", describe(members.world_ranks(), announced,
-                                                                                  members.rank()),
-                                    e.what()));
+                      : fmt::format("node_local_gather: {} failed: {}",
+                                    describe(members.world_ranks(), announced, members.rank()), e.what()));
     throw;
   }
 }

@@ -17,10 +17,10 @@
 #include <thread>
 #include <tuple>
 
-#include "jobkit/runtime.hpp"
 #include "core/failure.hpp"
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
+#include "jobkit/runtime.hpp"
 #include "workspace/names.hpp"
 
 namespace jobkit {
@@ -43,8 +43,8 @@ void prepare_directory(const std::filesystem::path& directory, int world_rank, c
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) {
-    throw error(errc::io, fmt::format("workspace: {} cannot create the directory {}: {}", who,
-                                                    directory.string(), ec.message()),
+    throw error(errc::io,
+                fmt::format("workspace: {} cannot create the directory {}: {}", who, directory.string(), ec.message()),
                 ec.value());
   }
   for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
@@ -60,8 +60,8 @@ void prepare_directory(const std::filesystem::path& directory, int world_rank, c
     }
   }
   if (ec) {
-    throw error(errc::io, fmt::format("workspace: {} cannot list the directory {}: {}", who,
-                                                    directory.string(), ec.message()),
+    throw error(errc::io,
+                fmt::format("workspace: {} cannot list the directory {}: {}", who, directory.string(), ec.message()),
                 ec.value());
   }
 }
@@ -79,7 +79,6 @@ void pause_before_retry(std::chrono::milliseconds& pause, clock::time_point dead
 }
 
 }  // namespace
-
 
 workspace::workspace(std::filesystem::path root, group members, call_options options, std::source_location site)
     : workspace("ws", std::move(root), std::move(members), options, site) {}
@@ -107,8 +106,7 @@ workspace::workspace(std::string_view purpose, std::filesystem::path root, group
     if (clock::now() >= deadline) {
       const auto message =
           fmt::format("workspace: {} does not see the directory {} within {} ms after {} created it",
-                      detail::rank_label(id.rank, id.hostname), directory_.string(), timeout.count(),
-                      describe(0));
+                      detail::rank_label(id.rank, id.hostname), directory_.string(), timeout.count(), describe(0));
       members_.abort(message);
       throw timeout_error(message);
     }
@@ -149,11 +147,11 @@ void workspace::write(std::string_view config, std::span<const std::byte> payloa
   const auto temporary = target.string() + ".tmp";
   const auto fail = [&](const std::string& step, int error_number) {
     ::unlink(temporary.c_str());
-    throw error(errc::io,
-                fmt::format("workspace: {} cannot {} ({} bytes of config, {} bytes of payload): {}",
-                            describe(members_.rank()), step, config.size(), payload.size(),
-                            detail::errno_text(error_number)),
-                error_number);
+    throw error(
+        errc::io,
+        fmt::format("workspace: {} cannot {} ({} bytes of config, {} bytes of payload): {}", describe(members_.rank()),
+                    step, config.size(), payload.size(), detail::errno_text(error_number)),
+        error_number);
   };
   detail::descriptor fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) fail("create " + temporary, errno);
@@ -201,8 +199,8 @@ rank_state workspace::read(int rank, call_options options) const {
   if (header.magic != state_magic) fail("it is not a jobkit workspace state (wrong magic)", 0);
   if (header.config_size > file_size - sizeof header ||
       header.payload_size != file_size - sizeof header - header.config_size) {
-    fail(fmt::format("the header announces {} + {} bytes but the file holds {} after the header",
-                     header.config_size, header.payload_size, file_size - sizeof header),
+    fail(fmt::format("the header announces {} + {} bytes but the file holds {} after the header", header.config_size,
+                     header.payload_size, file_size - sizeof header),
          0);
   }
   rank_state state;
@@ -211,7 +209,7 @@ rank_state workspace::read(int rank, call_options options) const {
   int failed = detail::pread_file_all(fd.get(), state.config.data(), state.config.size(), sizeof header);
   if (failed == 0) {
     failed = detail::pread_file_all(fd.get(), state.payload.data(), state.payload.size(),
-                      static_cast<off_t>(sizeof header + header.config_size));
+                                    static_cast<off_t>(sizeof header + header.config_size));
   }
   if (failed != 0) fail(detail::errno_text(failed), failed);
   return state;

@@ -52,8 +52,8 @@ struct checker {
   long checked = 0;
   void expect(bool ok, std::uint64_t op, const char* what) {
     ++checked;
-    if (!ok && bad++ < 10) std::printf("rank %d: WRONG VALUE in %s at operation %llu\n", rank, what,
-                                        static_cast<unsigned long long>(op));
+    if (!ok && bad++ < 10)
+      std::printf("rank %d: WRONG VALUE in %s at operation %llu\n", rank, what, static_cast<unsigned long long>(op));
   }
 };
 
@@ -76,16 +76,13 @@ int stress(long operations) {
     const auto i = static_cast<std::uint64_t>(n);
     const int root = static_cast<int>(mix(i) % static_cast<std::uint64_t>(size));
     switch (n % 10) {
-      case 0:
-        world.barrier();
-        break;
-      case 1:
-        check.expect(world.broadcast(payload(me, i), root) == payload(root, i), i, "broadcast");
-        break;
+      case 0: world.barrier(); break;
+      case 1: check.expect(world.broadcast(payload(me, i), root) == payload(root, i), i, "broadcast"); break;
       case 2: {
         const auto got = world.gather(payload(me, i), root);
         bool ok = me == root ? static_cast<int>(got.size()) == size : got.empty();
-        for (int r = 0; ok && r < static_cast<int>(got.size()); ++r) ok = got[static_cast<std::size_t>(r)] == payload(r, i);
+        for (int r = 0; ok && r < static_cast<int>(got.size()); ++r)
+          ok = got[static_cast<std::size_t>(r)] == payload(r, i);
         check.expect(ok, i, "gather");
         break;
       }
@@ -97,7 +94,9 @@ int stress(long operations) {
         break;
       }
       case 4: {
-        const auto value = [&](int r) { return static_cast<std::int64_t>(mix(i + static_cast<std::uint64_t>(r)) >> 12); };
+        const auto value = [&](int r) {
+          return static_cast<std::int64_t>(mix(i + static_cast<std::uint64_t>(r)) >> 12);
+        };
         std::int64_t sum = 0, max = INT64_MIN;
         std::uint64_t x = 0;
         for (int r = 0; r < size; ++r) {
@@ -129,7 +128,8 @@ int stress(long operations) {
       case 7: {
         const auto got = node.all_gather(payload(me, i));
         bool ok = static_cast<int>(got.size()) == node.size();
-        for (int g = 0; ok && g < node.size(); ++g) ok = got[static_cast<std::size_t>(g)] == payload(node.world_ranks()[static_cast<std::size_t>(g)], i);
+        for (int g = 0; ok && g < node.size(); ++g)
+          ok = got[static_cast<std::size_t>(g)] == payload(node.world_ranks()[static_cast<std::size_t>(g)], i);
         check.expect(ok, i, "node all_gather");
         break;
       }
@@ -153,8 +153,9 @@ int stress(long operations) {
     if (n + 1 == operations - 1000) window_start = steady_clock::now();
   }
   const double last = duration<double, std::micro>(steady_clock::now() - window_start).count() / 1000;
-  std::printf("rank %d: %ld operations, %ld values checked, %ld bad values, first 1000: %.1f us/op, last 1000: %.1f us/op\n",
-              me, operations, check.checked, check.bad, first, last);
+  std::printf(
+      "rank %d: %ld operations, %ld values checked, %ld bad values, first 1000: %.1f us/op, last 1000: %.1f us/op\n",
+      me, operations, check.checked, check.bad, first, last);
   return check.bad == 0 ? 0 : 1;
 }
 
@@ -166,8 +167,8 @@ int groups() {
     if (hosts[static_cast<std::size_t>(r)] == id.hostname) same_host.push_back(r);
   }
   auto& node = jobkit::node_group();
-  const bool node_ok = node.world_ranks() == same_host && node.rank() == id.local_rank &&
-                       node.all_gather(id.rank) == same_host;
+  const bool node_ok =
+      node.world_ranks() == same_host && node.rank() == id.local_rank && node.all_gather(id.rank) == same_host;
   bool leaders_ok = true;
   if (id.local_rank == 0) {
     auto& leaders = jobkit::node_leaders_group();
@@ -179,8 +180,8 @@ int groups() {
   std::vector<int> list;
   for (int r = id.world_size - 1; r >= 0; --r) list.push_back(r);
   auto reversed = jobkit::make_group(list);
-  const bool list_ok = reversed.rank() == id.world_size - 1 - id.rank &&
-                       reversed.broadcast(id.rank, 0) == id.world_size - 1;
+  const bool list_ok =
+      reversed.rank() == id.world_size - 1 - id.rank && reversed.broadcast(id.rank, 0) == id.world_size - 1;
   jobkit::barrier();
   std::printf("rank %d: node group %s, leaders %s, explicit list %s\n", id.rank, node_ok ? "ok" : "WRONG",
               leaders_ok ? "ok" : "WRONG", list_ok ? "ok" : "WRONG");
@@ -205,9 +206,9 @@ int churn(int rounds) {
     for (const int r : members) same_parity = same_parity && r % 2 == id.rank % 2;
     check.expect(same_parity && static_cast<int>(members.size()) == (size + 1 - id.rank % 2) / 2, op, "split");
     const auto root = static_cast<int>(mix(op) % static_cast<std::uint64_t>(size));
-    check.expect(world.broadcast(fmt::format("round {} from {}", i, root), root) ==
-                     fmt::format("round {} from {}", i, root),
-                 op, "broadcast");
+    check.expect(
+        world.broadcast(fmt::format("round {} from {}", i, root), root) == fmt::format("round {} from {}", i, root), op,
+        "broadcast");
   }
   jobkit::barrier();
   std::printf("rank %d: churn %d rounds in %.2f s, %ld checks, %ld bad values\n", id.rank, rounds,

@@ -69,8 +69,7 @@ void semantics(const std::string& shared_dir) {
   // run_on_main: post_fn on the others sees what the main rank prepared.
   const auto marker = shared_dir + "/run_on_main." + id.job_id + "." + id.step_id;
   bool saw_marker = true;
-  jobkit::run_on_main([&] { std::ofstream(marker) << "ready"; },
-                      [&] { saw_marker = std::ifstream(marker).good(); });
+  jobkit::run_on_main([&] { std::ofstream(marker) << "ready"; }, [&] { saw_marker = std::ifstream(marker).good(); });
   expect(saw_marker, "run_on_main post_fn ran before the main rank's fn finished");
   jobkit::main_process_only([&] { std::remove(marker.c_str()); });
 
@@ -144,7 +143,8 @@ int main(int argc, char** argv) {
       jobkit::zero_first([&] {
         if (id.rank == 0) std::this_thread::sleep_for(seconds(std::stoi(arg)));
       });
-      std::printf("rank %d: zero_first done after %.1f s\n", id.rank, duration<double>(steady_clock::now() - t0).count());
+      std::printf("rank %d: zero_first done after %.1f s\n", id.rank,
+                  duration<double>(steady_clock::now() - t0).count());
       return 0;
     } else {
       std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());

@@ -94,8 +94,8 @@ int gather_cross(const fs::path& root) {
   }
   auto g = jobkit::make_group(ranks);
   int bad = check_gather("cross-node (no workspace)", g, gather(g, "cross"), "cross");
-  bad += check_gather("cross-node (workspace)", g,
-                      gather(g, "cross", {.workspace = root, .collective_max_bytes = 0}), "cross");
+  bad += check_gather("cross-node (workspace)", g, gather(g, "cross", {.workspace = root, .collective_max_bytes = 0}),
+                      "cross");
   return bad == 0 ? 0 : 1;
 }
 
@@ -174,8 +174,9 @@ int steps(const fs::path& root, int rounds) {
   }
   std::printf("rank %d step %s: %ld states checked, %ld not of this step and round\n", id.rank, id.step_id.c_str(),
               checked, foreign);
-  if (id.rank == 0) std::printf("step %s ran from %lld to %lld\n", id.step_id.c_str(), static_cast<long long>(start),
-                                static_cast<long long>(epoch_ms()));
+  if (id.rank == 0)
+    std::printf("step %s ran from %lld to %lld\n", id.step_id.c_str(), static_cast<long long>(start),
+                static_cast<long long>(epoch_ms()));
   return foreign == 0 ? 0 : 1;
 }
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "jobkit/runtime.hpp"
 #include "support.hpp"
 #include "transport/inprocess.hpp"
-#include "jobkit/runtime.hpp"
 #include "transport/transport.hpp"
 
 using namespace std::chrono_literals;
@@ -25,10 +25,7 @@ using jobkit::reduce_op;
 using test_support::contains;
 using test_support::on_ranks;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("a single rank gets identity results without a launcher", "[collectives]") {
   auto& world = jobkit::world();
@@ -71,11 +68,13 @@ TEST_CASE("broadcast, gather and all_gather deliver the right values to the righ
 TEST_CASE("all_reduce is exact, in rank order, identical everywhere", "[collectives]") {
   auto results = on_ranks(5, [](group& g) {
     const std::int64_t big = (std::int64_t{1} << 53) + g.rank();  // beyond float32 and float64 mantissas
-    return std::vector<std::int64_t>{
-        g.all_reduce(big, reduce_op::sum), g.all_reduce(std::int64_t{g.rank() + 1}, reduce_op::prod),
-        g.all_reduce(std::int64_t{10 - g.rank()}, reduce_op::min), g.all_reduce(std::int64_t{g.rank()}, reduce_op::max),
-        g.all_reduce(std::int64_t{0b111} << g.rank(), reduce_op::band),
-        g.all_reduce(std::int64_t{1} << g.rank(), reduce_op::bor), g.all_reduce(std::int64_t{3}, reduce_op::bxor)};
+    return std::vector<std::int64_t>{g.all_reduce(big, reduce_op::sum),
+                                     g.all_reduce(std::int64_t{g.rank() + 1}, reduce_op::prod),
+                                     g.all_reduce(std::int64_t{10 - g.rank()}, reduce_op::min),
+                                     g.all_reduce(std::int64_t{g.rank()}, reduce_op::max),
+                                     g.all_reduce(std::int64_t{0b111} << g.rank(), reduce_op::band),
+                                     g.all_reduce(std::int64_t{1} << g.rank(), reduce_op::bor),
+                                     g.all_reduce(std::int64_t{3}, reduce_op::bxor)};
   });
   const std::int64_t expected_sum = 5 * (std::int64_t{1} << 53) + 10;
   for (const auto& r : results) {
@@ -104,9 +103,8 @@ TEST_CASE("all_reduce refuses what cannot be reduced, on every rank", "[collecti
     CHECK(r.code == jobkit::errc::invalid_argument);
     CHECK(contains(r.error, "bxor"));
   }
-  auto lengths = on_ranks(3, [](group& g) {
-    return g.all_reduce(std::vector<int>(g.rank() == 2 ? 4u : 3u, 1), reduce_op::sum);
-  });
+  auto lengths =
+      on_ranks(3, [](group& g) { return g.all_reduce(std::vector<int>(g.rank() == 2 ? 4u : 3u, 1), reduce_op::sum); });
   for (const auto& r : lengths) {
     CHECK_FALSE(r.value);
     CHECK(contains(r.error, "rank 0 (localhost) passed 3 elements but rank 2 (localhost) passed 4"));
@@ -129,15 +127,13 @@ TEST_CASE("scatter gives each rank its own value and checks the count on the roo
 
 TEST_CASE("compute_and_broadcast runs fn on the root only; its exception reaches every rank", "[collectives]") {
   std::atomic<int> calls{0};
-  auto results = on_ranks(4, [&](group& g) {
-    return g.compute_and_broadcast([&] { return std::to_string(++calls) + " from root"; }, 3);
-  });
+  auto results = on_ranks(
+      4, [&](group& g) { return g.compute_and_broadcast([&] { return std::to_string(++calls) + " from root"; }, 3); });
   CHECK(calls == 1);
   for (const auto& r : results) CHECK(*r.value == "1 from root");
 
-  auto failing = on_ranks(4, [](group& g) {
-    return g.compute_and_broadcast([]() -> int { throw std::runtime_error("disk full"); }, 1);
-  });
+  auto failing = on_ranks(
+      4, [](group& g) { return g.compute_and_broadcast([]() -> int { throw std::runtime_error("disk full"); }, 1); });
   CHECK(failing[1].std_exception);  // the root gets its own exception back
   CHECK(failing[1].error == "disk full");
   for (int r : {0, 2, 3}) {
@@ -163,7 +159,8 @@ TEST_CASE("gather_from_all_ranks and reduce_and_broadcast with a user reduction"
   for (const auto& r : reduced) CHECK(*r.value == "dcba");
 
   auto throwing = on_ranks(3, [](group& g) {
-    return g.reduce_and_broadcast([] { return 1; }, [](std::vector<int>) -> int { throw std::logic_error("bad reduce"); });
+    return g.reduce_and_broadcast([] { return 1; },
+                                  [](std::vector<int>) -> int { throw std::logic_error("bad reduce"); });
   });
   for (const auto& r : throwing) {
     CHECK_FALSE(r.value);
@@ -239,7 +236,8 @@ TEST_CASE("all_reduce with a user operation folds in rank order, on any sendable
     int rank;
   };
   auto results = on_ranks(5, [](group& g) {
-    const auto text = g.all_reduce(std::to_string(g.rank()), [](const std::string& a, const std::string& b) { return a + b; });
+    const auto text =
+        g.all_reduce(std::to_string(g.rank()), [](const std::string& a, const std::string& b) { return a + b; });
     const auto lowest = g.all_reduce(best{10.0 - g.rank() % 3, g.rank()},
                                      [](const best& a, const best& b) { return b.loss < a.loss ? b : a; });
     return text + "/" + std::to_string(lowest.rank);

@@ -22,8 +22,8 @@ TEST_CASE("timeout_error is a jobkit::error of category timeout", "[error]") {
 
 TEST_CASE("every category has a name", "[error]") {
   using jobkit::errc;
-  for (auto code : {errc::invalid_environment, errc::invalid_argument, errc::pmix, errc::timeout,
-                    errc::peer_failure, errc::internal}) {
+  for (auto code : {errc::invalid_environment, errc::invalid_argument, errc::pmix, errc::timeout, errc::peer_failure,
+                    errc::internal}) {
     CHECK(jobkit::to_string(code) != "unknown");
   }
 }

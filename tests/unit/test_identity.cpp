@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "../catch.hpp"
-#include "support.hpp"
-#include "identity/environment.hpp"
 #include "identity/discovery.hpp"
+#include "identity/environment.hpp"
 #include "jobkit/error.hpp"
+#include "support.hpp"
 
 using jobkit::errc;
 using jobkit::identity_source;
@@ -20,17 +20,19 @@ namespace {
 
 /// Rank 5 of an uneven step of 7 tasks laid out 4+2+1 over 3 nodes: second task of node 1.
 map_environment slurm_step() {
-  return {{"SLURM_JOB_ID", "42"},         {"SLURM_STEP_ID", "3"},
-          {"SLURM_STEP_NUM_TASKS", "7"},  {"SLURM_STEP_NUM_NODES", "3"},
+  return {{"SLURM_JOB_ID", "42"},
+          {"SLURM_STEP_ID", "3"},
+          {"SLURM_STEP_NUM_TASKS", "7"},
+          {"SLURM_STEP_NUM_NODES", "3"},
           {"SLURM_STEP_TASKS_PER_NODE", "4,2,1"},
-          {"SLURM_PROCID", "5"},          {"SLURM_LOCALID", "1"},
+          {"SLURM_PROCID", "5"},
+          {"SLURM_LOCALID", "1"},
           {"SLURM_NODEID", "1"}};
 }
 
 /// Rank 5 of torchrun with 2 nodes x 4 processes.
 map_environment torchrun() {
-  return {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-          {"NODE_RANK", "1"}};
+  return {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"NODE_RANK", "1"}};
 }
 
 pmix_facts pmix_rank5() {
@@ -90,9 +92,8 @@ TEST_CASE("without a launcher the documented single-rank defaults apply", "[iden
 }
 
 TEST_CASE("a Slurm batch step (no srun) is a single rank", "[identity]") {
-  const map_environment batch = {{"SLURM_JOB_ID", "42"}, {"SLURM_PROCID", "0"},
-                                 {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "0"},
-                                 {"SLURM_NTASKS", "8"},  {"SLURM_TASKS_PER_NODE", "4(x2)"}};
+  const map_environment batch = {{"SLURM_JOB_ID", "42"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"},
+                                 {"SLURM_NODEID", "0"},  {"SLURM_NTASKS", "8"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}};
   const auto id = resolve_identity(batch, nullptr, "c1");
   CHECK(id.source == identity_source::defaults);
   CHECK(id.world_size == 1);
@@ -114,13 +115,11 @@ TEST_CASE("the Slurm step environment gives exact values for an uneven layout", 
   CHECK(id.is_distributed());
 }
 
-TEST_CASE("the local world size comes from this node's entry, not rank / tasks per node",
-          "[identity]") {
+TEST_CASE("the local world size comes from this node's entry, not rank / tasks per node", "[identity]") {
   // Cyclic distribution of 7 tasks over 3 nodes: node 2 holds ranks 2 and 5 (3+2+2 per node).
-  auto env = with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "3,2(x2)"},
-                                 {"SLURM_PROCID", "5"},
-                                 {"SLURM_LOCALID", "1"},
-                                 {"SLURM_NODEID", "2"}});
+  auto env = with(
+      slurm_step(),
+      {{"SLURM_STEP_TASKS_PER_NODE", "3,2(x2)"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"}});
   const auto id = resolve_identity(env, nullptr, "c3");
   CHECK(id.node_rank == 2);
   CHECK(id.local_world_size == 2);
@@ -162,8 +161,7 @@ TEST_CASE("RANK=0 WORLD_SIZE=1 alone is a complete single-rank set", "[identity]
 }
 
 TEST_CASE("a single-node torchrun needs no NODE_RANK", "[identity]") {
-  auto env = map_environment{{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
-                             {"LOCAL_WORLD_SIZE", "4"}};
+  auto env = map_environment{{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "4"}};
   const auto id = resolve_identity(env, nullptr, "h");
   CHECK(id.node_rank == 0);
   CHECK(id.num_nodes == 1);
@@ -207,9 +205,11 @@ TEST_CASE("JOBKIT_IDENTITY forces one source and ignores the others", "[identity
   }
   SECTION("torchrun wins over a contradicting Slurm task") {
     auto env = slurm_step();
-    for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-             {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-             {"JOBKIT_IDENTITY", "torchrun"}}) {
+    for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{{"RANK", "1"},
+                                                                               {"WORLD_SIZE", "2"},
+                                                                               {"LOCAL_RANK", "1"},
+                                                                               {"LOCAL_WORLD_SIZE", "2"},
+                                                                               {"JOBKIT_IDENTITY", "torchrun"}}) {
       env.set(k, v);
     }
     const auto id = resolve_identity(env, nullptr, "h");
@@ -231,8 +231,8 @@ TEST_CASE("the environment is checked against PMIX_RANK before PMIx_Init", "[ide
     CHECK(jobkit::detail::pmix_server_advertised(env));
   }
   SECTION("a torchrun child that inherited its task's PMIX_RANK") {
-    auto env = with(torchrun(), {{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "slurm.pmix.42.3"},
-                                 {"TORCHELASTIC_RUN_ID", "x"}});
+    auto env =
+        with(torchrun(), {{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "slurm.pmix.42.3"}, {"TORCHELASTIC_RUN_ID", "x"}});
     try {
       check_environment_before_pmix(env);
       FAIL("no error");
@@ -264,56 +264,74 @@ TEST_CASE("bad input names the variable and its value", "[identity][errors]") {
       {"zero world", with(torchrun(), {{"WORLD_SIZE", "0"}}), {"WORLD_SIZE='0'", "at least 1"}},
       // torchrun bounds and partial sets
       {"rank >= world", with(torchrun(), {{"RANK", "8"}}), {"RANK='8' must be less than WORLD_SIZE='8'"}},
-      {"local rank >= local world", with(torchrun(), {{"LOCAL_RANK", "4"}}),
+      {"local rank >= local world",
+       with(torchrun(), {{"LOCAL_RANK", "4"}}),
        {"LOCAL_RANK='4' must be less than LOCAL_WORLD_SIZE='4'"}},
       {"RANK without WORLD_SIZE", map_environment{{"RANK", "0"}}, {"partial", "RANK='0'", "WORLD_SIZE"}},
       {"WORLD_SIZE without RANK", map_environment{{"WORLD_SIZE", "4"}}, {"partial", "WORLD_SIZE='4'", "RANK"}},
-      {"no local values", with(torchrun(), {}, {"LOCAL_RANK", "LOCAL_WORLD_SIZE"}),
+      {"no local values",
+       with(torchrun(), {}, {"LOCAL_RANK", "LOCAL_WORLD_SIZE"}),
        {"partial", "LOCAL_RANK, LOCAL_WORLD_SIZE are not"}},
       {"LOCAL_RANK alone", map_environment{{"LOCAL_RANK", "0"}}, {"partial", "LOCAL_RANK='0'"}},
       {"NODE_RANK alone", map_environment{{"NODE_RANK", "1"}}, {"partial", "NODE_RANK='1'"}},
-      {"local world > world", with(torchrun(), {{"LOCAL_WORLD_SIZE", "16"}}),
+      {"local world > world",
+       with(torchrun(), {{"LOCAL_WORLD_SIZE", "16"}}),
        {"LOCAL_WORLD_SIZE='16' must not exceed WORLD_SIZE='8'"}},
-      {"uneven torchrun", with(torchrun(), {{"WORLD_SIZE", "7"}}),
+      {"uneven torchrun",
+       with(torchrun(), {{"WORLD_SIZE", "7"}}),
        {"WORLD_SIZE='7' is not a multiple of LOCAL_WORLD_SIZE='4'"}},
-      {"NODE_RANK vs GROUP_RANK", with(torchrun(), {{"GROUP_RANK", "0"}}),
+      {"NODE_RANK vs GROUP_RANK",
+       with(torchrun(), {{"GROUP_RANK", "0"}}),
        {"NODE_RANK='1' contradicts GROUP_RANK='0'"}},
       {"missing node rank", with(torchrun(), {}, {"NODE_RANK"}), {"neither NODE_RANK nor GROUP_RANK"}},
       {"node rank >= nodes", with(torchrun(), {{"NODE_RANK", "2"}}), {"NODE_RANK='2' must be less than"}},
       // Slurm step
       {"non-numeric SLURM_PROCID", with(slurm_step(), {{"SLURM_PROCID", "x"}}), {"SLURM_PROCID='x'"}},
-      {"partial Slurm step", with(slurm_step(), {}, {"SLURM_LOCALID", "SLURM_NODEID"}),
+      {"partial Slurm step",
+       with(slurm_step(), {}, {"SLURM_LOCALID", "SLURM_NODEID"}),
        {"partial Slurm step environment", "SLURM_LOCALID, SLURM_NODEID are not"}},
       {"zero nodes", with(slurm_step(), {{"SLURM_STEP_NUM_NODES", "0"}}), {"SLURM_STEP_NUM_NODES='0'"}},
-      {"unclosed repeat", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "1(x2"}}),
+      {"unclosed repeat",
+       with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "1(x2"}}),
        {"SLURM_STEP_TASKS_PER_NODE='1(x2'", "not closed"}},
-      {"empty layout", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", ""}}),
+      {"empty layout",
+       with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", ""}}),
        {"SLURM_STEP_TASKS_PER_NODE=''", "empty"}},
       {"missing count", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4,,1"}}), {"count is missing"}},
-      {"zero tasks on a node", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "0,6,1"}}),
-       {"a node has no tasks"}},
+      {"zero tasks on a node", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "0,6,1"}}), {"a node has no tasks"}},
       {"bad separator", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4;2;1"}}), {"unexpected ';'"}},
-      {"layout node count", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "5,2"}}),
+      {"layout node count",
+       with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "5,2"}}),
        {"lists 2 nodes but SLURM_STEP_NUM_NODES='3'"}},
-      {"layout task count", with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4,2(x2)"}}),
+      {"layout task count",
+       with(slurm_step(), {{"SLURM_STEP_TASKS_PER_NODE", "4,2(x2)"}}),
        {"adds up to 8 tasks but SLURM_STEP_NUM_TASKS='7'"}},
-      {"procid >= tasks", with(slurm_step(), {{"SLURM_PROCID", "7"}}),
+      {"procid >= tasks",
+       with(slurm_step(), {{"SLURM_PROCID", "7"}}),
        {"SLURM_PROCID='7' must be less than SLURM_STEP_NUM_TASKS='7'"}},
-      {"nodeid >= nodes", with(slurm_step(), {{"SLURM_NODEID", "3"}}),
+      {"nodeid >= nodes",
+       with(slurm_step(), {{"SLURM_NODEID", "3"}}),
        {"SLURM_NODEID='3' must be less than SLURM_STEP_NUM_NODES='3'"}},
-      {"localid >= tasks on node", with(slurm_step(), {{"SLURM_LOCALID", "2"}}),
+      {"localid >= tasks on node",
+       with(slurm_step(), {{"SLURM_LOCALID", "2"}}),
        {"SLURM_LOCALID='2' must be less than SLURM_STEP_TASKS_PER_NODE='4,2,1'"}},
       // contradictions between sources
       {"torchrun inside srun --mpi=none",
-       with(slurm_step(), {{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                           {"LOCAL_WORLD_SIZE", "4"}, {"NODE_RANK", "0"}, {"TORCHELASTIC_RUN_ID", "r"}}),
+       with(slurm_step(), {{"RANK", "1"},
+                           {"WORLD_SIZE", "8"},
+                           {"LOCAL_RANK", "1"},
+                           {"LOCAL_WORLD_SIZE", "4"},
+                           {"NODE_RANK", "0"},
+                           {"TORCHELASTIC_RUN_ID", "r"}}),
        {"contradicts the Slurm step environment", "rank SLURM_PROCID='5' vs RANK='1'",
         "world size SLURM_STEP_NUM_TASKS='7' vs WORLD_SIZE='8'", "torchrun inside srun"}},
       // source selection
       {"unknown JOBKIT_IDENTITY", with(empty, {{"JOBKIT_IDENTITY", "mpi"}}), {"JOBKIT_IDENTITY='mpi'"}},
-      {"forced slurm outside a step", with(empty, {{"JOBKIT_IDENTITY", "slurm"}}),
+      {"forced slurm outside a step",
+       with(empty, {{"JOBKIT_IDENTITY", "slurm"}}),
        {"JOBKIT_IDENTITY='slurm'", "SLURM_STEP_NUM_TASKS"}},
-      {"forced torchrun without variables", with(empty, {{"JOBKIT_IDENTITY", "torchrun"}}),
+      {"forced torchrun without variables",
+       with(empty, {{"JOBKIT_IDENTITY", "torchrun"}}),
        {"JOBKIT_IDENTITY='torchrun'"}},
       {"forced pmix without a server", with(empty, {{"JOBKIT_IDENTITY", "pmix"}}), {"JOBKIT_IDENTITY='pmix'"}},
   };
@@ -359,8 +377,7 @@ TEST_CASE("an inconsistent PMIx server answer is reported, not trusted", "[ident
 TEST_CASE("identity prints as a line and as JSON", "[identity]") {
   auto id = resolve_identity(slurm_step(), nullptr, "c\"2");
   CHECK(jobkit::to_string(id) == "rank 5/7 local 1/2 node 1/3 host c\"2 job 42 step 3 (slurm)");
-  CHECK(jobkit::to_json(id) ==
-        R"({"rank":5,"world_size":7,"local_rank":1,"local_world_size":2,"node_rank":1,)"
-        R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","source":"slurm"})");
+  CHECK(jobkit::to_json(id) == R"({"rank":5,"world_size":7,"local_rank":1,"local_world_size":2,"node_rank":1,)"
+                               R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","source":"slurm"})");
   CHECK(jobkit::to_string(identity_source::defaults) == "default");
 }

@@ -35,8 +35,7 @@ identity launched(int rank, int local_rank = 0) {
   return id;
 }
 
-log_config config(std::string ranks = "main", log_level level = log_level::info,
-                  std::string prefix = "") {
+log_config config(std::string ranks = "main", log_level level = log_level::info, std::string prefix = "") {
   log_config c;
   c.level = level;
   c.ranks = rank_filter::parse(ranks, "JOBKIT_LOG_RANKS");
@@ -53,9 +52,7 @@ std::string error_of(auto&& fn) {
   return "(no error)";
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -85,8 +82,7 @@ TEST_CASE("a bad prefix pattern is an error naming it", "[log][errors]") {
   }
 }
 
-TEST_CASE("default filter: INFO and below from the main rank, WARNING and above everywhere",
-          "[log]") {
+TEST_CASE("default filter: INFO and below from the main rank, WARNING and above everywhere", "[log]") {
   const logger main_rank(launched(0), config());
   const logger other(launched(5, 1), config());
   CHECK(main_rank.enabled(log_level::info));

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "../catch.hpp"
 #include "jobkit/error.hpp"
@@ -17,9 +17,8 @@ class scoped_env {
  public:
   explicit scoped_env(std::initializer_list<std::pair<const char*, const char*>> vars) {
     for (const char* name :
-         {"JOBKIT_IDENTITY", "PMIX_RANK", "PMIX_NAMESPACE", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID",
-          "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
-          "GROUP_RANK", "TORCHELASTIC_RUN_ID"}) {
+         {"JOBKIT_IDENTITY", "PMIX_RANK", "PMIX_NAMESPACE", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID", "SLURM_STEP_ID",
+          "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID"}) {
       unsetenv(name);
     }
     for (const auto& [name, value] : vars) {
@@ -47,8 +46,8 @@ TEST_CASE("a runtime without a launcher is a single rank and needs no PMIx serve
 }
 
 TEST_CASE("a runtime reads torchrun variables, and moving it keeps the identity", "[runtime]") {
-  scoped_env env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                  {"NODE_RANK", "1"}});
+  scoped_env env(
+      {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"NODE_RANK", "1"}});
   jobkit::runtime rt;
   jobkit::runtime moved = std::move(rt);
   CHECK(moved.identity().source == jobkit::identity_source::torchrun);
@@ -90,8 +89,8 @@ TEST_CASE("an advertised but unreachable PMIx server is a PMIx error with its st
 }
 
 TEST_CASE("the seed getters answer from the process-wide runtime", "[runtime]") {
-  scoped_env env({{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "4"},
-                  {"NODE_RANK", "1"}});
+  scoped_env env(
+      {{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "4"}, {"NODE_RANK", "1"}});
   CHECK(jobkit::rank() == 6);
   CHECK(jobkit::world_size() == 8);
   CHECK(jobkit::local_rank() == 2);
@@ -108,7 +107,9 @@ TEST_CASE("collectives across ranks without a PMIx server say how to launch", "[
   scoped_env env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
   jobkit::runtime rt;
   for (auto attempt : {std::function<void()>([&] { rt.world(); }), std::function<void()>([&] { rt.node_group(); }),
-                       std::function<void()>([&] { rt.make_group({0, 1}); })}) {
+                       std::function<void()>([&] {
+                         rt.make_group({0, 1});
+                       })}) {
     try {
       attempt();
       FAIL("no error");

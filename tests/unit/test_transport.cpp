@@ -55,9 +55,9 @@ jobkit::identity rank_identity(int rank, const std::vector<int>& nodes) {
 /// Runs fn(fabric, world group) on one thread per rank; nodes[r] is rank r's (pretend) node.
 /// before_groups(rank, fabric) runs after the endpoint exchange, before the world group exists.
 template <class F, class T = std::invoke_result_t<F&, tcp_fabric&, jobkit::group&>>
-std::vector<test_support::outcome<T>> on_tcp_ranks(
-    const std::vector<int>& nodes, F fn, std::chrono::milliseconds handshake_timeout = 30s,
-    const std::function<void(int, tcp_fabric&)>& before_groups = {}) {
+std::vector<test_support::outcome<T>> on_tcp_ranks(const std::vector<int>& nodes, F fn,
+                                                   std::chrono::milliseconds handshake_timeout = 30s,
+                                                   const std::function<void(int, tcp_fabric&)>& before_groups = {}) {
   const int size = static_cast<int>(nodes.size());
   auto store = std::make_shared<memory_rendezvous_store>(size);
   std::vector<test_support::outcome<T>> outcomes(nodes.size());
@@ -407,8 +407,7 @@ TEST_CASE("a silent stranger is dropped at its handshake deadline", "[transport]
   ::close(silent);
 }
 
-TEST_CASE("connecting to an address where no rank of this step listens fails, naming rank and address",
-          "[transport]") {
+TEST_CASE("connecting to an address where no rank of this step listens fails, naming rank and address", "[transport]") {
   // Rank 1 publishes the port of a server that is not jobkit: rank 0 must not take it for rank 1.
   const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};

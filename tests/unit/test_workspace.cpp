@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "jobkit/runtime.hpp"
 #include "support.hpp"
 #include "transport/inprocess.hpp"
-#include "jobkit/runtime.hpp"
 #include "workspace/names.hpp"
 
 using namespace std::chrono_literals;
@@ -301,8 +301,8 @@ TEST_CASE("a segment left by a crashed earlier attempt does not block the gather
     if (g.rank() == 0) gathered = result.states;
   });
   CHECK(errors == std::vector<std::string>(3));
-  CHECK(gathered == std::vector<jobkit::rank_state>{{"", bytes_of("rank 0")}, {"", bytes_of("rank 1")},
-                                                    {"", bytes_of("rank 2")}});
+  CHECK(gathered ==
+        std::vector<jobkit::rank_state>{{"", bytes_of("rank 0")}, {"", bytes_of("rank 1")}, {"", bytes_of("rank 2")}});
   CHECK_FALSE(segment_exists(2));
 }
 

@@ -107,8 +107,10 @@ T combine_scalar(T a, T b, reduce_op op) {
 template <reducible T>
 T group::all_reduce(const T& value, reduce_op op, call_options options, std::source_location site) {
   constexpr bool floating = [] {
-    if constexpr (std::is_arithmetic_v<T>) return std::is_floating_point_v<T>;
-    else return std::is_floating_point_v<typename T::value_type>;
+    if constexpr (std::is_arithmetic_v<T>)
+      return std::is_floating_point_v<T>;
+    else
+      return std::is_floating_point_v<typename T::value_type>;
   }();
   if (floating && (op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor)) {
     detail::throw_bitwise_on_floating(to_string(op));
@@ -156,8 +158,7 @@ T group::scatter(const std::vector<T>& values, rooted_options options, std::sour
 }
 
 template <class F, class R>
-  requires sendable<R>
-R group::compute_and_broadcast(F&& fn, rooted_options options, std::source_location site) {
+requires sendable<R> R group::compute_and_broadcast(F&& fn, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("compute_and_broadcast", root);
   auto ex = make_exchange("compute_and_broadcast(root " + std::to_string(root) + ")", options.timeout, site);
@@ -179,8 +180,8 @@ R group::compute_and_broadcast(F&& fn, rooted_options options, std::source_locat
 }
 
 template <class F, class R>
-  requires sendable<R>
-std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_options options, std::source_location site) {
+requires sendable<R> std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_options options,
+                                                                 std::source_location site) {
   check_root("gather_from_all_ranks", options.root);
   auto ex = make_exchange("gather_from_all_ranks(root " + std::to_string(options.root) + ")", options.timeout, site);
   connect(ex);
@@ -192,8 +193,8 @@ std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_options options, std:
 }
 
 template <class Map, class Reduce, class M, class R>
-  requires sendable<M> && sendable<R>
-R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options, std::source_location site) {
+requires sendable<M> && sendable<R> R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options,
+                                                                  std::source_location site) {
   auto ex = make_exchange("reduce_and_broadcast", options.timeout, site);
   connect(ex);
   const auto bytes = encode_result(map, ex);
