@@ -171,6 +171,67 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
   }
 }
 
+namespace {
+
+/// The answers to several PMIx_Get_nb calls; outlives the caller when PMIx answers late.
+struct probe_wait {
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::vector<pmix_status_t> status;  // per rank; PMIX_ERR_TIMEOUT until answered
+  int pending = 0;
+};
+
+struct probe_call {
+  std::shared_ptr<probe_wait> wait;
+  int rank;
+  static void on_value(pmix_status_t status, pmix_value_t*, void* data) {
+    auto* call = static_cast<probe_call*>(data);
+    {
+      std::lock_guard lock(call->wait->mutex);
+      call->wait->status[static_cast<std::size_t>(call->rank)] = status;
+      --call->wait->pending;
+    }
+    call->wait->answered.notify_all();
+    delete call;
+  }
+};
+
+}  // namespace
+
+std::vector<int> pmix_session::ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) {
+  auto wait = std::make_shared<probe_wait>();
+  wait->status.assign(static_cast<std::size_t>(world_size), PMIX_ERR_TIMEOUT);
+  wait->status[self_.rank] = PMIX_SUCCESS;
+  int seconds = static_cast<int>(std::max<long long>(1, (probe.count() + 999) / 1000));
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
+  for (int r = 0; r < world_size; ++r) {
+    if (r == static_cast<int>(self_.rank)) continue;
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(r));
+    auto* call = new probe_call{wait, r};
+    {
+      std::lock_guard lock(wait->mutex);
+      ++wait->pending;
+    }
+    if (PMIx_Get_nb(&proc, key.c_str(), &info, 1, &probe_call::on_value, call) != PMIX_SUCCESS) {
+      std::lock_guard lock(wait->mutex);
+      --wait->pending;
+      delete call;
+    }
+  }
+  PMIX_INFO_DESTRUCT(&info);
+  std::unique_lock lock(wait->mutex);
+  wait->answered.wait_until(lock, std::chrono::steady_clock::now() + probe + std::chrono::seconds(1),
+                            [&] { return wait->pending == 0; });
+  std::vector<int> absent;
+  for (int r = 0; r < world_size; ++r) {
+    if (wait->status[static_cast<std::size_t>(r)] != PMIX_SUCCESS) absent.push_back(r);
+  }
+  return absent;
+}
+
 std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
   pmix_proc_t proc;
   PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(rank));

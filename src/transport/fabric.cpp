@@ -135,7 +135,20 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
   const std::string key = "jobkit.endpoint";
   try {
     rv.put(key, as_bytes(encode_endpoint(self.rank, mine)));
-    rv.fence(timeout);
+    try {
+      rv.fence(timeout);
+    } catch (const error& e) {
+      const auto absent = rv.ranks_without(key, self.world_size, std::chrono::seconds(1));
+      raise(e.code(),
+            fmt::format("data path setup on {}: {}; {}", rank_label(self.rank, self.hostname), e.what(),
+                        absent.empty()
+                            ? std::string("every rank had published its endpoint")
+                            : fmt::format("rank(s) {} never reached jobkit (exited or crashed before it, or stuck); "
+                                          "with srun, --kill-on-bad-exit=1 ends the whole step as soon as a rank "
+                                          "exits with an error",
+                                          fmt::join(absent, ", "))),
+            e.native_status());
+    }
     for (int r = 0; r < self.world_size; ++r) endpoints_.push_back(decode_endpoint(rv.get(r, key), r));
   } catch (...) {
     ::close(listen_fd_);

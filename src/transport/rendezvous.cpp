@@ -53,4 +53,13 @@ std::vector<std::byte> memory_rendezvous::get(int rank, const std::string& key) 
   return it->second;
 }
 
+std::vector<int> memory_rendezvous::ranks_without(const std::string& key, int world_size, std::chrono::milliseconds) {
+  std::lock_guard lock(store_->mutex_);
+  std::vector<int> absent;
+  for (int r = 0; r < world_size; ++r) {
+    if (!store_->pending_.count({r, key}) && !store_->visible_.count({r, key})) absent.push_back(r);
+  }
+  return absent;
+}
+
 }  // namespace jobkit::detail
