@@ -101,7 +101,7 @@ check_prerequisites() {
   local cmd missing=()
   for cmd in slurmctld:slurmctld slurmd:slurmd srun:slurm-client sinfo:slurm-client \
     scontrol:slurm-client munged:munge munge:munge unshare:util-linux flock:util-linux \
-    nsenter:util-linux \
+    nsenter:util-linux mountpoint:util-linux \
     mount:mount; do
     command -v "${cmd%%:*}" >/dev/null || missing+=("${cmd#*:} (for ${cmd%%:*})")
   done
@@ -226,7 +226,6 @@ net_down() {
     ip link del "$name" 2>/dev/null || true
   done < <(net_objects link)
   while read -r name; do
-    [[ -n $name ]] || continue
     ip netns del "$name" 2>/dev/null || true
   done < <(net_objects netns)
   while read -r name; do [[ -n $name ]] && left+=("link $name"); done < <(net_objects link)
@@ -531,6 +530,11 @@ node_main() { # node dir conf net-mode shared-path...
   hostname "$node"
   mount --bind "$dir/node/$node/hosts" /etc/hosts
   local keep=$dir/node/$node/keep mp p
+  # This mount namespace copied the handles of every named network namespace on the machine
+  # (/run/netns/*): drop them, or the node would keep other clusters' namespaces alive.
+  for p in /run/netns/*; do
+    if mountpoint -q "$p"; then umount --lazy "$p"; fi
+  done
   if [[ $mode == netns ]]; then
     # The node's own /sys, whose class/net shows its network (as `ip netns exec` does), with
     # the machine's cgroup file systems bound back in: slurmd will not start without them.
@@ -638,7 +642,7 @@ cmd_start() {
   ensure_munge
 
   # Fresh runtime state on every start: job ids restart, no stale jobs of other node sets.
-  rm -rf "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node"
+  rm -rf "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node" "$dir/hosts"
   mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node"
   printf '%s\n' "$new_conf" >"$conf"
   printf '%s\n' "$shared" >"$dir/run/shared-paths"
