@@ -15,18 +15,43 @@ Needs root and the Debian packages: slurmctld slurmd slurm-client munge libpmix-
 Commands:
   start [N]   Start (or restart) a cluster of N nodes c1..cN, 8 CPUs each, in one
               partition "dev" (default N: $JOBKIT_CLUSTER_NODES or 3). A no-op when a
-              healthy cluster with the same settings already runs. Waits until every
-              node is idle, then prints one summary line.
-  stop        Stop slurmctld, every slurmd and every process still running on a node.
-              Succeeds when nothing runs. munged is left running (it is a machine-wide
-              service that other users of munge may rely on).
-  status      Show the daemons and `sinfo`; exit status 0 only when the cluster is healthy.
+              healthy cluster with the same settings already runs; any other settings
+              (node count, network or binding mode, ...) restart it. Cleans up what a
+              crashed earlier run left. Waits until every node is idle, then prints one
+              summary line that names the network mode.
+  stop        Stop slurmctld, every slurmd and every process still running on a node, and
+              remove the cluster's network (namespaces, veth pairs, bridge). Succeeds when
+              nothing runs. munged is left running (it is a machine-wide service that
+              other users of munge may rely on).
+  status      Show the daemons, the network mode and `sinfo`; exit status 0 only when the
+              cluster is healthy.
+  net-mode    Print the network mode of the running cluster, one word: netns or loopback
+              (exit status 1 and nothing on stdout when no cluster runs). Tests print it.
   env         Print `export SLURM_CONF=...`; use as: eval "$(slurm/dev-cluster.sh env)"
   -h, --help  This text.
 
 Each node runs in its own mount and UTS namespace: its own hostname (c1, c2, ...), its own
-empty /tmp and /dev/shm, and an /etc/hosts in which c1..cN resolve. Every other path is
+empty /tmp and /dev/shm, and its own /etc/hosts in which c1..cN resolve. Every other path is
 shared by all nodes, like a shared file system on a real cluster.
+
+Network modes (JOBKIT_CLUSTER_NET):
+  netns     Each node is a host of its own on a network: its own network namespace with
+            loopback and one interface, eth0, whose only address is SUBNET.i (node ci; no
+            IPv6 link-local address), on a bridge jk<PORT>-br that has SUBNET.254 on the
+            machine's side, where slurmctld and the clients (srun, sbatch) run. In every
+            node's /etc/hosts, cj is SUBNET.j, except that the last node maps its own name
+            to 127.0.1.1 (as Debian's installer does): a rank that publishes a loopback
+            address, or an address it resolved on its own node, fails across nodes.
+            Nothing is routed off the machine (198.18.0.0/15 is reserved for testing).
+  loopback  The old layout: every node on the machine's network stack, all of c1..cN
+            resolve to 127.0.0.1. For machines where network namespaces cannot be made.
+  auto      netns when a network namespace, a veth pair and a bridge can be made, else
+            loopback (with a warning). The default.
+
+CPU binding (JOBKIT_CLUSTER_BIND=1): TaskPlugin=task/affinity, as real clusters bind tasks,
+and every node declares the machine's real CPUs and topology (`slurmd -C`, e.g. 2 CPUs)
+instead of 8, so that each task's CPU set is what the job asked for. Every node is on the
+same CPUs of this machine (jobs may share them: OverSubscribe=FORCE).
 
 Environment:
   JOBKIT_CLUSTER_DIR           state dir: slurm.conf, hosts, logs, spool, state, pid files
@@ -37,6 +62,13 @@ Environment:
                                must still see (the per-node tmpfs would hide them). Default:
                                the repository containing this script, if it is under /tmp.
   JOBKIT_CLUSTER_START_TIMEOUT seconds `start` waits for the nodes to become idle (60)
+  JOBKIT_CLUSTER_NET           network mode: netns, loopback or auto (default auto; see above)
+  JOBKIT_CLUSTER_SUBNET        netns mode: the first three numbers of the nodes' /24, inside
+                               198.18.0.0/15 (default 198.18.0); two clusters need two subnets
+  JOBKIT_CLUSTER_DEBIAN_HOSTS  netns mode: 1 (default): the last node maps its own name to
+                               127.0.1.1, as Debian does; 0: to its address, like the others
+  JOBKIT_CLUSTER_BIND          1: bind tasks to CPUs (task/affinity, real CPU counts); 0: no
+                               binding, 8 CPUs per node (default 0)
 EOF
 }
 
@@ -47,6 +79,10 @@ dir=$(realpath -m "${JOBKIT_CLUSTER_DIR:-/var/lib/jobkit-dev-cluster}")
 conf=$dir/slurm.conf
 port_base=${JOBKIT_CLUSTER_PORT:-6817}
 start_timeout=${JOBKIT_CLUSTER_START_TIMEOUT:-60}
+net_req=${JOBKIT_CLUSTER_NET:-auto}
+subnet=${JOBKIT_CLUSTER_SUBNET:-198.18.0}
+bind=${JOBKIT_CLUSTER_BIND:-0}
+debian_hosts=${JOBKIT_CLUSTER_DEBIAN_HOSTS:-1}
 host=$(hostname -s)
 
 log() { echo "dev-cluster: $*" >&2; }
@@ -65,6 +101,7 @@ check_prerequisites() {
   local cmd missing=()
   for cmd in slurmctld:slurmctld slurmd:slurmd srun:slurm-client sinfo:slurm-client \
     scontrol:slurm-client munged:munge munge:munge unshare:util-linux flock:util-linux \
+    nsenter:util-linux mountpoint:util-linux \
     mount:mount; do
     command -v "${cmd%%:*}" >/dev/null || missing+=("${cmd#*:} (for ${cmd%%:*})")
   done
@@ -80,6 +117,190 @@ check_prerequisites() {
 port_check() {
   if ! [[ $port_base =~ ^[0-9]+$ ]] || ((port_base < 1 || port_base > 65000)); then
     die "JOBKIT_CLUSTER_PORT must be a port number, got '$port_base'"
+  fi
+}
+
+settings_check() {
+  case $net_req in
+    netns | loopback | auto) ;;
+    *) die "JOBKIT_CLUSTER_NET must be netns, loopback or auto, got '$net_req'" ;;
+  esac
+  local octet='([0-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-5])'
+  [[ $subnet =~ ^198\.1[89]\.$octet$ ]] || die "JOBKIT_CLUSTER_SUBNET must be the first three" \
+    "numbers of a /24 inside 198.18.0.0/15 (the range reserved for network tests), e.g." \
+    "198.18.0; got '$subnet'"
+  case $bind in
+    0 | 1) ;;
+    *) die "JOBKIT_CLUSTER_BIND must be 0 or 1, got '$bind'" ;;
+  esac
+  case $debian_hosts in
+    0 | 1) ;;
+    *) die "JOBKIT_CLUSTER_DEBIAN_HOSTS must be 0 or 1, got '$debian_hosts'" ;;
+  esac
+}
+
+# --- network ------------------------------------------------------------------------------
+# netns mode: node ci lives in network namespace jk<PORT>-ci; its veth pair is eth0 in there
+# and jk<PORT>-ci on the machine's side, a port of the bridge jk<PORT>-br. Names carry the
+# port so that two clusters (two ports) never share one; all fit in 15 characters.
+
+net_prefix() { echo "jk$port_base-"; }
+node_netns() { echo "$(net_prefix)$1"; }
+bridge_name() { echo "$(net_prefix)br"; }
+
+# node_addr I MODE / ctld_addr MODE: the address slurm.conf gives node cI / slurmctld.
+node_addr() { if [[ $2 == netns ]]; then echo "$subnet.$1"; else echo 127.0.0.1; fi; }
+ctld_addr() { if [[ $1 == netns ]]; then echo "$subnet.254"; else echo 127.0.0.1; fi; }
+
+# Whether this machine lets us make a network namespace, a veth pair into it and a bridge.
+netns_works() {
+  command -v ip >/dev/null || return 1
+  local ns br ok=1
+  ns=$(net_prefix)probe
+  br=$(net_prefix)pb
+  ip link del "$ns" 2>/dev/null || true
+  ip link del "$br" 2>/dev/null || true
+  ip netns del "$ns" 2>/dev/null || true
+  if ip netns add "$ns" 2>/dev/null && ip link add "$br" type bridge 2>/dev/null &&
+    ip link add "$ns" type veth peer name eth0 netns "$ns" 2>/dev/null &&
+    ip link set "$ns" master "$br" 2>/dev/null && ip -n "$ns" link set lo up 2>/dev/null; then
+    ok=0
+  fi
+  ip link del "$ns" 2>/dev/null || true
+  ip link del "$br" 2>/dev/null || true
+  ip netns del "$ns" 2>/dev/null || true
+  return $ok
+}
+
+# The network mode that `start` uses, one word, from JOBKIT_CLUSTER_NET.
+resolve_net_mode() {
+  case $net_req in
+    loopback) echo loopback ;;
+    netns)
+      netns_works || die "JOBKIT_CLUSTER_NET=netns, but no network namespace, veth pair and" \
+        "bridge can be made here (ip netns add, ip link add type veth/bridge failed: needs" \
+        "root, iproute2 and CAP_NET_ADMIN); use JOBKIT_CLUSTER_NET=loopback (or auto)"
+      echo netns ;;
+    auto)
+      if netns_works; then
+        echo netns
+      else
+        log "warning: no network namespace can be made here (ip netns add failed);" \
+          "falling back to the loopback network mode: every node shares this machine's network"
+        echo loopback
+      fi ;;
+  esac
+}
+
+# The running (or last started) cluster's network mode; fails when none is recorded.
+recorded_net_mode() {
+  local m
+  m=$(cat "$dir/run/net-mode" 2>/dev/null) && [[ -n $m ]] && echo "$m"
+}
+
+# The network devices and namespaces of this cluster that exist: those recorded by `start`
+# in run/net (also those of a crashed run with other settings) and any named with this
+# port's prefix.
+net_objects() { # kind: link or netns
+  local kind=$1 k name where prefix
+  prefix=$(net_prefix)
+  if [[ $kind == link ]]; then where=/sys/class/net; else where=/run/netns; fi
+  {
+    if [[ -s $dir/run/net ]]; then
+      while read -r k name; do
+        if [[ $k == "$kind" && -n $name ]]; then echo "$where/$name"; fi
+      done <"$dir/run/net"
+    fi
+    echo "$where/$prefix"*
+  } | tr ' ' '\n' | sort -u | while read -r name; do
+    if [[ -e $name ]]; then echo "${name##*/}"; fi
+  done
+}
+
+# Removes the cluster's network: veth pairs (deleting one end deletes both), namespaces,
+# bridge. Run after every process of the cluster has gone.
+net_down() {
+  command -v ip >/dev/null || return 0
+  local name left=()
+  while read -r name; do
+    ip link del "$name" 2>/dev/null || true
+  done < <(net_objects link)
+  while read -r name; do
+    ip netns del "$name" 2>/dev/null || true
+  done < <(net_objects netns)
+  while read -r name; do [[ -n $name ]] && left+=("link $name"); done < <(net_objects link)
+  while read -r name; do [[ -n $name ]] && left+=("netns $name"); done < <(net_objects netns)
+  ((${#left[@]} == 0)) || die "could not remove the cluster's network: ${left[*]}"
+  rm -f "$dir/run/net"
+}
+
+# Makes the bridge, and per node a namespace with lo and eth0 (its one address), recording
+# each object in run/net before making it, so that `stop` removes even a half-made network.
+net_up() { # N
+  local n=$1 i ns br used
+  br=$(bridge_name)
+  used=$(ip -o -4 addr show to "$subnet.0/24" 2>/dev/null | awk '{print $2}' | paste -sd' ')
+  [[ -z $used ]] || die "subnet $subnet.0/24 is already used on this machine (by $used);" \
+    "pick another with JOBKIT_CLUSTER_SUBNET (e.g. 198.18.1)"
+  echo "link $br" >>"$dir/run/net"
+  ip link add "$br" type bridge || die "ip link add $br type bridge failed"
+  ip link set "$br" addrgenmode none
+  ip addr add "$subnet.254/24" dev "$br"
+  ip link set "$br" up
+  for ((i = 1; i <= n; i++)); do
+    ns=$(node_netns "c$i")
+    printf 'netns %s\nlink %s\n' "$ns" "$ns" >>"$dir/run/net"
+    ip netns add "$ns" || die "ip netns add $ns failed"
+    ip link add "$ns" type veth peer name eth0 netns "$ns" || die "ip link add $ns type veth failed"
+    ip link set "$ns" addrgenmode none
+    ip link set "$ns" master "$br" up
+    ip -n "$ns" link set lo up
+    # No IPv6 link-local address: eth0's one address is the node's only non-loopback one.
+    ip -n "$ns" link set eth0 addrgenmode none
+    ip -n "$ns" addr add "$subnet.$i/24" dev eth0
+    ip -n "$ns" link set eth0 up
+  done
+}
+
+# Each node's /etc/hosts, as "$dir/node/cI/hosts".
+write_hosts() { # N mode
+  local n=$1 mode=$2 i j
+  for ((i = 1; i <= n; i++)); do
+    mkdir -p "$dir/node/c$i"
+    if [[ $mode == netns ]]; then
+      {
+        echo "# /etc/hosts of node c$i, written by slurm/dev-cluster.sh"
+        echo "127.0.0.1 localhost"
+        echo "::1 localhost ip6-localhost ip6-loopback"
+        echo "$(ctld_addr netns) $host"
+        for ((j = 1; j <= n; j++)); do
+          if ((j == i && i == n && debian_hosts == 1)); then
+            echo "127.0.1.1 c$j  # Debian's default for a machine's own name: not reachable from other nodes"
+          else
+            echo "$(node_addr "$j" netns) c$j"
+          fi
+        done
+      } >"$dir/node/c$i/hosts"
+    else
+      {
+        cat /etc/hosts
+        for ((j = 1; j <= n; j++)); do echo "127.0.0.1 c$j"; done
+      } >"$dir/node/c$i/hosts"
+    fi
+  done
+}
+
+# The CPUs part of each NodeName line: 8 CPUs without binding; with binding, the machine's
+# real CPUs and topology, which task/affinity can honour.
+node_cpus() {
+  if [[ $bind == 1 ]]; then
+    local spec
+    spec=$(slurmd -C 2>/dev/null | head -n 1 |
+      grep -oE '\b(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | paste -sd' ')
+    [[ $spec == CPUs=* ]] || die "slurmd -C did not report this machine's CPUs"
+    echo "$spec"
+  else
+    echo "CPUs=8"
   fi
 }
 
@@ -102,12 +323,26 @@ shared_paths() {
   done | sort -u
 }
 
-generate_conf() { # N
-  local n=$1 i
+generate_conf() { # N net-mode node-cpus
+  local n=$1 mode=$2 cpus=$3 i task hosts_note=
+  # Part of the conf so that a change of it restarts the cluster.
+  if [[ $mode == netns && $debian_hosts == 1 ]]; then
+    hosts_note=" c$n maps its own name to 127.0.1.1 (Debian's default)."
+  fi
+  if [[ $bind == 1 ]]; then
+    task="# Root without cgroups: track step processes by parentage; bind every task to its CPUs
+# (sched_setaffinity), as real clusters do (task/affinity or task/cgroup).
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity"
+  else
+    task="# Root without cgroups: track step processes by parentage, no task binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none"
+  fi
   cat <<EOF
-# Generated by slurm/dev-cluster.sh; rewritten on every start.
+# Generated by slurm/dev-cluster.sh; rewritten on every start. Network mode: $mode.$hosts_note
 ClusterName=jobkitdev
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($(ctld_addr "$mode"))
 SlurmctldPort=$port_base
 SlurmUser=root
 SlurmdUser=root
@@ -121,9 +356,7 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# Root without cgroups: track step processes by parentage, no task binding.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+$task
 MpiDefault=pmix
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -143,7 +376,8 @@ WaitTime=0
 MinJobAge=60
 EOF
   for ((i = 1; i <= n; i++)); do
-    echo "NodeName=c$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port_base + i)) CPUs=8 State=UNKNOWN"
+    echo "NodeName=c$i NodeHostname=c$i NodeAddr=$(node_addr "$i" "$mode") Port=$((port_base + i))" \
+      "$cpus State=UNKNOWN"
   done
   echo "PartitionName=dev Nodes=c[1-$n] Default=YES MaxTime=INFINITE OverSubscribe=FORCE:8 State=UP"
 }
@@ -183,13 +417,25 @@ ns_ids() { echo "$(stat -L -c %i "/proc/$1/ns/mnt") $(stat -L -c %i "/proc/$1/ns
 #   environment and command line); this also finds the orphans of a lost node-ns file.
 #   Namespaces match as a pair of mount and UTS ids, so that a reused id of a dead
 #   namespace cannot match an unrelated process;
+# - everything in one of the cluster's network namespaces (netns mode), whatever its mount
+#   namespace: it would keep the namespace alive;
 # - clients (srun, salloc, sbatch --wait) talking to this cluster: once it is gone they
 #   would wait forever.
 cluster_pids() {
-  local -A nodens=() mnt=() uts=() comms=()
+  local -A nodens=() mnt=() uts=() net=() netns=() comms=()
   local line p path id comm
   if [[ -s $dir/run/node-ns ]]; then
     while read -r line; do [[ -n $line ]] && nodens[$line]=1; done <"$dir/run/node-ns"
+  fi
+  while read -r line; do
+    [[ -n $line ]] || continue
+    id=$(stat -L -c %i "/run/netns/$line" 2>/dev/null) && netns[$id]=1
+  done < <(net_objects netns)
+  if ((${#netns[@]})); then
+    while read -r path id; do
+      p=${path#/proc/}
+      net[${p%%/*}]=$id
+    done < <(stat -L -c '%n %i' /proc/[0-9]*/ns/net 2>/dev/null)
   fi
   while read -r path id; do
     p=${path#/proc/}
@@ -208,7 +454,8 @@ cluster_pids() {
   done
   for p in "${!comms[@]}"; do
     [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-    if [[ -n ${nodens["${mnt[$p]} ${uts[$p]:-}"]+x} ]] || has_arg "$p" "$conf"; then
+    if [[ -n ${nodens["${mnt[$p]} ${uts[$p]:-}"]+x} || -n ${netns[${net[$p]:-none}]+x} ]] ||
+      has_arg "$p" "$conf"; then
       echo "$p"
       continue
     fi
@@ -225,15 +472,17 @@ cluster_pids() {
 }
 
 do_stop() {
-  local pids i
+  local pids deadline
   pids=$(cluster_pids)
   if [[ -n $pids ]]; then
     # shellcheck disable=SC2086
     kill -TERM $pids 2>/dev/null || true
-    for ((i = 0; i < 25; i++)); do
-      pids=$(cluster_pids)
-      [[ -z $pids ]] && break
+    # 5 s of grace, however long a scan of /proc takes on a busy machine.
+    deadline=$((SECONDS + 5))
+    while :; do
       sleep 0.2
+      pids=$(cluster_pids)
+      [[ -n $pids && $SECONDS -lt $deadline ]] || break
     done
     if [[ -n $pids ]]; then
       # shellcheck disable=SC2086
@@ -243,7 +492,8 @@ do_stop() {
       [[ -z $pids ]] || die "processes of the cluster survived SIGKILL: $pids"
     fi
   fi
-  rm -f "$dir"/run/*.pid "$dir/run/node-ns" "$dir/run/nodes"
+  net_down
+  rm -f "$dir"/run/*.pid "$dir/run/node-ns" "$dir/run/nodes" "$dir/run/net-mode"
 }
 
 # --- health ---------------------------------------------------------------------------------
@@ -256,6 +506,9 @@ node_states() { SLURM_CONF=$conf timeout 15 sinfo -h -N -o '%N %t' 2>/dev/null; 
 healthy() {
   local n=$1 strict=${2:-} i states
   [[ $(node_count) == "$n" ]] || return 1
+  if [[ $(recorded_net_mode) == netns ]]; then
+    [[ -e /sys/class/net/$(bridge_name) ]] || return 1
+  fi
   ctld_pid >/dev/null || return 1
   for ((i = 1; i <= n; i++)); do slurmd_pid "c$i" >/dev/null || return 1; done
   states=$(node_states) || return 1
@@ -271,12 +524,26 @@ healthy() {
 
 # Runs as root inside a fresh mount + UTS namespace (see start_node); ends by exec'ing slurmd.
 # Must be self-contained: it is shipped to `bash -c` with `declare -f`.
-node_main() { # node dir conf shared-path...
-  local node=$1 dir=$2 conf=$3
-  shift 3
+node_main() { # node dir conf net-mode shared-path...
+  local node=$1 dir=$2 conf=$3 mode=$4
+  shift 4
   hostname "$node"
-  mount --bind "$dir/hosts" /etc/hosts
+  mount --bind "$dir/node/$node/hosts" /etc/hosts
   local keep=$dir/node/$node/keep mp p
+  # This mount namespace copied the handles of every named network namespace on the machine
+  # (/run/netns/*): drop them, or the node would keep other clusters' namespaces alive.
+  for p in /run/netns/*; do
+    if mountpoint -q "$p"; then umount --lazy "$p"; fi
+  done
+  if [[ $mode == netns ]]; then
+    # The node's own /sys, whose class/net shows its network (as `ip netns exec` does), with
+    # the machine's cgroup file systems bound back in: slurmd will not start without them.
+    mkdir -p "$keep/cgroup"
+    mount --rbind /sys/fs/cgroup "$keep/cgroup"
+    mount -t sysfs sysfs /sys
+    mount --rbind "$keep/cgroup" /sys/fs/cgroup
+    umount --lazy "$keep/cgroup"
+  fi
   for mp in /tmp /dev/shm; do
     local under=()
     for p in "$@"; do [[ $p == "$mp"/* ]] && under+=("$p"); done
@@ -301,14 +568,19 @@ node_main() { # node dir conf shared-path...
   exec slurmd -f "$conf" -N "$node"
 }
 
-start_node() { # node shared-path...
-  local node=$1
-  shift
+start_node() { # node net-mode shared-path...
+  local node=$1 mode=$2
+  shift 2
+  local -a enter=()
+  # netns mode: nsenter enters the node's network namespace and nothing else (unlike
+  # `ip netns exec`, which would also replace /sys, hiding /sys/fs/cgroup); unshare then
+  # makes the node's mount and UTS namespaces, where node_main mounts a /sys of its own.
+  if [[ $mode == netns ]]; then enter=(nsenter "--net=/run/netns/$(node_netns "$node")"); fi
   mkdir -p "$dir/spool/$node"
   # 9>&- : the daemon must not inherit the lock on the state dir.
-  unshare --mount --uts --propagation private \
+  "${enter[@]}" unshare --mount --uts --propagation private \
     bash -c "set -euo pipefail; $(declare -f node_main); node_main \"\$@\"" \
-    node-init "$node" "$dir" "$conf" "$@" \
+    node-init "$node" "$dir" "$conf" "$mode" "$@" \
     </dev/null >>"$dir/log/node-init-$node.log" 2>&1 9>&-
 }
 
@@ -351,14 +623,18 @@ cmd_start() {
   check_state_dir
   check_prerequisites
   port_check
-  local t0=$SECONDS shared new_conf i
+  settings_check
+  local t0=$SECONDS shared new_conf i mode cpus
   shared=$(shared_paths)
-  new_conf=$(generate_conf "$n")
+  cpus=$(node_cpus)
   lock_state_dir
+  mode=$(resolve_net_mode)
+  new_conf=$(generate_conf "$n" "$mode" "$cpus")
 
   if [[ -f $conf && $(cat "$conf") == "$new_conf" &&
     $(cat "$dir/run/shared-paths" 2>/dev/null) == "$shared" ]] && healthy "$n"; then
-    echo "jobkit dev cluster already running: $n nodes c[1-$n], SLURM_CONF=$conf"
+    echo "jobkit dev cluster already running: $n nodes c[1-$n] x $(describe_cpus "$cpus")," \
+      "network: $(describe_net "$mode"), SLURM_CONF=$conf"
     return 0
   fi
 
@@ -366,14 +642,12 @@ cmd_start() {
   ensure_munge
 
   # Fresh runtime state on every start: job ids restart, no stale jobs of other node sets.
-  rm -rf "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node"
+  rm -rf "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node" "$dir/hosts"
   mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node"
   printf '%s\n' "$new_conf" >"$conf"
   printf '%s\n' "$shared" >"$dir/run/shared-paths"
-  {
-    cat /etc/hosts
-    for ((i = 1; i <= n; i++)); do echo "127.0.0.1 c$i"; done
-  } >"$dir/hosts"
+  echo "$mode" >"$dir/run/net-mode"
+  write_hosts "$n" "$mode"
 
   local -a shared_arr=()
   local p
@@ -385,10 +659,15 @@ cmd_start() {
   done <<<"$shared"
 
   echo "$n" >"$dir/run/nodes"
+  if [[ $mode == netns ]]; then
+    # net_up dies in a subshell so that the half-made network is removed here.
+    (net_up "$n") || { do_stop; die "could not make the cluster's network (see above)"; }
+  fi
   slurmctld -f "$conf" 9>&- </dev/null >>"$dir/log/slurmctld-stdout.log" 2>&1 ||
-    { show_logs; die "slurmctld failed to start"; }
+    { show_logs; do_stop; die "slurmctld failed to start"; }
   for ((i = 1; i <= n; i++)); do
-    start_node "c$i" "${shared_arr[@]}" || { show_logs; do_stop; die "slurmd for c$i failed to start"; }
+    start_node "c$i" "$mode" "${shared_arr[@]}" ||
+      { show_logs; do_stop; die "slurmd for c$i failed to start"; }
   done
 
   # Record each node's namespaces so `stop` finds its leftover step processes.
@@ -414,12 +693,30 @@ cmd_start() {
     fi
     sleep 0.5
   done
-  echo "jobkit dev cluster up: $n nodes c[1-$n] x 8 CPUs, partition dev," \
-    "SLURM_CONF=$conf ($((SECONDS - t0))s)"
+  echo "jobkit dev cluster up: $n nodes c[1-$n] x $(describe_cpus "$cpus"), partition dev," \
+    "network: $(describe_net "$mode"), SLURM_CONF=$conf ($((SECONDS - t0))s)"
+}
+
+describe_net() { # mode
+  if [[ $1 == netns ]]; then
+    echo "netns (node ci at $subnet.i, bridge $(bridge_name) at $subnet.254)"
+  else
+    echo "loopback (every node on 127.0.0.1)"
+  fi
+}
+
+describe_cpus() { # node-cpus
+  local c=${1%% *}
+  if [[ $bind == 1 ]]; then
+    echo "${c#CPUs=} CPUs, tasks bound to CPUs (task/affinity)"
+  else
+    echo "${c#CPUs=} CPUs"
+  fi
 }
 
 cmd_stop() {
   check_state_dir
+  port_check
   [[ $(id -u) == 0 ]] || die "must run as root"
   [[ -d $dir ]] || return 0
   lock_state_dir
@@ -442,6 +739,23 @@ cmd_status() {
     if pid=$(slurmd_pid "c$i"); then echo "slurmd c$i: pid $pid"; else echo "slurmd c$i: NOT RUNNING"; rc=1; fi
   done
   echo "shared paths: $(paste -sd: "$dir/run/shared-paths" 2>/dev/null | grep . || echo "(none)")"
+  local mode
+  mode=$(recorded_net_mode) || mode=unknown
+  echo "network: $mode"
+  sed -n 's/.*\(c[0-9]* maps its own name to 127.0.1.1\).*/  \1 in its \/etc\/hosts/p' "$conf"
+  if [[ $mode == netns ]]; then
+    echo "  bridge $(bridge_name) $(ip -br -4 addr show dev "$(bridge_name)" 2>/dev/null |
+      awk '{print $2, $3}' || echo "MISSING")"
+    for ((i = 1; i <= n; i++)); do
+      echo "  c$i: netns $(node_netns "c$i"), $(ip -n "$(node_netns "c$i")" -br -4 addr show dev eth0 2>/dev/null |
+        awk '{print $1, $3}' || echo "MISSING")"
+    done
+  fi
+  if grep -qs '^TaskPlugin=task/affinity' "$conf"; then
+    echo "cpu binding: on (task/affinity)"
+  else
+    echo "cpu binding: off (task/none)"
+  fi
   SLURM_CONF=$conf timeout 15 sinfo -N -o '%N %P %t %c %O' || rc=1
   SLURM_CONF=$conf timeout 15 squeue || rc=1
   if ((rc == 0)) && healthy "$n"; then
@@ -451,6 +765,17 @@ cmd_status() {
     rc=1
   fi
   return $rc
+}
+
+cmd_net_mode() {
+  check_state_dir
+  local mode
+  ((${#} == 0)) || die "usage: $0 net-mode"
+  if (($(node_count) == 0)) || ! mode=$(recorded_net_mode); then
+    log "no cluster runs (state dir $dir); start one with: $0 start"
+    return 1
+  fi
+  echo "$mode"
 }
 
 cmd_env() {
@@ -463,6 +788,7 @@ case ${1:-} in
   start) shift; (($# <= 1)) || die "usage: $0 start [N]"; cmd_start "$@" ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
+  net-mode) shift; cmd_net_mode "$@" ;;
   env) cmd_env ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;

@@ -16,6 +16,8 @@ need_cluster() {
   local nodes
   nodes=$(sinfo -h -N -o %N | sort -u | wc -l)
   ((nodes >= 3)) || skip "the dev cluster has $nodes nodes, these tests need 3"
+  # netns: every node is a host of its own on a network; loopback: all on 127.0.0.1.
+  echo "network: $("$repo/slurm/dev-cluster.sh" net-mode 2>/dev/null || echo unknown)"
 }
 
 need_mpirun() {
