@@ -19,6 +19,13 @@ struct runtime_access;
 ///
 /// The launcher connection is reference-counted, so several runtimes, and MPI_Init/MPI_Finalize,
 /// may coexist in one process. Move-only.
+/// An address of one of this host's network interfaces.
+struct network_address {
+  std::string interface;  ///< "eth0"
+  std::string address;    ///< numeric: "198.18.0.1", "fd00::1"
+  friend bool operator==(const network_address&, const network_address&) = default;
+};
+
 class runtime {
  public:
   /// @throws jobkit::error when the environment is malformed or contradicts PMIx, or PMIx fails.
@@ -37,7 +44,7 @@ class runtime {
   /// when every rank shares one host, else the interfaces JOBKIT_SOCKET_IFNAME selects, else
   /// every non-loopback address (docs/environment.md). For other data paths, e.g. MASTER_ADDR.
   /// @throws jobkit::error (invalid_environment) when none is usable
-  std::vector<std::string> data_path_addresses() const;
+  std::vector<network_address> data_path_addresses() const;
 
   /// Every rank of the job. Set up by the first collective: a single rank needs nothing; more
   /// ranks exchange endpoints through the launcher once and connect a TCP tree.

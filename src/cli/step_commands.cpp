@@ -57,6 +57,7 @@ constexpr std::string_view exec_usage =
     "  RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK  from PMIx (exact for any layout)\n"
     "  MASTER_ADDR  rank 0's first data path address (JOBKIT_SOCKET_IFNAME selects the interface),\n"
     "               or JOBKIT_MASTER_ADDR when set; checked to resolve on every rank\n"
+    "  GLOO_SOCKET_IFNAME  unless set: the interface of this rank's first data path address\n"
     "  MASTER_PORT  a port free on rank 0's host now, chosen by rank 0 and shared with all ranks:\n"
     "               no port derived from the job id, so steps and jobs never collide\n"
     "  srun --mpi=pmix -N2 -n8 jobkit exec -- python3 train.py\n"
@@ -276,10 +277,14 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
     const auto& id = rt.identity();
     auto& g = rt.world();
     std::pair<std::string, int> master;
+    const auto mine = rt.data_path_addresses().front();
     if (id.rank == 0) {
       const char* chosen = std::getenv("JOBKIT_MASTER_ADDR");
-      master = {chosen && *chosen ? std::string(chosen) : rt.data_path_addresses().front(), free_port()};
+      master = {chosen && *chosen ? std::string(chosen) : mine.address, free_port()};
     }
+    // gloo announces the address its host name resolves to, which Debian maps to 127.0.1.1.
+    const char* gloo_interface = std::getenv("GLOO_SOCKET_IFNAME");
+    if (!gloo_interface || !*gloo_interface) values.emplace_back("GLOO_SOCKET_IFNAME", mine.interface);
     master = g.broadcast(master, 0, options);
     const auto problems = g.all_gather(resolve_problem(master.first), options);
     for (int r = 0; r < static_cast<int>(problems.size()); ++r) {
@@ -289,13 +294,13 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
                                 master.first, r, problems[static_cast<std::size_t>(r)]));
       }
     }
-    values = {{"RANK", std::to_string(id.rank)},
-              {"LOCAL_RANK", std::to_string(id.local_rank)},
-              {"WORLD_SIZE", std::to_string(id.world_size)},
-              {"LOCAL_WORLD_SIZE", std::to_string(id.local_world_size)},
-              {"NODE_RANK", std::to_string(id.node_rank)},
-              {"MASTER_ADDR", master.first},
-              {"MASTER_PORT", std::to_string(master.second)}};
+    values.insert(values.end(), {{"RANK", std::to_string(id.rank)},
+                                 {"LOCAL_RANK", std::to_string(id.local_rank)},
+                                 {"WORLD_SIZE", std::to_string(id.world_size)},
+                                 {"LOCAL_WORLD_SIZE", std::to_string(id.local_world_size)},
+                                 {"NODE_RANK", std::to_string(id.node_rank)},
+                                 {"MASTER_ADDR", master.first},
+                                 {"MASTER_PORT", std::to_string(master.second)}});
   }
   if (name == "env") {
     for (const auto& [variable, value] : values) std::printf("export %s=%s\n", variable.c_str(), value.c_str());

@@ -119,7 +119,11 @@ bool runtime::connected_to_pmix() const noexcept { return impl_->pmix.has_value(
 
 group& runtime::world() { return impl_->world_group(); }
 
-std::vector<std::string> runtime::data_path_addresses() const { return detail::settings_for(impl_->id).addresses; }
+std::vector<network_address> runtime::data_path_addresses() const {
+  std::vector<network_address> found;
+  for (const auto& a : detail::endpoint_interfaces(impl_->id)) found.push_back({a.interface, a.numeric});
+  return found;
+}
 
 group runtime::make_group(const std::vector<int>& world_ranks, call_options options) {
   const auto& id = impl_->id;

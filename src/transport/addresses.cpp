@@ -74,10 +74,14 @@ std::vector<interface_address> host_addresses() {
   return found;
 }
 
-std::vector<std::string> choose_endpoint_addresses(const environment& env, bool single_host,
-                                                   const std::vector<interface_address>& available) {
+std::vector<interface_address> choose_endpoint_addresses(const environment& env, bool single_host,
+                                                         const std::vector<interface_address>& available) {
   const auto variable = env.get("JOBKIT_SOCKET_IFNAME");
-  if (single_host && !variable) return {"127.0.0.1"};
+  if (single_host && !variable) {
+    const auto lo = std::find_if(available.begin(), available.end(),
+                                 [](const interface_address& a) { return a.numeric == "127.0.0.1"; });
+    return {{lo == available.end() ? "lo" : lo->interface, "127.0.0.1", true, false}};
+  }
   std::optional<interface_filter> filter;
   if (variable) filter = parse_interface_filter("JOBKIT_SOCKET_IFNAME", *variable);
   static const interface_filter bridges{.exclude = true, .exact = false, .names = {"docker", "virbr"}};
@@ -99,13 +103,12 @@ std::vector<std::string> choose_endpoint_addresses(const environment& env, bool 
                                        "nodes (it has: {}); set JOBKIT_SOCKET_IFNAME",
                                        fmt::join(seen, ", ")));
   }
-  std::vector<std::string> numeric;
+  std::vector<interface_address> unique;
   for (const auto* a : chosen) {
-    if (numeric.size() < 16 && std::find(numeric.begin(), numeric.end(), a->numeric) == numeric.end()) {
-      numeric.push_back(a->numeric);
-    }
+    const bool seen = std::any_of(unique.begin(), unique.end(), [&](const auto& u) { return u.numeric == a->numeric; });
+    if (unique.size() < 16 && !seen) unique.push_back(*a);
   }
-  return numeric;
+  return unique;
 }
 
 }  // namespace jobkit::detail

@@ -38,7 +38,7 @@ std::vector<interface_address> host_addresses();
 ///  - else every non-loopback address, except those of docker* and virbr* bridges.
 /// @throws jobkit::error (invalid_environment) when nothing is left, naming the variable and
 /// the interfaces found
-std::vector<std::string> choose_endpoint_addresses(const environment& env, bool single_host,
-                                                   const std::vector<interface_address>& available);
+std::vector<interface_address> choose_endpoint_addresses(const environment& env, bool single_host,
+                                                         const std::vector<interface_address>& available);
 
 }  // namespace jobkit::detail

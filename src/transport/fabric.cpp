@@ -101,9 +101,13 @@ bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_poin
 
 }  // namespace
 
+std::vector<interface_address> endpoint_interfaces(const identity& self) {
+  return choose_endpoint_addresses(process_environment(), self.num_nodes == 1, host_addresses());
+}
+
 fabric_settings settings_for(const identity& self) {
   fabric_settings settings;
-  settings.addresses = choose_endpoint_addresses(process_environment(), self.num_nodes == 1, host_addresses());
+  for (const auto& a : endpoint_interfaces(self)) settings.addresses.push_back(a.numeric);
   return settings;
 }
 

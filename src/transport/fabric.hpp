@@ -10,6 +10,7 @@
 
 #include "core/posix_io.hpp"
 #include "jobkit/identity.hpp"
+#include "transport/addresses.hpp"
 #include "transport/handshake.hpp"
 #include "transport/rendezvous.hpp"
 
@@ -27,6 +28,8 @@ struct fabric_settings {
 };
 /// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
 fabric_settings settings_for(const identity& self);
+/// The interfaces and addresses behind settings_for(self).addresses.
+std::vector<interface_address> endpoint_interfaces(const identity& self);
 
 /// This process's listening socket and every rank's endpoint, exchanged in one rendezvous put and
 /// one fence (the only PMIx traffic of the data path). Groups connect through it; the socket

@@ -235,13 +235,16 @@ TEST_CASE("JOBKIT_SOCKET_IFNAME selects interfaces as NCCL_SOCKET_IFNAME does", 
                                             {"eth0", "10.0.0.5", false, false},
                                             {"eth1", "10.1.0.5", false, false}};
   using jobkit::detail::map_environment;
-  CHECK(choose_endpoint_addresses(map_environment{}, true, host) == std::vector<std::string>{"127.0.0.1"});
-  CHECK(choose_endpoint_addresses(map_environment{}, false, host) ==
-        std::vector<std::string>{"10.0.0.5", "10.1.0.5", "fd00::5"});
-  CHECK(choose_endpoint_addresses(map_environment{{"JOBKIT_SOCKET_IFNAME", "ib"}}, false, host) ==
-        std::vector<std::string>{"fd00::5"});
-  CHECK(choose_endpoint_addresses(map_environment{{"JOBKIT_SOCKET_IFNAME", "=eth1"}}, true, host) ==
-        std::vector<std::string>{"10.1.0.5"});
+  auto numeric = [&](const map_environment& env, bool single_host) {
+    std::vector<std::string> out;
+    for (const auto& a : choose_endpoint_addresses(env, single_host, host))
+      out.push_back(a.interface + " " + a.numeric);
+    return out;
+  };
+  CHECK(numeric(map_environment{}, true) == std::vector<std::string>{"lo 127.0.0.1"});
+  CHECK(numeric(map_environment{}, false) == std::vector<std::string>{"eth0 10.0.0.5", "eth1 10.1.0.5", "ib0 fd00::5"});
+  CHECK(numeric(map_environment{{"JOBKIT_SOCKET_IFNAME", "ib"}}, false) == std::vector<std::string>{"ib0 fd00::5"});
+  CHECK(numeric(map_environment{{"JOBKIT_SOCKET_IFNAME", "=eth1"}}, true) == std::vector<std::string>{"eth1 10.1.0.5"});
   CHECK_THROWS_WITH(choose_endpoint_addresses(map_environment{{"JOBKIT_SOCKET_IFNAME", "xyz"}}, false, host),
                     Catch::Contains("JOBKIT_SOCKET_IFNAME='xyz' selects no interface address of this host (it has: "
                                     "lo 127.0.0.1, docker0 172.17.0.1"));
