@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config git python3   # build and test tools
+  cmake                                          # the CMake consumer test (tests/consumer_cmake)
   libpmix-dev libpmix-bin libfmt-dev catch2      # jobkit's dependencies
   slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
