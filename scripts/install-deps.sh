@@ -3,7 +3,9 @@
 # package is already there.
 set -euo pipefail
 packages=(
-  g++ meson ninja-build pkg-config git python3 clang-format   # build and test tools
+  g++ meson ninja-build pkg-config git python3   # build and test tools
+  clang-format                                   # the format check (scripts/check-format.sh)
+  cmake                                          # the CMake consumer test (tests/consumer_cmake)
   libpmix-dev libpmix-bin libfmt-dev catch2      # jobkit's dependencies
   slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
