@@ -147,7 +147,7 @@ mpirun_path=""
 deps_used=""
 
 command=run
-if (($#)) && [[ $1 != -* ]]; then
+if (($#)) && [[ $1 != -* || $1 == -h || $1 == --help ]]; then
   command=$1
   shift
 fi

@@ -17,7 +17,7 @@ exec unshare --mount --propagation private bash -euo pipefail -c '
   done
   for f in $lib/libfmt.so* $lib/libopen-rte.so* $lib/libopen-pal.so* $lib/libevent_core* $lib/libevent_pthreads* \
            $lib/libhwloc.so* $lib/libmunge.so* /usr/bin/orterun /usr/bin/pkgconf /usr/bin/pkg-config /usr/bin/meson \
-           /usr/bin/ninja; do
+           /usr/bin/ninja /usr/bin/opal_wrapper; do
     [[ -e $f && ! -L $f ]] && mount --bind "$blank" "$f"
   done
   ! [[ -x $(command -v mpirun) ]] && ! [[ -x $(command -v meson) ]] && ! pkg-config --version &>/dev/null || { echo "bare-machine: hiding failed"; exit 2; }
