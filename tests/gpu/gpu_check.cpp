@@ -73,8 +73,8 @@ struct reporter {
   int failed = 0;
 
   void result(const std::string& name, std::string_view status, const std::string& detail) {
-    std::printf("CHECK\t%s%s\t%.*s\t%s\n", prefix.c_str(), name.c_str(), static_cast<int>(status.size()),
-                status.data(), clean(detail).c_str());
+    std::printf("CHECK\t%s%s\t%.*s\t%s\n", prefix.c_str(), name.c_str(), static_cast<int>(status.size()), status.data(),
+                clean(detail).c_str());
     std::fflush(stdout);
   }
   bool check(const std::string& name, bool ok, const std::string& detail = {}) {
@@ -119,8 +119,8 @@ struct reporter {
 
 void cuda_ok(cudaError_t status, const char* call) {
   if (status != cudaSuccess) {
-    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorName(status) + " (" +
-                             cudaGetErrorString(status) + ")");
+    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
+                             ")");
   }
 }
 
@@ -154,9 +154,7 @@ std::string nccl_version_text(int code) {
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
 }
 
-std::string cuda_version_text(int code) {
-  return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10);
-}
+std::string cuda_version_text(int code) { return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10); }
 
 int visible_gpu_count() {
   int count = 0;
@@ -286,7 +284,8 @@ void check_type(reporter& r, nccl::communicator& comm, cudaStream_t stream, cons
   comm.recv(recv.as<T>(), count, 0, stream);
   group_end(comm.native());
   verify("send/recv to self", recv);
-  std::string detail = std::to_string(count) + " elements: all_reduce, all_reduce in place, reduce_scatter "
+  std::string detail = std::to_string(count) +
+                       " elements: all_reduce, all_reduce in place, reduce_scatter "
                        "(sum, prod, min, max), broadcast, broadcast in place, all_gather, send/recv to self";
   for (const auto& p : problems) detail += "; " + p;
   r.check("collectives." + type, problems.empty(), detail);
@@ -306,8 +305,8 @@ void gpu_free_checks(reporter& r) {
   r.check("types.compile_time", true,
           "data_type_of: int8, char, uint8, int32, uint32, int64, uint64, half, bf16, float, double (static_assert)");
   r.guarded("device_rule", [&] {
-    const bool rule = nccl::select_device(1, 3, 4) == 0 && nccl::select_device(4, 2, 4) == 2 &&
-                      nccl::select_device(8, 3, 4) == 3;
+    const bool rule =
+        nccl::select_device(1, 3, 4) == 0 && nccl::select_device(4, 2, 4) == 2 && nccl::select_device(8, 3, 4) == 3;
     r.check("device_rule", rule, "one visible device -> 0; at least local_world_size -> local_rank");
   });
   r.expect_error("device_rule.too_few", jobkit::errc::invalid_environment, "sees 2 CUDA devices",
@@ -315,10 +314,9 @@ void gpu_free_checks(reporter& r) {
   r.expect_error("device_rule.none", jobkit::errc::invalid_environment, "sees no CUDA device",
                  [] { nccl::select_device(0, 0, 1); });
   r.guarded("reductions", [&] {
-    r.check("reductions", nccl::reduction_of(reduce_op::sum) == ncclSum &&
-                              nccl::reduction_of(reduce_op::prod) == ncclProd &&
-                              nccl::reduction_of(reduce_op::min) == ncclMin &&
-                              nccl::reduction_of(reduce_op::max) == ncclMax,
+    r.check("reductions",
+            nccl::reduction_of(reduce_op::sum) == ncclSum && nccl::reduction_of(reduce_op::prod) == ncclProd &&
+                nccl::reduction_of(reduce_op::min) == ncclMin && nccl::reduction_of(reduce_op::max) == ncclMax,
             "sum prod min max -> ncclSum ncclProd ncclMin ncclMax");
   });
   for (const auto op : {reduce_op::band, reduce_op::bor, reduce_op::bxor}) {
@@ -341,8 +339,7 @@ void gpu_free_checks(reporter& r) {
 void no_gpu_checks(reporter& r) {
   const auto start = clock_type::now();
   r.expect_error("no_gpu.visible_devices", jobkit::errc::cuda, "cudaGetDeviceCount", [] { nccl::visible_devices(); });
-  r.expect_error("no_gpu.communicator", jobkit::errc::cuda, "cudaGetDeviceCount",
-                 [] { nccl::communicator comm; });
+  r.expect_error("no_gpu.communicator", jobkit::errc::cuda, "cudaGetDeviceCount", [] { nccl::communicator comm; });
   const double elapsed = seconds_since(start);
   r.check("no_gpu.prompt", elapsed < 10, "both errors within " + std::to_string(elapsed) + " s");
 }
@@ -380,8 +377,8 @@ void gpu_checks(reporter& r) {
   ncclCommUserRank(comm->native(), &nccl_rank);
   ncclCommCount(comm->native(), &nccl_count);
   r.check("communicator.native", nccl_device == comm->device() && nccl_rank == 0 && nccl_count == 1,
-          "NCCL's own view: device " + std::to_string(nccl_device) + ", rank " + std::to_string(nccl_rank) +
-              " of " + std::to_string(nccl_count));
+          "NCCL's own view: device " + std::to_string(nccl_device) + ", rank " + std::to_string(nccl_rank) + " of " +
+              std::to_string(nccl_count));
 
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -463,7 +460,8 @@ void gpu_checks(reporter& r) {
     const auto t0 = clock_type::now();
     doomed.abort();
     const double took = seconds_since(t0);
-    r.check("communicator.abort", doomed.native() == nullptr, "abort() empties it in " + std::to_string(took * 1e3) + " ms");
+    r.check("communicator.abort", doomed.native() == nullptr,
+            "abort() empties it in " + std::to_string(took * 1e3) + " ms");
     device_buffer buffer(64);
     r.expect_error("errors.after_abort", jobkit::errc::nccl, "ncclAllReduce failed", [&] {
       doomed.all_reduce(buffer.as<const float>(), buffer.as<float>(), 16, reduce_op::sum, stream);
@@ -478,9 +476,8 @@ void gpu_checks(reporter& r) {
     {
       nccl::communicator spoiled;
       device_buffer buffer(64);
-      r.expect_error("errors.invalid_root", jobkit::errc::nccl, "ncclBroadcast failed", [&] {
-        spoiled.broadcast(buffer.as<const float>(), buffer.as<float>(), 16, 5, stream);
-      });
+      r.expect_error("errors.invalid_root", jobkit::errc::nccl, "ncclBroadcast failed",
+                     [&] { spoiled.broadcast(buffer.as<const float>(), buffer.as<float>(), 16, 5, stream); });
     }
     r.check("errors.invalid_root.destroy", seconds_since(t0) < 60,
             "the communicator that saw the error is destroyed (finalised or aborted) in " +
@@ -604,8 +601,8 @@ void bench(reporter& r, bool quick) {
   }
   r.timing("create.jobkit", median(jobkit_create), "ms", spread(jobkit_create, "ms"));
   r.timing("create.jobkit.ids", median(phase_ids), "ms", "id exchange phase: " + spread(phase_ids, "ms"));
-  r.timing("create.jobkit.nccl_init", median(phase_init), "ms", "NCCL init phase (polled every 1 ms): " +
-                                                                   spread(phase_init, "ms"));
+  r.timing("create.jobkit.nccl_init", median(phase_init), "ms",
+           "NCCL init phase (polled every 1 ms): " + spread(phase_init, "ms"));
   r.timing("create.raw_blocking", median(raw_create), "ms",
            "ncclGetUniqueId + ncclCommInitRank: " + spread(raw_create, "ms"));
   r.timing("create.raw_nonblocking", median(raw_nb_create), "ms",
@@ -658,20 +655,27 @@ void bench(reporter& r, bool quick) {
     };
     float* data = buffer.as<float>();
     std::vector<variant> variants;
-    variants.push_back({"all_reduce.wrapper", [&, data, count] { comm.all_reduce(data, data, count, reduce_op::sum, stream); }, {}});
-    variants.push_back({"all_reduce.raw", [&, data, count] {
+    variants.push_back(
+        {"all_reduce.wrapper", [&, data, count] { comm.all_reduce(data, data, count, reduce_op::sum, stream); }, {}});
+    variants.push_back({"all_reduce.raw",
+                        [&, data, count] {
                           raw_call(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, native, stream), native,
                                    "ncclAllReduce");
-                        }, {}});
-    variants.push_back({"all_reduce.raw_blocking", [&, data, count] {
+                        },
+                        {}});
+    variants.push_back({"all_reduce.raw_blocking",
+                        [&, data, count] {
                           raw_call(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, blocking, stream), blocking,
                                    "ncclAllReduce");
-                        }, {}});
+                        },
+                        {}});
     variants.push_back({"broadcast.wrapper", [&, data, count] { comm.broadcast(data, data, count, 0, stream); }, {}});
-    variants.push_back({"broadcast.raw", [&, data, count] {
+    variants.push_back({"broadcast.raw",
+                        [&, data, count] {
                           raw_call(ncclBroadcast(data, data, count, ncclFloat32, 0, native, stream), native,
                                    "ncclBroadcast");
-                        }, {}});
+                        },
+                        {}});
     for (int rep = 0; rep < repeats; ++rep) {  // interleaved, so drift hits every variant alike
       for (auto& v : variants) measure(v.call, v.result);
     }
@@ -681,8 +685,10 @@ void bench(reporter& r, bool quick) {
                    std::to_string(median(v.result.enqueue_us)) + " us");
     }
     for (const std::string op : {"all_reduce", "broadcast"}) {
-      const auto& wrapper = std::find_if(variants.begin(), variants.end(), [&](auto& v) { return v.name == op + ".wrapper"; })->result;
-      const auto& raw = std::find_if(variants.begin(), variants.end(), [&](auto& v) { return v.name == op + ".raw"; })->result;
+      const auto& wrapper =
+          std::find_if(variants.begin(), variants.end(), [&](auto& v) { return v.name == op + ".wrapper"; })->result;
+      const auto& raw =
+          std::find_if(variants.begin(), variants.end(), [&](auto& v) { return v.name == op + ".raw"; })->result;
       const double overhead = median(wrapper.total_us) - median(raw.total_us);
       const double overhead_enqueue = median(wrapper.enqueue_us) - median(raw.enqueue_us);
       r.timing("overhead." + op + "." + size, overhead, "us",
@@ -694,8 +700,9 @@ void bench(reporter& r, bool quick) {
   if (all_within_target) {
     r.result("bench.wrapper_overhead_target", "PASS", "the wrapper costs at most 1 us per call over raw NCCL");
   } else {
-    r.warn("bench.wrapper_overhead_target", "the wrapper costs more than 1 us per call over raw NCCL somewhere "
-                                            "(see overhead.*); a benchmark target, not a failure");
+    r.warn("bench.wrapper_overhead_target",
+           "the wrapper costs more than 1 us per call over raw NCCL somewhere "
+           "(see overhead.*); a benchmark target, not a failure");
   }
   cuda_ok(cudaStreamDestroy(stream), "cudaStreamDestroy");
   nccl_ok(ncclCommDestroy(blocking), "ncclCommDestroy");
@@ -726,8 +733,8 @@ void child_world2(reporter& r, int seconds) {
     });
   }
   const double took = seconds_since(start);
-  r.check("world2.prompt", took < seconds, "refused in " + std::to_string(took * 1e3) + " ms, before the " +
-                                                std::to_string(seconds) + " s deadline");
+  r.check("world2.prompt", took < seconds,
+          "refused in " + std::to_string(took * 1e3) + " ms, before the " + std::to_string(seconds) + " s deadline");
 }
 
 /// Raw NCCL: a 2-rank non-blocking initialisation with one rank stays in progress, and ncclCommAbort
@@ -763,8 +770,8 @@ int launched(reporter& r, const std::string& what, int seconds) {
   r.prefix = "rank" + std::to_string(id.rank) + ".";
   r.info("identity", jobkit::to_string(id));
   if (id.world_size != 2) {
-    r.check("launched.world_size", false, "launched modes need exactly 2 ranks (mpirun -np 2), got " +
-                                              std::to_string(id.world_size));
+    r.check("launched.world_size", false,
+            "launched modes need exactly 2 ranks (mpirun -np 2), got " + std::to_string(id.world_size));
     return 1;
   }
   const jobkit::call_options deadline{.timeout = std::chrono::seconds(seconds)};
@@ -784,7 +791,8 @@ int launched(reporter& r, const std::string& what, int seconds) {
         nccl::share_unique_ids(128, deadline);
       }
       std::this_thread::sleep_for(std::chrono::seconds(seconds + 3));
-      r.check("stayed_out", true, what == "init" ? "took the ids, never initialised NCCL" : "never joined the exchange");
+      r.check("stayed_out", true,
+              what == "init" ? "took the ids, never initialised NCCL" : "never joined the exchange");
       return 0;
     }
     const auto start = clock_type::now();
@@ -828,8 +836,10 @@ int launched(reporter& r, const std::string& what, int seconds) {
 }
 
 int usage() {
-  std::fputs("usage: gpu_check checks [expect-gpu] | bench [quick] | child world2|raw-deadline S | launched ids|fence|init|pair S\n",
-             stderr);
+  std::fputs(
+      "usage: gpu_check checks [expect-gpu] | bench [quick] | child world2|raw-deadline S | launched "
+      "ids|fence|init|pair S\n",
+      stderr);
   return 2;
 }
 
@@ -861,8 +871,9 @@ int main(int argc, char** argv) {
       if (gpus == 0 && args.size() > 1 && args[1] == "expect-gpu") {
         int count = 0;
         const cudaError_t status = cudaGetDeviceCount(&count);
-        r.check("gpu.visible", false, std::string("the driver lists a GPU but CUDA sees none: cudaGetDeviceCount: ") +
-                                          cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+        r.check("gpu.visible", false,
+                std::string("the driver lists a GPU but CUDA sees none: cudaGetDeviceCount: ") +
+                    cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
       }
       if (gpus == 0) {
         no_gpu_checks(r);
