@@ -152,19 +152,14 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
       lock.lock();
     }
   }
-  if (!wait->done) {
+  // PMIX_TIMEOUT carries this same deadline, so the launcher may report it first.
+  if (!wait->done || wait->status == PMIX_ERR_TIMEOUT) {
     throw timeout_error(fmt::format("the PMIx fence over all ranks timed out after {} ms: a rank never arrived "
                                     "(it is late or stuck, or it exited before reaching jobkit)",
                                     timeout.count()),
                         PMIX_ERR_TIMEOUT);
   }
   status = wait->status;
-  if (status == PMIX_ERR_TIMEOUT) {
-    throw timeout_error(
-        "the PMIx fence over all ranks timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT, "
-        "300 s by default): a rank never arrived",
-        status);
-  }
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),
                 status);
@@ -198,7 +193,10 @@ struct probe_call {
 
 }  // namespace
 
-std::vector<int> pmix_session::ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) {
+rendezvous::roll_call pmix_session::ranks_without(const std::string& key, int world_size,
+                                                  std::chrono::milliseconds probe) {
+  roll_call call;
+  call.asked = query_facts().local_peers;
   auto wait = std::make_shared<probe_wait>();
   wait->status.assign(static_cast<std::size_t>(world_size), PMIX_ERR_TIMEOUT);
   wait->status[self_.rank] = PMIX_SUCCESS;
@@ -206,8 +204,8 @@ std::vector<int> pmix_session::ranks_without(const std::string& key, int world_s
   pmix_info_t info;
   PMIX_INFO_CONSTRUCT(&info);
   PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
-  for (int r = 0; r < world_size; ++r) {
-    if (r == static_cast<int>(self_.rank)) continue;
+  for (const int r : call.asked) {
+    if (r == static_cast<int>(self_.rank) || r < 0 || r >= world_size) continue;
     pmix_proc_t proc;
     PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(r));
     auto* call = new probe_call{wait, r};
@@ -225,11 +223,10 @@ std::vector<int> pmix_session::ranks_without(const std::string& key, int world_s
   std::unique_lock lock(wait->mutex);
   wait->answered.wait_until(lock, std::chrono::steady_clock::now() + probe + std::chrono::seconds(1),
                             [&] { return wait->pending == 0; });
-  std::vector<int> absent;
-  for (int r = 0; r < world_size; ++r) {
-    if (wait->status[static_cast<std::size_t>(r)] != PMIX_SUCCESS) absent.push_back(r);
+  for (const int r : call.asked) {
+    if (r >= 0 && r < world_size && wait->status[static_cast<std::size_t>(r)] != PMIX_SUCCESS) call.absent.push_back(r);
   }
-  return absent;
+  return call;
 }
 
 std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {

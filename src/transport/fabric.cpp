@@ -142,15 +142,20 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
     try {
       rv.fence(timeout);
     } catch (const error& e) {
-      const auto absent = rv.ranks_without(key, self.world_size, std::chrono::seconds(1));
+      const auto call = rv.ranks_without(key, self.world_size, std::chrono::seconds(2));
+      std::string who;
+      if (!call.absent.empty()) {
+        who = fmt::format("rank(s) {} never reached jobkit (exited or crashed before it, or stuck)",
+                          fmt::join(call.absent, ", "));
+      } else if (static_cast<int>(call.asked.size()) < self.world_size) {
+        who = fmt::format("every rank on {} reached jobkit, so the missing rank is on another node", self.hostname);
+      } else {
+        who = "every rank had published its endpoint";
+      }
       raise(e.code(),
-            fmt::format("data path setup on {}: {}; {}", rank_label(self.rank, self.hostname), e.what(),
-                        absent.empty()
-                            ? std::string("every rank had published its endpoint")
-                            : fmt::format("rank(s) {} never reached jobkit (exited or crashed before it, or stuck); "
-                                          "with srun, --kill-on-bad-exit=1 ends the whole step as soon as a rank "
-                                          "exits with an error",
-                                          fmt::join(absent, ", "))),
+            fmt::format("data path setup on {}: {}; {}; with srun, --kill-on-bad-exit=1 ends the whole step as soon "
+                        "as a rank exits with an error",
+                        rank_label(self.rank, self.hostname), e.what(), who),
             e.native_status());
     }
     for (int r = 0; r < self.world_size; ++r) endpoints_.push_back(decode_endpoint(rv.get(r, key), r));

@@ -53,13 +53,15 @@ std::vector<std::byte> memory_rendezvous::get(int rank, const std::string& key) 
   return it->second;
 }
 
-std::vector<int> memory_rendezvous::ranks_without(const std::string& key, int world_size, std::chrono::milliseconds) {
+rendezvous::roll_call memory_rendezvous::ranks_without(const std::string& key, int world_size,
+                                                       std::chrono::milliseconds) {
   std::lock_guard lock(store_->mutex_);
-  std::vector<int> absent;
+  roll_call call;
   for (int r = 0; r < world_size; ++r) {
-    if (!store_->pending_.count({r, key}) && !store_->visible_.count({r, key})) absent.push_back(r);
+    call.asked.push_back(r);
+    if (!store_->pending_.count({r, key}) && !store_->visible_.count({r, key})) call.absent.push_back(r);
   }
-  return absent;
+  return call;
 }
 
 }  // namespace jobkit::detail

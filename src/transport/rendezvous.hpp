@@ -30,9 +30,12 @@ class rendezvous {
   virtual void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) = 0;
   /// A key that `rank` put before the last fence. @throws jobkit::error when it is missing
   virtual std::vector<std::byte> get(int rank, const std::string& key) = 0;
-  /// After a failed fence: the ranks (of 0..world_size-1) that have not put `key`, each asked
-  /// for at most `probe`. Names the ranks that never reached the caller's code.
-  virtual std::vector<int> ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) = 0;
+  /// After a failed fence: which ranks could be asked whether they put `key` (under Slurm 22.05,
+  /// only those of this node answer while a fence is pending), and which of them have not.
+  struct roll_call {
+    std::vector<int> asked, absent;
+  };
+  virtual roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) = 0;
 };
 
 /// The values and fences of `size` ranks that share one process.
@@ -57,7 +60,7 @@ class memory_rendezvous final : public rendezvous {
   void put(const std::string& key, std::span<const std::byte> bytes) override;
   void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
   std::vector<std::byte> get(int rank, const std::string& key) override;
-  std::vector<int> ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
+  roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
 
  private:
   std::shared_ptr<memory_rendezvous_store> store_;

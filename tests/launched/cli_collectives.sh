@@ -18,11 +18,11 @@ case $mode in
     run_step "${step[@]}" bash -c '[[ $SLURM_PROCID == 6 ]] && sleep 3; s=$(date +%s%N); "$JOBKIT_BIN" barrier;
       echo "rank $SLURM_PROCID waited $((($(date +%s%N) - s) / 1000000)) ms"' ;;
   dead)
-    # Rank 6 exits before it starts jobkit: no process of it ever reaches PMIx, so only the
-    # deadline can end the others' wait (srun --kill-on-bad-exit=1 would end the step at once);
-    # the error then names it, found by asking every rank's PMIx server for its endpoint.
+    # Rank 4 (on c1 with ranks 0-3) exits before it starts jobkit: no process of it ever reaches
+    # PMIx, so only the deadline can end the others' wait (srun --kill-on-bad-exit=1 would end the
+    # step at once). Its node-mates name it; the other nodes' ranks say it is elsewhere.
     run_step "${step[@]}" bash -c \
-      '[[ $SLURM_PROCID == 6 ]] && exit 5; "$JOBKIT_BIN" barrier --timeout 2; echo "rank $SLURM_PROCID status $?"' ;;
+      '[[ $SLURM_PROCID == 4 ]] && exit 5; "$JOBKIT_BIN" barrier --timeout 2; echo "rank $SLURM_PROCID status $?"' ;;
   timeout)
     run_step "${step[@]}" bash -c \
       '[[ $SLURM_PROCID == 6 ]] && sleep 4; "$JOBKIT_BIN" barrier --timeout 1; echo "rank $SLURM_PROCID status $?"' ;;
@@ -45,7 +45,9 @@ case $mode in
     (($(count 'status 1') == 6)) || fail "not every other rank failed with status 1"
     (($(count 'barrier at main.cpp:[0-9]*: setting up the data path: data path setup on rank [0-9]* (c[0-9]): the PMIx fence over all ranks timed out after 2000 ms') == 6)) ||
       fail "not every other rank reported the deadline"
-    (($(count 'rank(s) 6 never reached jobkit .*--kill-on-bad-exit=1') == 6)) || fail "not every other rank named rank 6"
+    (($(count 'rank(s) 4 never reached jobkit .*--kill-on-bad-exit=1') == 4)) || fail "rank 4's node-mates did not name it"
+    (($(count 'every rank on c[23] reached jobkit, so the missing rank is on another node') == 2)) ||
+      fail "the other nodes' ranks did not say the missing rank is elsewhere"
     ((elapsed_ms < 8000)) || fail "took ${elapsed_ms} ms" ;;
   timeout)
     (($(count 'status 1') == 7)) || fail "not every rank failed with status 1"

@@ -20,7 +20,7 @@ check_step() { # label
 
 run_step timeout 300 "${step[@]}"
 check_step "without strangers"
-alone=$(awk '/^rank 0: churn/ {print $6}' <<<"$out")
+alone=$(awk '/^rank 0: churn/ {print $7}' <<<"$out")
 
 work=$(mktemp -d "$repo/build-strangers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -38,6 +38,6 @@ check_step "with strangers"
 dropped=$(count 'data path: dropped a connection from')
 (($(count 'is not a jobkit hello') > 0)) || fail "no rank reported dropping a garbage-sending stranger"
 (($(count 'its proof of membership is wrong') > 0)) || fail "no rank reported dropping a forged hello"
-with=$(awk '/^rank 0: churn/ {print $6}' <<<"$out")
+with=$(awk '/^rank 0: churn/ {print $7}' <<<"$out")
 echo "strangers: $dropped connections dropped; $rounds rounds on rank 0: alone $alone s, with strangers $with s"
 echo ok
