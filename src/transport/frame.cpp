@@ -55,8 +55,15 @@ frame receive_frame(int fd, steady_clock::time_point deadline) {
   f.site.resize(f.header.site_size);
   receive_all(fd, f.name.data(), f.name.size(), deadline);
   receive_all(fd, f.site.data(), f.site.size(), deadline);
-  f.payload.resize(f.header.payload_size);
-  receive_all(fd, f.payload.data(), f.payload.size(), deadline);
+  // Grown as the bytes arrive (at most doubling), so a header that announces more than is sent
+  // cannot make this rank allocate it.
+  const auto size = static_cast<std::size_t>(f.header.payload_size);
+  constexpr std::size_t first_chunk = std::size_t{1} << 20;
+  while (f.payload.size() < size) {
+    const auto had = f.payload.size();
+    f.payload.resize(had + std::min(size - had, std::max(first_chunk, had)));
+    receive_all(fd, f.payload.data() + had, f.payload.size() - had, deadline);
+  }
   return f;
 }
 
