@@ -10,8 +10,8 @@
 #   MASTER_ADDR = first host of `scontrol show hostnames $SLURM_STEP_NODELIST`
 #   MASTER_PORT = first argument (chosen by the caller; must be free on MASTER_ADDR)
 # These four are always set here (an inherited RANK from the caller's shell would be wrong in every
-# task). Other variables pass through, e.g. GLOO_SOCKET_IFNAME (gloo's interface; unset, gloo uses
-# the address this task's host name resolves to: 127.0.0.1 on the dev cluster).
+# task). Other variables pass through, e.g. GLOO_SOCKET_IFNAME (gloo's interface; unset, this script
+# picks the interface of the node's first global IPv4 address).
 set -euo pipefail
 
 if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ ]]; then
@@ -30,6 +30,12 @@ MASTER_ADDR=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n1)
 [[ -n $MASTER_ADDR ]] || { echo "$0: no host in SLURM_STEP_NODELIST=$SLURM_STEP_NODELIST" >&2; exit 1; }
 export MASTER_ADDR
 export MASTER_PORT=$port
+# gloo announces the address this host's name resolves to (127.0.1.1 on Debian): give it the
+# interface of this node's first global address instead, unless the caller chose one.
+if [[ -z ${GLOO_SOCKET_IFNAME:-} ]]; then
+  GLOO_SOCKET_IFNAME=$(ip -o -4 addr show scope global 2>/dev/null | awk 'NR == 1 {print $2}')
+  [[ -n $GLOO_SOCKET_IFNAME ]] && export GLOO_SOCKET_IFNAME || unset GLOO_SOCKET_IFNAME
+fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 exec /usr/bin/python3 "$here/torch_gloo.py" "$@"
