@@ -16,7 +16,7 @@ export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 options=(-Dfuzz=true -Dtests=disabled -Dcli=false -Dexamples=false -Dcuda=disabled -Dnccl=disabled
   -Db_sanitize=address,undefined -Db_lundef=false
   "-Dcpp_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all" --wrap-mode=nodownload)
-if [[ -f $build/build.ninja ]] && meson introspect --compilers "$build" | grep -q '"version": "16\.'; then
+if [[ -f $build/build.ninja ]] && grep -q 'C++ compiler for the host machine: .*(clang 16\.' "$build/meson-logs/meson-log.txt"; then
   meson setup --reconfigure "$build" "${options[@]}" >/dev/null
 else
   rm -rf "$build"  # not there, or set up with another compiler
