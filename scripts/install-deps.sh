@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages jobkit builds and tests with (as root). Skips apt when every
-# package is already there.
+# package is already there. With --fuzz, also what scripts/fuzz.sh needs (plain builds need no clang).
 set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config git python3   # build and test tools
@@ -11,6 +11,10 @@ packages=(
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
   python3-torch                                  # jobkit exec tests and the torch gloo peer benchmark
 )
+# clang 16 (14, Debian's default, lacks std::source_location), its libFuzzer and sanitizer runtimes,
+# llvm-symbolizer.
+fuzz_packages=(clang-16 libclang-rt-16-dev llvm-16)
+[[ ${1:-} == --fuzz ]] && packages+=("${fuzz_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

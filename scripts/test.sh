@@ -31,12 +31,21 @@ slurm/dev-cluster.sh start 3
 status=0
 meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
 meson test -C "$build_nogpu" --suite unit --print-errorlogs || status=$?
+# The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS (default 60).
+checked=(build-asan build-tsan build-fuzz)
+for d in "${checked[@]}"; do rm -f "$d/meson-logs/testlog.json"; done
+scripts/sanitize.sh || status=$?
+scripts/fuzz.sh || status=$?
 
-python3 - "$build" "$build_nogpu" "${CI:-}" <<'PY' | tee "$build/summary.txt"
-import json, sys
+python3 - "$build" "$build_nogpu" "${CI:-}" "${checked[@]}" <<'PY' | tee "$build/summary.txt"
+import json, os, sys
 build, build_nogpu, ci = sys.argv[1], sys.argv[2], sys.argv[3] == "true"
 counts = {"passed": 0, "failed": 0, "skipped": 0}
-for d in (build, build_nogpu):
+for d in (build, build_nogpu, *sys.argv[4:]):
+    if not os.path.exists(f"{d}/meson-logs/testlog.json"):
+        print(f"failed {d}: no tests ran (its build failed?)")
+        counts["failed"] += 1
+        continue
     for line in open(f"{d}/meson-logs/testlog.json"):
         t = json.loads(line)
         name = f"{d}: {t['name']}"

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "jobkit/error.hpp"
+
 namespace jobkit {
 
 /// Bytes being written for another rank. Values are written in this machine's representation:
@@ -124,6 +126,24 @@ constexpr bool is_raw_v =
     !std::is_null_pointer_v<T> && !is_view<T>::value && !std::is_array_v<T> && !is_pair<T>::value &&
     !is_tuple<T>::value && !is_optional<T>::value && !is_std_array<T>::value;
 
+/// Whether every value of T encodes to no bytes (std::tuple<>, std::array<T, 0>, pairs and tuples of
+/// those): a count of such elements cannot be checked against the bytes received.
+template <class T>
+constexpr bool encodes_nothing() {
+  if constexpr (has_serializer<T>) {
+    return false;
+  } else if constexpr (is_std_array<T>::value) {
+    return std::tuple_size_v<T> == 0 || encodes_nothing<typename T::value_type>();
+  } else if constexpr (is_pair<T>::value || is_tuple<T>::value) {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (encodes_nothing<std::tuple_element_t<I, T>>() && ...);
+    }
+    (std::make_index_sequence<std::tuple_size_v<T>>{});
+  } else {
+    return false;
+  }
+}
+
 template <class T>
 constexpr bool sendable_v();
 
@@ -141,9 +161,12 @@ constexpr bool sendable_v() {
   } else if constexpr (is_string<T>::value) {
     return std::is_trivially_copyable_v<typename T::value_type>;
   } else if constexpr (is_vector<T>::value || is_set<T>::value || is_optional<T>::value || is_std_array<T>::value) {
-    return sendable_v<typename T::value_type>();
+    // A count of elements of no bytes could not be checked: a corrupt one would hang or exhaust memory.
+    return sendable_v<typename T::value_type>() &&
+           !((is_vector<T>::value || is_set<T>::value) && encodes_nothing<typename T::value_type>());
   } else if constexpr (is_map<T>::value) {
-    return sendable_v<typename T::key_type>() && sendable_v<typename T::mapped_type>();
+    return sendable_v<typename T::key_type>() && sendable_v<typename T::mapped_type>() &&
+           !(encodes_nothing<typename T::key_type>() && encodes_nothing<typename T::mapped_type>());
   } else if constexpr (is_pair<T>::value || is_tuple<T>::value) {
     return all_sendable<T>(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else {
@@ -157,6 +180,7 @@ constexpr bool sendable_v() {
 /// std::string, std::vector, std::array, std::pair, std::tuple, std::optional, std::map, std::set
 /// and their unordered forms, nested as deep as needed, trivially copyable structs without
 /// pointers as members (sent as raw bytes), and any type with a jobkit::serializer specialisation.
+/// Not containers of elements that encode to no bytes (std::tuple<>, std::array<T, 0>).
 template <class T>
 concept sendable = detail::sendable_v<T>();
 
@@ -191,6 +215,14 @@ template <class T>
 T read_value(byte_reader& r) {
   if constexpr (has_serializer<T>) {
     return serializer<T>::read(r);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    std::uint8_t byte = 0;  // a byte other than 0 or 1 is no bool: reading it as one is undefined
+    r.read_bytes(&byte, 1);
+    if (byte > 1) {
+      throw error(errc::internal,
+                  "received bool is " + std::to_string(byte) + ", neither 0 nor 1 (do all ranks pass the same type?)");
+    }
+    return byte == 1;
   } else if constexpr (is_raw_v<T>) {
     std::array<std::byte, sizeof(T)> raw;
     r.read_bytes(raw.data(), raw.size());

@@ -82,6 +82,14 @@ static_assert(!jobkit::sendable<std::vector<int*>>);
 static_assert(!jobkit::sendable<no_way>);
 static_assert(!jobkit::sendable<std::vector<no_way>>);
 static_assert(!jobkit::sendable<std::map<std::string, no_way>>);
+// Elements of no bytes: a corrupt count could not be told from the bytes (a hang, or memory).
+static_assert(jobkit::sendable<std::tuple<>>);
+static_assert(jobkit::sendable<std::vector<std::pair<std::tuple<>, bool>>>);
+static_assert(jobkit::sendable<std::map<std::tuple<>, int>>);
+static_assert(!jobkit::sendable<std::vector<std::tuple<>>>);
+static_assert(!jobkit::sendable<std::set<std::array<int, 0>>>);
+static_assert(!jobkit::sendable<std::map<std::tuple<>, std::array<double, 0>>>);
+static_assert(!jobkit::sendable<std::vector<std::array<std::tuple<>, 3>>>);
 
 TEST_CASE("arithmetic values keep every bit", "[serialize]") {
   CHECK(round_trip(1.0 / 3.0) == 1.0 / 3.0);
@@ -141,4 +149,12 @@ TEST_CASE("bytes that do not match the type are an error, not a value", "[serial
   const auto huge = jobkit::to_bytes(std::numeric_limits<std::uint64_t>::max());
   CHECK_THROWS_AS(jobkit::from_bytes<std::vector<double>>(huge), jobkit::error);
   CHECK_THROWS_AS(jobkit::from_bytes<std::vector<std::string>>(huge), jobkit::error);
+  // A byte other than 0 or 1 is no bool (found by tests/fuzz: reading one was undefined behaviour).
+  const auto two = jobkit::to_bytes(std::uint8_t{2});
+  CHECK_THROWS_AS(jobkit::from_bytes<bool>(two), jobkit::error);
+  CHECK_THROWS_AS(jobkit::from_bytes<std::vector<bool>>(jobkit::to_bytes(std::vector<std::uint8_t>{1, 2})),
+                  jobkit::error);
+  const std::vector<std::byte> engaged_true{std::byte{1}, std::byte{1}}, engaged_two{std::byte{1}, std::byte{2}};
+  CHECK(jobkit::from_bytes<std::optional<bool>>(engaged_true) == std::optional<bool>(true));
+  CHECK_THROWS_AS(jobkit::from_bytes<std::optional<bool>>(engaged_two), jobkit::error);
 }
