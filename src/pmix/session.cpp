@@ -152,14 +152,22 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
       lock.lock();
     }
   }
-  // PMIX_TIMEOUT carries this same deadline, so the launcher may report it first.
-  if (!wait->done || wait->status == PMIX_ERR_TIMEOUT) {
+  // PMIX_TIMEOUT carries this same deadline, so the launcher may report it first; before the
+  // deadline, a timeout is the launcher's own (for Slurm: SLURM_PMIX_TIMEOUT).
+  const bool past_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline;
+  if (!wait->done || (wait->status == PMIX_ERR_TIMEOUT && past_deadline)) {
     throw timeout_error(fmt::format("the PMIx fence over all ranks timed out after {} ms: a rank never arrived "
                                     "(it is late or stuck, or it exited before reaching jobkit)",
                                     timeout.count()),
                         PMIX_ERR_TIMEOUT);
   }
   status = wait->status;
+  if (status == PMIX_ERR_TIMEOUT) {
+    throw timeout_error(
+        "the PMIx fence over all ranks timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT, "
+        "300 s by default): a rank never arrived",
+        status);
+  }
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Fence failed: {} (a rank may have died)", pmix_status_text(status)),
                 status);
