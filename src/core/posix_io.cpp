@@ -65,7 +65,7 @@ void wait_ready(int fd, short events, steady_clock::time_point deadline) {
     const int ready = ::poll(&p, 1, remaining_ms(deadline));
     if (ready > 0) return;
     if (ready == 0) throw socket_timeout{};
-    if (errno != EINTR) throw socket_closed{std::strerror(errno)};
+    if (errno != EINTR) throw socket_closed{errno_text(errno)};
   }
 }
 
@@ -85,7 +85,7 @@ void send_all(int fd, iovec* parts, int count, steady_clock::time_point deadline
         continue;
       }
       if (errno == EINTR) continue;
-      throw socket_closed{std::strerror(errno)};
+      throw socket_closed{errno_text(errno)};
     }
     auto sent = static_cast<std::size_t>(n);
     while (count > 0 && sent >= parts->iov_len) {
@@ -112,7 +112,7 @@ void receive_all(int fd, void* data, std::size_t size, steady_clock::time_point 
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       wait_ready(fd, POLLIN, deadline);
     } else if (errno != EINTR) {
-      throw socket_closed{std::strerror(errno)};
+      throw socket_closed{errno_text(errno)};
     }
   }
 }
@@ -123,7 +123,7 @@ std::size_t receive_some(int fd, void* data, std::size_t size) {
     if (n > 0) return static_cast<std::size_t>(n);
     if (n == 0) throw socket_closed{"connection closed"};
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    if (errno != EINTR) throw socket_closed{std::strerror(errno)};
+    if (errno != EINTR) throw socket_closed{errno_text(errno)};
   }
 }
 

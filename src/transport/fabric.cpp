@@ -58,7 +58,7 @@ std::pair<int, int> listen_socket(const fabric_settings& settings) {
                                     [](const std::string& a) { return a.find(':') != std::string::npos; });
   const int family = any_ipv6 ? AF_INET6 : AF_INET;
   const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) bootstrap_failure(fmt::format("socket: {}", std::strerror(errno)));
+  if (fd < 0) bootstrap_failure(fmt::format("socket: {}", errno_text(errno)));
   sockaddr_storage addr{};
   socklen_t length = 0;
   if (family == AF_INET6) {
@@ -76,7 +76,7 @@ std::pair<int, int> listen_socket(const fabric_settings& settings) {
   }
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), length) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
-    const auto why = std::strerror(errno);
+    const auto why = errno_text(errno);
     ::close(fd);
     bootstrap_failure(fmt::format("listen: {}", why));
   }
@@ -204,7 +204,7 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
   }
   const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    why = std::strerror(errno);
+    why = errno_text(errno);
     ::freeaddrinfo(found);
     return std::nullopt;
   }
@@ -228,7 +228,7 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
     why = std::move(reason);
     return std::nullopt;
   };
-  if (rc != 0) return give_up(std::strerror(connect_errno));
+  if (rc != 0) return give_up(errno_text(connect_errno));
 
   // The peer challenges once it accepts, which may be late: it may be busy elsewhere until then.
   std::array<std::byte, challenge_size> challenge_bytes{};

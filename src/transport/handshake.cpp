@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "core/posix_io.hpp"
 #include "jobkit/config.hpp"
 #include "jobkit/error.hpp"
 #include "transport/sha256.hpp"
@@ -82,7 +83,7 @@ void fill_random(std::span<std::byte> out) {
     const ssize_t n = ::getrandom(out.data() + done, out.size() - done, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw error(errc::io, fmt::format("getrandom: {}", std::strerror(errno)), errno);
+      throw error(errc::io, fmt::format("getrandom: {}", errno_text(errno)), errno);
     }
     done += static_cast<std::size_t>(n);
   }
