@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -60,8 +61,9 @@ struct stop_options {
 /// The signal handler only records the signal (async-signal-safe); nothing else runs inside it.
 /// The agreement is one small all_reduce over the members, bounded by the deadline, so a rank
 /// that died or hangs makes the others fail instead of wait. Once true, stop_requested() stays
-/// true. One stop_guard at a time per process; the previous signal dispositions come back when
-/// it is destroyed. Not copyable or movable.
+/// true. A guard sees the signals that arrive during its lifetime; several guards (e.g. one per
+/// group) each see them. The signal dispositions from before the first guard come back when the
+/// last one is destroyed. Not copyable or movable.
 ///
 ///     jobkit::stop_guard stop({.time_margin = std::chrono::minutes(5)});
 ///     for (; step < steps; ++step) {
@@ -70,7 +72,7 @@ struct stop_options {
 ///     }
 class stop_guard {
  public:
-  /// @throws jobkit::error (invalid_argument) on a bad option or when another stop_guard exists
+  /// @throws jobkit::error (invalid_argument) on a bad option
   explicit stop_guard(stop_options options = {}, group members = world());
   ~stop_guard();
   stop_guard(const stop_guard&) = delete;
@@ -82,13 +84,11 @@ class stop_guard {
   bool stop_requested(std::source_location site = std::source_location::current());
   /// The agreed cause; reason none until stop_requested() returned true.
   const stop_cause& cause() const noexcept { return cause_; }
-  /// The signal this process received and has not yet reported to an agreement (0: none).
-  static int pending_signal() noexcept;
-
  private:
   stop_options options_;
   group members_;
   long calls_ = 0;
+  std::uint64_t baseline_ = 0;  ///< stop signals received before this guard
   stop_cause cause_;
 };
 

@@ -17,24 +17,34 @@
 namespace jobkit {
 namespace {
 
-// The first stop signal not yet reported to an agreement. Lock-free, so the handler may write it.
-std::atomic<int> pending{0};
-static_assert(std::atomic<int>::is_always_lock_free);
+// How many stop signals arrived, and the last one. Lock-free, so the handler may write them.
+std::atomic<std::uint64_t> signals_received{0};
+std::atomic<int> last_signal{0};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
 extern "C" void record_stop_signal(int signal) {
-  int none = 0;
-  pending.compare_exchange_strong(none, signal);
+  last_signal.store(signal);
+  signals_received.fetch_add(1);
 }
 
+/// The handlers installed, per signal: how many guards want it, and the disposition before.
 struct installed_handlers {
   std::mutex lock;
-  bool active = false;
-  std::map<int, struct sigaction> previous;
+  std::map<int, std::pair<int, struct sigaction>> installed;
 };
 
 installed_handlers& handlers() {
   static installed_handlers instance;
   return instance;
+}
+
+void release_handlers(installed_handlers& h, const std::vector<int>& signals) {
+  for (int signal : signals) {
+    auto it = h.installed.find(signal);
+    if (it == h.installed.end() || --it->second.first > 0) continue;
+    ::sigaction(signal, &it->second.second, nullptr);
+    h.installed.erase(it);
+  }
 }
 
 std::string signal_name(int signal) {
@@ -88,40 +98,37 @@ stop_guard::stop_guard(stop_options options, group members) : options_(std::move
   }
   auto& h = handlers();
   std::scoped_lock hold(h.lock);
-  if (h.active) throw error(errc::invalid_argument, "stop_guard: another stop_guard exists in this process");
+  baseline_ = signals_received.load();
   struct sigaction action{};
   action.sa_handler = record_stop_signal;
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
+  std::vector<int> done;
   for (int signal : options_.signals) {
-    struct sigaction old{};
-    if (::sigaction(signal, &action, &old) != 0) {
+    auto& [users, previous] = h.installed[signal];
+    if (users == 0 && ::sigaction(signal, &action, &previous) != 0) {
       const int code = errno;
-      for (auto& [installed, previous] : h.previous) ::sigaction(installed, &previous, nullptr);
-      h.previous.clear();
+      h.installed.erase(signal);
+      release_handlers(h, done);
       throw error(errc::internal,
                   fmt::format("stop_guard: sigaction({}): {}", signal_name(signal), detail::errno_text(code)), code);
     }
-    h.previous.emplace(signal, old);
+    ++users;
+    done.push_back(signal);
   }
-  h.active = true;
 }
 
 stop_guard::~stop_guard() {
   auto& h = handlers();
   std::scoped_lock hold(h.lock);
-  for (auto& [signal, previous] : h.previous) ::sigaction(signal, &previous, nullptr);
-  h.previous.clear();
-  h.active = false;
+  release_handlers(h, options_.signals);
 }
-
-int stop_guard::pending_signal() noexcept { return pending.load(); }
 
 bool stop_guard::stop_requested(std::source_location site) {
   if (cause_.reason != stop_reason::none) return true;
   if (calls_++ % options_.check_every != 0) return false;
-  vote mine{pending.exchange(0), members_.rank(), 0, 0};
-  if (std::get<0>(mine) == 0) std::get<1>(mine) = -1;
+  const bool signalled = signals_received.load() != baseline_;
+  vote mine{signalled ? last_signal.load() : 0, signalled ? members_.rank() : -1, 0, 0};
   if (members_.rank() == 0 && options_.time_margin.count() > 0) {
     if (const auto left = time_left()) {
       std::get<3>(mine) = static_cast<std::int64_t>(left->count());
