@@ -13,6 +13,9 @@ work=$(realpath -m "$4/$mode")
 need_cluster
 rm -rf "$work" && mkdir -p "$work"
 now_ns() { date +%s%N; }
+# Whatever this test submitted is cancelled when it ends, passed or not.
+trap 'scancel --name=jobkit-preemption-test 2>/dev/null' EXIT
+export SBATCH_JOB_NAME=jobkit-preemption-test
 
 steps=40
 nodes=3
@@ -26,7 +29,7 @@ submit() {
   local options=()
   while (($#)) && [[ $1 != -- ]]; do options+=("$1"); shift; done
   shift
-  env JOBKIT="$jobkit" PROGRAM="$train" CHECKPOINTS="$work/ckpt" MAX_RESTARTS=3 \
+  env JOBKIT="$jobkit" PROGRAM="$train" CHECKPOINTS="$work/ckpt" MAX_RESTARTS=3 JOBKIT_LOG_RANKS=all \
     sbatch --parsable --chdir="$work" --output="$work/job-%j.out" --nodes=$nodes --ntasks-per-node=$per_node \
     --time=10 "${options[@]}" "$repo/slurm/train-requeue.sbatch" --steps "$steps" --step-ms 100 \
     --result "$work/result" "$@"
@@ -147,7 +150,7 @@ case $mode in
     grep -q 'SIGUSR1 on rank 4' <<<"$out" || fail "the stop did not name rank 4" ;;
   array)
     # Three array tasks on their own checkpoint roots; USR1 to task 1 requeues task 1 alone.
-    array=$(env JOBKIT="$jobkit" PROGRAM="$train" MAX_RESTARTS=3 sbatch --parsable --chdir="$work" --open-mode=append \
+    array=$(env JOBKIT="$jobkit" PROGRAM="$train" MAX_RESTARTS=3 JOBKIT_LOG_RANKS=all sbatch --parsable --chdir="$work" --open-mode=append \
       --output="$work/job-%A_%a.out" --array=0-2 --nodes=1 --ntasks-per-node=2 --time=10 \
       --wrap="CHECKPOINTS=$work/ckpt-\$SLURM_ARRAY_TASK_ID $repo/slurm/train-requeue.sbatch --steps $steps \
         --step-ms 100 --result $work/result-\$SLURM_ARRAY_TASK_ID") || fail "sbatch failed"
@@ -172,7 +175,9 @@ case $mode in
     until [[ $(field "$job" JobState) =~ COMPLETED|FAILED ]] || ((SECONDS > deadline)); do sleep 1; done
     out=$(cat "$work/job-$job.out")
     echo "$out"
-    [[ $(field "$job" JobState) == FAILED ]] || fail "jobkit requeue succeeded in a --no-requeue job"
+    state=$(field "$job" JobState)
+    [[ $state != COMPLETED ]] || fail "jobkit requeue succeeded in a --no-requeue job"
+    [[ $state == FAILED ]] || fail "the job did not run (state $state)"
     grep -q "requeue of job $job: Slurm refused" <<<"$out" || fail "the refusal was not explained" ;;
 esac
 echo "PASS: $mode"
