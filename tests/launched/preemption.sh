@@ -152,7 +152,7 @@ case $mode in
     # Three array tasks on their own checkpoint roots; USR1 to task 1 requeues task 1 alone.
     array=$(env JOBKIT="$jobkit" PROGRAM="$train" MAX_RESTARTS=3 JOBKIT_LOG_RANKS=all sbatch --parsable --chdir="$work" --open-mode=append \
       --output="$work/job-%A_%a.out" --array=0-2 --nodes=1 --ntasks-per-node=2 --time=10 \
-      --wrap="CHECKPOINTS=$work/ckpt-\$SLURM_ARRAY_TASK_ID $repo/slurm/train-requeue.sbatch --steps $steps \
+      --wrap="CHECKPOINTS=$work/ckpt-\$SLURM_ARRAY_TASK_ID bash $repo/slurm/train-requeue.sbatch --steps $steps \
         --step-ms 100 --result $work/result-\$SLURM_ARRAY_TASK_ID") || fail "sbatch failed"
     for t in 0 1 2; do wait_for 'attempt 0: no checkpoint' "$work/job-${array}_$t.out"; done
     sleep 1
