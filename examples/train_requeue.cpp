@@ -41,15 +41,24 @@ settings parse(int argc, char** argv) {
     const std::string_view arg = argv[i];
     if (i + 1 >= argc) throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("{} needs a value", arg));
     const std::string value = argv[++i];
-    if (arg == "--ckpt") s.checkpoint_root = value;
-    else if (arg == "--steps") s.steps = std::stoll(value);
-    else if (arg == "--step-ms") s.step_ms = std::stoi(value);
-    else if (arg == "--every") s.every = std::stoll(value);
-    else if (arg == "--margin") s.margin_s = std::stoi(value);
-    else if (arg == "--result") s.result = value;
-    else if (arg == "--crash-rank") s.crash_rank = std::stoi(value);
-    else if (arg == "--crash-step") s.crash_step = std::stoll(value);
-    else throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("unknown argument '{}'", arg));
+    if (arg == "--ckpt")
+      s.checkpoint_root = value;
+    else if (arg == "--steps")
+      s.steps = std::stoll(value);
+    else if (arg == "--step-ms")
+      s.step_ms = std::stoi(value);
+    else if (arg == "--every")
+      s.every = std::stoll(value);
+    else if (arg == "--margin")
+      s.margin_s = std::stoi(value);
+    else if (arg == "--result")
+      s.result = value;
+    else if (arg == "--crash-rank")
+      s.crash_rank = std::stoi(value);
+    else if (arg == "--crash-step")
+      s.crash_step = std::stoll(value);
+    else
+      throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("unknown argument '{}'", arg));
   }
   if (s.checkpoint_root.empty()) throw jobkit::error(jobkit::errc::invalid_argument, "--ckpt DIR is required");
   return s;

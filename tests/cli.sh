@@ -30,7 +30,7 @@ expect "--help" 0 'usage: jobkit' "$jobkit" --help
 expect "info --help" 0 'usage: jobkit info' "$jobkit" info --help
 expect "info" 0 '^rank 0/1 local 0/1 node 0/1 host .+ \(default\)$' "$jobkit" info
 expect "info --json" 0 \
-  '^\{"rank":0,"world_size":1,"local_rank":0,"local_world_size":1,"node_rank":0,"num_nodes":1,"hostname":".+","job_id":"","step_id":"","source":"default"\}$' \
+  '^\{"rank":0,"world_size":1,"local_rank":0,"local_world_size":1,"node_rank":0,"num_nodes":1,"hostname":".+","job_id":"","step_id":"","restart_count":0,"array_job_id":"","array_task_id":null,"source":"default"\}$' \
   "$jobkit" info --json
 expect "info from torchrun variables" 0 '"rank":3,"world_size":4,.*"source":"torchrun"' \
   env RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "$jobkit" info --json
@@ -55,4 +55,24 @@ expect "bad JOBKIT_TIMEOUT" 2 "^jobkit: JOBKIT_TIMEOUT='0' is not a positive num
 expect "bench --iters 0" 2 "^jobkit: bench: --iters='0' is not an integer >= 1$" "$jobkit" bench --iters 0
 expect "bench unknown op" 2 "^jobkit: bench: --ops names an unknown operation 'allreduce'$" "$jobkit" bench --ops allreduce
 expect "bench of one rank" 0 '"op":"barrier","ranks":1' "$jobkit" bench --json --iters 5 --warmup 1 --max-bytes 1024
+ckpt=$(mktemp -d)
+trap 'rm -rf "$ckpt"' EXIT
+expect "checkpoint latest of an empty root" 0 '^$' "$jobkit" checkpoint latest "$ckpt"
+expect "checkpoint begin" 0 "^$ckpt/step-000000000012.partial.nojob.r0/rank-0$" "$jobkit" checkpoint begin "$ckpt" 12
+expect "checkpoint commit" 0 '^$' bash -c "echo w > '$ckpt/step-000000000012.partial.nojob.r0/rank-0/w' &&
+  '$jobkit' checkpoint commit '$ckpt' 12"
+expect "checkpoint latest after a commit" 0 '^12$' "$jobkit" checkpoint latest "$ckpt"
+expect "checkpoint part" 0 "^$ckpt/step-000000000012/rank-0$" "$jobkit" checkpoint part "$ckpt" 12
+expect "checkpoint commit without begin" 1 "^jobkit: checkpoint step 13 under '$ckpt' was not committed: rank 0 \\(.*\\): its part '.*' is missing" \
+  "$jobkit" checkpoint commit "$ckpt" 13
+expect "checkpoint bad step" 2 "^jobkit: checkpoint: STEP='x1' is not a step number" "$jobkit" checkpoint begin "$ckpt" x1
+expect "checkpoint bad --keep" 2 "^jobkit: checkpoint: --keep='-2' is not a count$" \
+  "$jobkit" checkpoint commit "$ckpt" 12 --keep -2
+expect "checkpoint without action" 2 '^jobkit: checkpoint: no action given' "$jobkit" checkpoint
+expect "checkpoint --help" 0 'usage: jobkit checkpoint latest DIR' "$jobkit" checkpoint --help
+expect "time-left outside Slurm" 0 '^unknown$' env -u SLURM_JOB_ID "$jobkit" time-left
+expect "requeue outside Slurm" 2 "^jobkit: requeue: not in a Slurm job \\(SLURM_JOB_ID is not set\\)$" \
+  env -u SLURM_JOB_ID "$jobkit" requeue
+expect "requeue with a bad job id" 2 "^jobkit: SLURM_JOB_ID='7;rm' is not a Slurm job id$" \
+  env SLURM_JOB_ID='7;rm' "$jobkit" requeue
 exit $((failures > 0))

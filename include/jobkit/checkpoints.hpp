@@ -42,7 +42,7 @@ struct checkpoint_options {
 class checkpoints {
  public:
   /// Collective over all ranks: creates the root, finds who commits on which file system, and
-  /// removes what earlier attempts of this job left unfinished there.
+  /// removes what earlier attempts of this job (other restart counts) left unfinished there.
   /// @throws jobkit::error naming the root when it cannot be created or written, on every rank
   explicit checkpoints(std::filesystem::path root, checkpoint_options options = {},
                        std::source_location site = std::source_location::current());
@@ -79,7 +79,7 @@ class checkpoints {
 
  private:
   std::filesystem::path staging(std::int64_t step) const;
-  std::vector<std::filesystem::path> retire_unwanted(bool old_steps) const;
+  std::vector<std::filesystem::path> retire_unwanted(bool own_attempt, bool old_steps) const;
   void commit_step(std::optional<std::int64_t> step, const std::source_location& site);
 
   std::filesystem::path root_;

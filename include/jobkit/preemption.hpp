@@ -84,6 +84,7 @@ class stop_guard {
   bool stop_requested(std::source_location site = std::source_location::current());
   /// The agreed cause; reason none until stop_requested() returned true.
   const stop_cause& cause() const noexcept { return cause_; }
+
  private:
   stop_options options_;
   group members_;

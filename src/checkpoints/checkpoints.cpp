@@ -168,9 +168,7 @@ std::vector<std::int64_t> complete_steps(const fs::path& root) {
 
 }  // namespace
 
-std::string checkpoint_step_name(std::int64_t step) {
-  return fmt::format("{}{:0{}}", step_prefix, step, step_digits);
-}
+std::string checkpoint_step_name(std::int64_t step) { return fmt::format("{}{:0{}}", step_prefix, step, step_digits); }
 
 std::optional<std::int64_t> parse_checkpoint_step_name(std::string_view name) noexcept {
   if (name.size() != step_prefix.size() + step_digits || !name.starts_with(step_prefix)) return std::nullopt;
@@ -199,8 +197,8 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
 
   const int fs_rank = fs_local_rank(root_, call);
   const auto placed = g.all_gather(std::pair<std::string, int>{id.hostname, fs_rank}, call, site);
-  const bool shared = std::all_of(placed.begin(), placed.end(),
-                                  [&, r = 0](const auto& p) mutable { return p.second == r++; });
+  const bool shared =
+      std::all_of(placed.begin(), placed.end(), [&, r = 0](const auto& p) mutable { return p.second == r++; });
   committer_of_.resize(placed.size());
   for (std::size_t r = 0; r < placed.size(); ++r) {
     if (shared) continue;  // rank 0 commits for everyone
@@ -219,7 +217,7 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
   std::vector<fs::path> retired;
   if (committer_) {
     try {
-      retired = retire_unwanted(false);
+      retired = retire_unwanted(false, false);
     } catch (const std::exception& e) {
       problem = fmt::format("{}: {}", here(), e.what());
     }
@@ -236,11 +234,11 @@ fs::path checkpoints::part(std::int64_t step) const {
   return root_ / checkpoint_step_name(step) / part_name(current_identity().rank);
 }
 
-/// Renames away the unfinished saves of this job (of earlier attempts, and of this attempt after
-/// a commit: begin() without commit()) and returns them for remove_trees, with the leftovers of
-/// interrupted removals; with `old_steps`, also the oldest complete steps beyond `keep`. Saves
-/// of other jobs may be in progress: they are left alone.
-std::vector<fs::path> checkpoints::retire_unwanted(bool old_steps) const {
+/// Renames away the unfinished saves of this job's earlier attempts (with `own_attempt`, also of
+/// this attempt: after a commit, a begin() without commit()) and returns them for remove_trees,
+/// with the leftovers of interrupted removals; with `old_steps`, also the oldest complete steps
+/// beyond `keep`. Saves of other jobs may be in progress: they are left alone.
+std::vector<fs::path> checkpoints::retire_unwanted(bool own_attempt, bool old_steps) const {
   const auto& id = current_identity();
   const std::string job_attempts = fmt::format("{}.r", id.job_id.empty() ? "nojob" : id.job_id);
   std::vector<fs::path> retired;
@@ -252,7 +250,10 @@ std::vector<fs::path> checkpoints::retire_unwanted(bool old_steps) const {
     }
     const auto partial = name.find(".partial.");
     if (partial == std::string::npos || !parse_checkpoint_step_name(name.substr(0, partial))) continue;
-    if (name.substr(partial + 9).starts_with(job_attempts)) retired.push_back(retire(entry.path(), attempt_));
+    const auto attempt = name.substr(partial + 9);
+    if (attempt.starts_with(job_attempts) && (own_attempt || attempt != attempt_)) {
+      retired.push_back(retire(entry.path(), attempt_));
+    }
   }
   const auto steps = old_steps ? complete_steps(root_) : std::vector<std::int64_t>{};
   for (std::size_t i = 0; options_.keep > 0 && i + static_cast<std::size_t>(options_.keep) < steps.size(); ++i) {
@@ -306,8 +307,8 @@ fs::path checkpoints::begin(std::int64_t step) {
   fs::remove_all(directory, ec);
   fs::create_directories(directory, ec);
   if (ec) {
-    throw error(errc::io, fmt::format("checkpoints::begin({}): cannot create '{}': {}", step, directory.string(),
-                                      ec.message()));
+    throw error(errc::io,
+                fmt::format("checkpoints::begin({}): cannot create '{}': {}", step, directory.string(), ec.message()));
   }
   pending_ = step;
   return directory;
@@ -345,8 +346,8 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
       const auto& problem = std::get<0>(reports[r]);
       if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
       if (problem.empty() && steps[r] != step) {
-        problems += fmt::format("{}rank {} commits step {}, rank 0 step {}", problems.empty() ? "" : "; ", r,
-                                steps[r], step);
+        problems +=
+            fmt::format("{}rank {} commits step {}, rank 0 step {}", problems.empty() ? "" : "; ", r, steps[r], step);
       }
     }
     orders.resize(reports.size(), {problems, ""});
@@ -372,8 +373,8 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
   }
   const auto [problem, manifest] = g.scatter(orders, {.root = 0, .timeout = call.timeout}, site);
   if (!problem.empty()) {
-    throw error(errc::io, fmt::format("checkpoint step {} under '{}' was not committed: {}", step, root_.string(),
-                                      problem));
+    throw error(errc::io,
+                fmt::format("checkpoint step {} under '{}' was not committed: {}", step, root_.string(), problem));
   }
 
   std::string failed;
@@ -388,8 +389,8 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
       if (fs::exists(to, ec)) retired.push_back(retire(to, attempt_));
       if (::rename(from.c_str(), to.c_str()) != 0) {
         const int code = errno;
-        throw error(errc::io, fmt::format("cannot rename '{}' to '{}': {}", from.string(), to.string(),
-                                          detail::errno_text(code)),
+        throw error(errc::io,
+                    fmt::format("cannot rename '{}' to '{}': {}", from.string(), to.string(), detail::errno_text(code)),
                     code);
       }
       fsync_path(root_, true);
@@ -399,7 +400,7 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
     // Before the others return: none of them may begin() a save that this would take for stale.
     if (failed.empty()) {
       try {
-        const auto unwanted = retire_unwanted(false);
+        const auto unwanted = retire_unwanted(true, false);
         retired.insert(retired.end(), unwanted.begin(), unwanted.end());
       } catch (const std::exception& e) {
         log::warn("checkpoints: cleaning '{}' after step {}: {}", root_.string(), step, e.what());
@@ -412,7 +413,7 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
   // Only now that the step is complete everywhere: an old step may still be the latest elsewhere.
   if (committer_) {
     try {
-      const auto old = retire_unwanted(true);
+      const auto old = retire_unwanted(false, true);
       retired.insert(retired.end(), old.begin(), old.end());
     } catch (const std::exception& e) {
       log::warn("checkpoints: removing old steps under '{}': {}", root_.string(), e.what());

@@ -61,9 +61,10 @@ bool wants_help(const std::vector<std::string_view>& args) {
 }  // namespace
 
 int run_checkpoint(const std::vector<std::string_view>& args) {
-  if (args.empty() || wants_help(args)) {
-    std::fputs(checkpoint_usage.data(), args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
+  if (args.empty()) throw usage_error{"checkpoint: no action given (see jobkit checkpoint --help)"};
+  if (wants_help(args)) {
+    std::fputs(checkpoint_usage.data(), stdout);
+    return 0;
   }
   const auto action = args[0];
   std::vector<std::string_view> positional;
@@ -88,8 +89,9 @@ int run_checkpoint(const std::vector<std::string_view>& args) {
   const std::size_t wanted = action == "latest" ? 1 : 2;
   if ((action != "latest" && action != "begin" && action != "commit" && action != "part") ||
       positional.size() != wanted) {
-    throw usage_error{fmt::format("checkpoint: expected 'latest DIR', 'begin DIR STEP', 'commit DIR STEP' or "
-                                  "'part DIR STEP' (see jobkit checkpoint --help)")};
+    throw usage_error{
+        fmt::format("checkpoint: expected 'latest DIR', 'begin DIR STEP', 'commit DIR STEP' or "
+                    "'part DIR STEP' (see jobkit checkpoint --help)")};
   }
   checkpoints saved{std::filesystem::path(positional[0]), options};
   if (action == "latest") {

@@ -101,7 +101,7 @@ extern "C" void forward_signal(int signal) {
 class signal_forwarding {
  public:
   signal_forwarding() {
-    struct sigaction action{};
+    struct sigaction action {};
     action.sa_handler = forward_signal;
     action.sa_flags = SA_RESTART;
     sigemptyset(&action.sa_mask);
@@ -122,7 +122,7 @@ class signal_forwarding {
   }
 
  private:
-  struct sigaction previous_[std::size(forwarded_signals)] {};
+  struct sigaction previous_[std::size(forwarded_signals)]{};
 };
 
 /// Runs the command as a child process and describes how it ended. The child gets the signals
@@ -146,7 +146,7 @@ std::pair<int, std::string> run_command(const std::vector<std::string>& command)
   const pid_t child = ::fork();
   if (child < 0) return {127, fmt::format("could not fork: {}", std::strerror(errno))};
   if (child == 0) {
-    struct sigaction fallback{};
+    struct sigaction fallback {};
     fallback.sa_handler = SIG_DFL;
     for (int signal : forwarded_signals) ::sigaction(signal, &fallback, nullptr);
     // The parent may have died before the death signal was armed.

@@ -99,7 +99,7 @@ stop_guard::stop_guard(stop_options options, group members) : options_(std::move
   auto& h = handlers();
   std::scoped_lock hold(h.lock);
   baseline_ = signals_received.load();
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = record_stop_signal;
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);

@@ -144,18 +144,31 @@ TEST_CASE("a failed commit leaves the previous step the latest") {
 
 TEST_CASE("unfinished saves are ignored; this job's are removed, other jobs' left alone") {
   scratch s;
-  fs::create_directories(s.root / "step-000000000009.partial.nojob.r0" / "rank-0");  // an earlier attempt
+  fs::create_directories(s.root / "step-000000000009.partial.nojob.r7" / "rank-0");  // an earlier attempt
+  fs::create_directories(s.root / "step-000000000006.partial.nojob.r0" / "rank-0");  // this one's (the CLI)
   fs::create_directories(s.root / "step-000000000008.partial.999.r2" / "rank-0");    // another job's, running
   fs::create_directories(s.root / "step-000000000007");                              // no manifest: not ours
-  fs::create_directories(s.root / "step-000000000003.removing.nojob.r0");           // an interrupted removal
+  fs::create_directories(s.root / "step-000000000003.removing.nojob.r0");            // an interrupted removal
   jobkit::checkpoints saved(s.root);
   CHECK_FALSE(saved.latest());
-  CHECK(entries(s.root) ==
-        std::vector<std::string>{"step-000000000007", "step-000000000008.partial.999.r2"});
+  CHECK(entries(s.root) == std::vector<std::string>{"step-000000000006.partial.nojob.r0", "step-000000000007",
+                                                    "step-000000000008.partial.999.r2"});
 
-  save(saved, 2, "two");
+  save(saved, 2, "two");  // after a commit, this attempt's other unfinished saves are stale
   CHECK(saved.latest() == 2);
-  CHECK(fs::exists(s.root / "step-000000000008.partial.999.r2"));
+  CHECK(entries(s.root) ==
+        std::vector<std::string>{"step-000000000002", "step-000000000007", "step-000000000008.partial.999.r2"});
+}
+
+TEST_CASE("a step begun by one process is committed by another (the CLI)") {
+  scratch s;
+  {
+    jobkit::checkpoints first(s.root);
+    std::ofstream(first.begin(3) / "w") << "3";
+  }
+  jobkit::checkpoints second(s.root);
+  second.commit(3);
+  CHECK(second.latest() == 3);
 }
 
 TEST_CASE("a begin without commit is dropped by the next begin") {

@@ -395,7 +395,8 @@ TEST_CASE("a requeued array task knows its restart count and array ids", "[ident
   CHECK(jobkit::to_string(id) == "rank 5/7 local 1/2 node 1/3 host c2 job 42 step 3 restart 2 array 40_1 (slurm)");
   CHECK(contains(jobkit::to_json(id), R"("restart_count":2,"array_job_id":"40","array_task_id":1,)"));
   // A batch script (no step) still knows them: requeue needs them there.
-  const auto batch = resolve_identity(map_environment{{"SLURM_JOB_ID", "42"}, {"SLURM_RESTART_COUNT", "1"}}, nullptr, "c1");
+  const auto batch =
+      resolve_identity(map_environment{{"SLURM_JOB_ID", "42"}, {"SLURM_RESTART_COUNT", "1"}}, nullptr, "c1");
   CHECK(batch.restart_count == 1);
 
   env.set("SLURM_RESTART_COUNT", "-1");

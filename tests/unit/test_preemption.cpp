@@ -79,16 +79,14 @@ TEST_CASE("every rank of a group agrees, at the same call") {
 }
 
 TEST_CASE("the previous signal disposition comes back after the last guard") {
-  struct sigaction mine{};
+  struct sigaction mine {};
   mine.sa_handler = custom_handler;
   sigemptyset(&mine.sa_mask);
-  struct sigaction before{};
+  struct sigaction before {};
   ::sigaction(SIGUSR2, &mine, &before);
   {
     jobkit::stop_guard outer;
-    {
-      jobkit::stop_guard inner;
-    }
+    { jobkit::stop_guard inner; }
     ::raise(SIGUSR2);  // still the guard's: recorded, not the custom handler
     CHECK(custom_handler_calls.load() == 0);
     CHECK(outer.stop_requested());
