@@ -31,10 +31,11 @@ case $mode in
   zero-first-fail)
     run_step "${step[@]}" "$jobkit" zero-first -- bash -c 'echo "ran $SLURM_PROCID"; [[ $SLURM_PROCID != 0 ]]' ;;
   zero-first-sigterm | zero-first-sigkill)
-    # Signal the jobkit process that runs CMD, as Slurm or a user would: CMD must not outlive it.
+    # Signal the jobkit process that runs CMD, as Slurm or a user would. SIGTERM reaches CMD,
+    # which ends with status 3, and jobkit reports it on every rank; SIGKILL: CMD must not outlive it.
     signal=${mode#zero-first-sig}
     (timeout 60 srun --mpi=pmix -N1 -n2 "$jobkit" zero-first -- \
-      bash -c 'echo $$ > "$SHARED/child.$SLURM_PROCID"; exec sleep 20' >"$SHARED/out" 2>&1
+      bash -c 'echo $$ > "$SHARED/child.$SLURM_PROCID"; sleep 8 & trap "kill $!; exit 3" TERM; wait' >"$SHARED/out" 2>&1
       echo $? >"$SHARED/status") &
     for _ in $(seq 200); do [[ -s $SHARED/child.0 ]] && break; sleep 0.1; done
     child=$(cat "$SHARED/child.0") || fail "CMD did not start"
@@ -92,7 +93,8 @@ case $mode in
     (($(grep -c '^ran' <<<"$out") == 1)) || fail "ranks ran after rank 0 failed"
     (($(count "failed on rank 0 (c1)") == 7)) || fail "not every rank reported rank 0's failure" ;;
   zero-first-sigterm)
-    (($(count "failed on rank 0 (c1): killed by signal 15") == 2)) || fail "not every rank reported the signal" ;;
+    ((status == 3)) || fail "exit status $status, not CMD's 3"
+    (($(count "failed on rank 0 (c1): exit status 3") == 2)) || fail "CMD did not get the SIGTERM, or not every rank reported it" ;;
   zero-first-sigkill)
     ((status != 0 && status != 124)) || fail "srun exit status $status" ;;
   env)
