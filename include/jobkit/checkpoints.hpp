@@ -51,6 +51,11 @@ class checkpoints {
   /// is none. Collective.
   std::optional<std::int64_t> latest(std::source_location site = std::source_location::current());
 
+  /// Collective: every rank reads back its files of complete step `step` and compares their sizes
+  /// and CRC-32C with the manifest (as written by commit; read as untrusted input).
+  /// @throws jobkit::error (io) on every rank, naming each damaged or missing file and its rank
+  void verify(std::int64_t step, std::source_location site = std::source_location::current());
+
   /// This rank's part of complete step `step`, to read from.
   std::filesystem::path part(std::int64_t step) const;
 

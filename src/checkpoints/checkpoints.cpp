@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "checkpoints/crc32c.hpp"
+#include "checkpoints/manifest.hpp"
 #include "core/failure.hpp"
 #include "core/json.hpp"
 #include "core/posix_io.hpp"
@@ -30,6 +31,7 @@ namespace {
 constexpr std::string_view step_prefix = "step-";
 constexpr std::size_t step_digits = 12;
 constexpr std::string_view manifest_name = "manifest.json";
+constexpr std::uintmax_t max_manifest_bytes = std::uintmax_t{1} << 30;
 
 /// (path relative to the part, size, CRC-32C) of one file of a part.
 using part_file = std::tuple<std::string, std::uint64_t, std::uint32_t>;
@@ -61,28 +63,43 @@ void fsync_path(const fs::path& path, bool directory) {
   }
 }
 
-/// Flushes one file to storage and returns its size and CRC-32C, read back.
-part_file flush_file(const fs::path& file, const fs::path& part) {
-  detail::descriptor fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
-    const int code = errno;
-    throw error(errc::io, fmt::format("cannot flush '{}' to storage: {}", file.string(), detail::errno_text(code)),
-                code);
-  }
+/// The size and CRC-32C of an open file, read to its end.
+std::pair<std::uint64_t, std::uint32_t> checksum(int fd, const fs::path& file) {
   std::vector<std::byte> buffer(std::size_t{1} << 20);
   std::uint64_t size = 0;
   std::uint32_t crc = 0;
   for (;;) {
-    const ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
       const int code = errno;
       throw error(errc::io, fmt::format("cannot read '{}': {}", file.string(), detail::errno_text(code)), code);
     }
-    if (got == 0) break;
+    if (got == 0) return {size, crc};
     crc = detail::crc32c({buffer.data(), static_cast<std::size_t>(got)}, crc);
     size += static_cast<std::uint64_t>(got);
   }
+}
+
+/// A descriptor of `file` opened for reading, for detail::descriptor to own.
+int open_for_reading(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int code = errno;
+    throw error(errc::io, fmt::format("cannot open '{}': {}", file.string(), detail::errno_text(code)), code);
+  }
+  return fd;
+}
+
+/// Flushes one file to storage and returns its size and CRC-32C, read back.
+part_file flush_file(const fs::path& file, const fs::path& part) {
+  detail::descriptor fd(open_for_reading(file));
+  if (::fsync(fd.get()) != 0) {
+    const int code = errno;
+    throw error(errc::io, fmt::format("cannot flush '{}' to storage: {}", file.string(), detail::errno_text(code)),
+                code);
+  }
+  const auto [size, crc] = checksum(fd.get(), file);
   return {fs::relative(file, part).generic_string(), size, crc};
 }
 
@@ -299,6 +316,43 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
   return decided.second;
 }
 
+void checkpoints::verify(std::int64_t step, std::source_location site) {
+  const call_options call{detail::timeout_of(options_.timeout, "checkpoints::verify")};
+  const auto& id = current_identity();
+  const auto directory = root_ / checkpoint_step_name(step);
+  std::string problems;
+  try {
+    const auto manifest = directory / manifest_name;
+    std::error_code ec;
+    const auto bytes = fs::file_size(manifest, ec);
+    if (ec) throw error(errc::io, fmt::format("cannot read '{}': {}", manifest.string(), ec.message()));
+    if (bytes > max_manifest_bytes) {
+      throw error(errc::io, fmt::format("'{}' holds {} bytes, more than a manifest may ({})", manifest.string(), bytes,
+                                        max_manifest_bytes));
+    }
+    std::string text(bytes, '\0');
+    detail::descriptor fd(open_for_reading(manifest));
+    if (const int code = detail::pread_file_all(fd.get(), text.data(), text.size(), 0)) {
+      throw error(errc::io, fmt::format("cannot read '{}': {}", manifest.string(), detail::errno_text(code)), code);
+    }
+    for (const auto& part : detail::parse_manifest_parts(text)) {
+      if (part.rank != id.rank) continue;
+      const auto file = directory / part.file;
+      detail::descriptor fd_of_file(open_for_reading(file));
+      const auto [size, crc] = checksum(fd_of_file.get(), file);
+      if (size != part.size || crc != part.crc32c) {
+        problems += fmt::format("{}'{}' has {} bytes and CRC-32C {:08x}, the manifest says {} and {:08x}",
+                                problems.empty() ? "" : "; ", file.string(), size, crc, part.size, part.crc32c);
+      }
+    }
+  } catch (const std::exception& e) {
+    problems = e.what();
+  }
+  if (!problems.empty()) problems = fmt::format("{}: {}", here(), problems);
+  agree(world().all_gather(problems, call, site),
+        fmt::format("checkpoint step {} under '{}' is damaged", step, root_.string()));
+}
+
 fs::path checkpoints::begin(std::int64_t step) {
   if (step < 0) throw error(errc::invalid_argument, fmt::format("checkpoints::begin: step={} is negative", step));
   std::error_code ec;
@@ -359,9 +413,9 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
         for (std::size_t r = 0; r < reports.size(); ++r) {
           if (committer_of_[r] != static_cast<int>(c)) continue;
           for (const auto& [file, size, crc] : std::get<2>(reports[r])) {
-            parts += fmt::format("{}\n  {{\"rank\":{},\"host\":{},\"file\":{},\"size\":{},\"crc32c\":\"{:08x}\"}}",
-                                 parts.empty() ? "" : ",", r, detail::json_string(std::get<1>(reports[r])),
-                                 detail::json_string(part_name(static_cast<int>(r)) + "/" + file), size, crc);
+            parts += fmt::format("{}\n{}", parts.empty() ? "" : ",",
+                                 detail::manifest_line({static_cast<int>(r), std::get<1>(reports[r]),
+                                                        part_name(static_cast<int>(r)) + "/" + file, size, crc}));
           }
         }
         orders[c].second = fmt::format(

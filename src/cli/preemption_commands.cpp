@@ -17,6 +17,7 @@ constexpr std::string_view checkpoint_usage =
     "       jobkit checkpoint begin DIR STEP\n"
     "       jobkit checkpoint commit DIR STEP [--keep K] [--timeout S]\n"
     "       jobkit checkpoint part DIR STEP\n"
+    "       jobkit checkpoint verify DIR STEP [--timeout S]\n"
     "\n"
     "A checkpoint directory that is never half-written (see jobkit/checkpoints.hpp). Run each\n"
     "command on every rank of the step (srun --mpi=pmix), or in a batch script as one rank:\n"
@@ -26,6 +27,7 @@ constexpr std::string_view checkpoint_usage =
     "          with a manifest of every file's size and CRC-32C; older steps beyond K (default 2,\n"
     "          0 keeps all) are removed. Fails on every rank when any rank's part is missing\n"
     "  part    print this rank's part of complete step STEP, to read from\n"
+    "  verify  collective: every rank checks its files of STEP against the manifest (size, CRC-32C)\n"
     "\n"
     "options:\n"
     "  --keep K     complete steps kept after a commit (default 2; 0: all)\n"
@@ -87,7 +89,7 @@ int run_checkpoint(const std::vector<std::string_view>& args) {
     }
   }
   const std::size_t wanted = action == "latest" ? 1 : 2;
-  if ((action != "latest" && action != "begin" && action != "commit" && action != "part") ||
+  if ((action != "latest" && action != "begin" && action != "commit" && action != "part" && action != "verify") ||
       positional.size() != wanted) {
     throw usage_error{
         fmt::format("checkpoint: expected 'latest DIR', 'begin DIR STEP', 'commit DIR STEP' or "
@@ -98,6 +100,8 @@ int run_checkpoint(const std::vector<std::string_view>& args) {
     if (const auto step = saved.latest()) std::printf("%lld\n", static_cast<long long>(*step));
   } else if (action == "begin") {
     std::printf("%s\n", saved.begin(parse_step(positional[1])).c_str());
+  } else if (action == "verify") {
+    saved.verify(parse_step(positional[1]));
   } else if (action == "part") {
     std::printf("%s\n", saved.part(parse_step(positional[1])).c_str());
   } else {

@@ -11,6 +11,7 @@
 
 #include "../catch.hpp"
 #include "checkpoints/crc32c.hpp"
+#include "checkpoints/manifest.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -177,6 +178,52 @@ TEST_CASE("a begin without commit is dropped by the next begin") {
   std::ofstream(saved.begin(4) / "a") << "abandoned";
   save(saved, 5, "five");
   CHECK(entries(s.root) == std::vector<std::string>{"step-000000000005"});
+}
+
+TEST_CASE("verify reads every part back against the manifest") {
+  scratch s;
+  jobkit::checkpoints saved(s.root);
+  save(saved, 1, "weights of step one");
+  CHECK_NOTHROW(saved.verify(1));
+  SECTION("a truncated file") {
+    std::ofstream(saved.part(1) / "weights.bin") << "weights";
+    CHECK_THROWS_WITH(saved.verify(1), Catch::Contains("is damaged") && Catch::Contains("rank 0") &&
+                                           Catch::Contains("has 7 bytes") && Catch::Contains("manifest says 19"));
+  }
+  SECTION("a missing file") {
+    fs::remove(saved.part(1) / "weights.bin");
+    CHECK_THROWS_WITH(saved.verify(1), Catch::Contains("cannot open") && Catch::Contains("weights.bin"));
+  }
+  SECTION("a manifest that points outside the step") {
+    std::ofstream(s.root / "step-000000000001" / "manifest.json")
+        << R"(  {"rank":0,"host":"h","file":"../../etc/passwd","size":1,"crc32c":"00000000"})" << '\n';
+    CHECK_THROWS_WITH(saved.verify(1), Catch::Contains("manifest line 1") && Catch::Contains("not inside the step"));
+  }
+  SECTION("a step that does not exist") { CHECK_THROWS_WITH(saved.verify(9), Catch::Contains("cannot read")); }
+}
+
+TEST_CASE("manifest lines parse back exactly and refuse anything else") {
+  using jobkit::detail::manifest_part;
+  const manifest_part part{3, "c\"2\n", "rank-3/a \\ b\x01.bin", 1234567890123ull, 0xdeadbeefu};
+  const auto line = jobkit::detail::manifest_line(part);
+  CHECK(jobkit::detail::parse_manifest_parts("{\"format\":1,\"parts\":[\n" + line + ",\n" + line + "\n]}\n") ==
+        std::vector<manifest_part>{part, part});
+  for (const char* bad : {
+           R"(  {"rank":x,"host":"h","file":"f","size":1,"crc32c":"00000000"})",
+           R"(  {"rank":1,"host":"h,"file":"f","size":1,"crc32c":"00000000"})",
+           R"(  {"rank":1,"host":"h","file":"f","size":1,"crc32c":"0000000"})",
+           R"(  {"rank":1,"host":"h","file":"f","size":1,"crc32c":"0000000g"})",
+           R"(  {"rank":1,"host":"h","file":"f","size":-1,"crc32c":"00000000"})",
+           R"(  {"rank":1,"host":"h","file":"f","size":1,"crc32c":"00000000"}x)",
+           R"(  {"rank":1,"host":"h\u12","file":"f","size":1,"crc32c":"00000000"})",
+           R"(  {"rank":1,"host":"h","file":"/etc/passwd","size":1,"crc32c":"00000000"})",
+           R"(  {"rank":-1,"host":"h","file":"f","size":1,"crc32c":"00000000"})",
+           R"(  {"rank":1,"host":"h","file":"","size":1,"crc32c":"00000000"})",
+           R"(  {"rank":)",
+       }) {
+    INFO(bad);
+    CHECK_THROWS_AS(jobkit::detail::parse_manifest_parts(bad), jobkit::error);
+  }
 }
 
 TEST_CASE("bad arguments name themselves") {
