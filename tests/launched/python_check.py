@@ -5,7 +5,7 @@ usage: python_check.py MODE [DIR]
   semantics DIR   every helper's semantics (as helpers_check.cpp), the object collectives, and a
                   wait that releases the GIL
   throw-main      main_process_only's function raises on rank 0
-  die             rank 3 dies inside a barrier; the survivors must raise within 5 s
+  die             the last rank dies while the others wait in an all_gather; they raise at once
   hang            rank 2 never arrives; the others' barrier(timeout=2) raises jobkit.TimeoutError
   interrupt       SIGINT (rank 0) and SIGTERM with a handler (rank 1) end their waits at once
   torch           jobkit.torch.init_process_group("gloo") and an all_reduce; nccl fails cleanly
@@ -68,8 +68,8 @@ def collectives():
     world = me.world_size
     expect(jobkit.broadcast_object({"from": me.rank}, src=world - 1) == {"from": world - 1}, "broadcast_object")
     expect(jobkit.all_gather_object(me.rank * 10) == [r * 10 for r in range(world)], "all_gather_object")
-    gathered = jobkit.gather_object(me.hostname, dst=1)
-    expect(gathered == (jobkit.all_gather_object(me.hostname) if me.rank == 1 else None), "gather_object")
+    hosts = jobkit.all_gather_object(me.hostname)
+    expect(jobkit.gather_object(me.hostname, dst=1) == (hosts if me.rank == 1 else None), "gather_object")
     mine = jobkit.scatter_object([f"part {r}" for r in range(world)] if me.rank == 0 else None)
     expect(mine == f"part {me.rank}", "scatter_object")
     expect(jobkit.all_reduce(me.rank) == world * (world - 1) // 2, "all_reduce sum")
@@ -203,18 +203,18 @@ def throw_main():
 
 
 def die():
+    """As collectives_check.cpp's die: the last rank exits between two of 100 all_gathers, so the
+    others wait for it inside the next one."""
     me = jobkit.identity()
-    jobkit.barrier()  # the data path is up
-    if me.rank == 3:
-        threading.Timer(0.5, lambda: os._exit(3)).start()
-    if me.rank == 5:
-        time.sleep(2)
     start = time.monotonic()
     try:
-        jobkit.barrier(timeout=60)
-        print(f"rank {me.rank}: WRONG: the barrier passed", flush=True)
-    except jobkit.Error as e:
-        print(f"rank {me.rank}: raised {type(e).__name__} after {time.monotonic() - start:.2f} s: {e}", flush=True)
+        for i in range(100):
+            if i == 50 and me.rank == me.world_size - 1:
+                os._exit(1)
+            jobkit.all_gather_object((me.rank, i))
+        print(f"rank {me.rank}: finished without noticing the death", flush=True)
+    except jobkit.PeerFailureError as e:
+        print(f"rank {me.rank}: raised after {time.monotonic() - start:.2f} s: {e}", flush=True)
 
 
 def hang():
