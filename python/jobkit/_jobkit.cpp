@@ -13,7 +13,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/embedder.hpp"
@@ -34,6 +36,28 @@ std::string package_dir;
 
 /// A Python exception raised by a signal handler while jobkit waited.
 class python_interrupt : public py::error_already_set {};
+
+/// A Python exception raised by a callable the helpers run: the other ranks get its short text
+/// ("ValueError: boom", not the traceback), this rank the exception itself.
+class python_callable_error : public std::runtime_error {
+ public:
+  explicit python_callable_error(const py::error_already_set& e)
+      : std::runtime_error(std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()))),
+        error(e) {}
+  py::error_already_set error;
+};
+
+/// Calls a Python callable from a helper (the GIL held).
+template <class... A>
+py::object call_python(const py::function& fn, A&&... args) {
+  try {
+    return fn(std::forward<A>(args)...);
+  } catch (const python_interrupt&) {
+    throw;
+  } catch (const py::error_already_set& e) {
+    throw python_callable_error(e);
+  }
+}
 
 std::string python_site() {
   PyFrameObject* frame = PyEval_GetFrame();
@@ -108,6 +132,8 @@ auto blocking(F&& fn) {
   } catch (const jobkit::error& e) {
     throw jobkit::error(e.code(), in_context(e.what(), *jobkit::detail::current_call_site_override()),
                         e.native_status());
+  } catch (const python_callable_error& e) {
+    throw e.error;
   } catch (const python_interrupt&) {
     try {
       jobkit::world().abort("a signal interrupted " + jobkit::detail::describe_self() + " in a jobkit call at " +
@@ -135,7 +161,7 @@ std::string bytes_of(const py::handle& object) { return std::string(py::reinterp
 auto returning_bytes(const py::function& fn) {
   return [&fn]() -> std::string {
     py::gil_scoped_acquire gil;
-    return bytes_of(fn());
+    return bytes_of(call_python(fn));
   };
 }
 
@@ -143,7 +169,7 @@ auto returning_bytes(const py::function& fn) {
 auto returning_nothing(const py::function& fn) {
   return [&fn] {
     py::gil_scoped_acquire gil;
-    fn();
+    call_python(fn);
   };
 }
 
@@ -353,7 +379,7 @@ void define_collectives(py::module_& m) {
   m.def("reduce_and_broadcast_bytes", [](const py::function& map, const py::function& reduce, opt_seconds timeout) {
     auto reduce_bytes = [&reduce](std::vector<std::string> parts) -> std::string {
       py::gil_scoped_acquire gil;
-      return bytes_of(reduce(to_list(parts)));
+      return bytes_of(call_python(reduce, to_list(parts)));
     };
     return py::bytes(blocking(
         [&] { return jobkit::world().reduce_and_broadcast(returning_bytes(map), reduce_bytes, call_of(timeout)); }));
