@@ -120,9 +120,9 @@ std::string in_context(const std::string& message, const std::string& site) {
 }
 
 /// Runs fn without the GIL, with the Python caller as the call site of jobkit's messages. When a
-/// signal handler's exception abandons the wait, the world group is failed for the other ranks
-/// (this rank left a collective half done) and the exception goes on.
-template <class F>
+/// signal handler's exception abandons a collective's wait, the world group is failed for the
+/// other ranks (this rank left a collective half done) and the exception goes on.
+template <bool collective = true, class F>
 auto blocking(F&& fn) {
   start_runtime();
   jobkit::detail::call_site_override site(python_site());
@@ -135,6 +135,7 @@ auto blocking(F&& fn) {
   } catch (const python_callable_error& e) {
     throw e.error;
   } catch (const python_interrupt&) {
+    if (!collective) throw;
     try {
       jobkit::world().abort("a signal interrupted " + jobkit::detail::describe_self() + " in a jobkit call at " +
                             *jobkit::detail::current_call_site_override());
@@ -441,13 +442,13 @@ void define_workspace(py::module_& m) {
           "write",
           [](jobkit::workspace& ws, const py::bytes& payload, const std::string& config) {
             const auto data = std::string(payload);
-            blocking([&] { ws.write(config, span_of(data)); });
+            blocking<false>([&] { ws.write(config, span_of(data)); });
           },
           py::arg("payload"), py::arg("config") = "")
       .def(
           "read",
           [](const jobkit::workspace& ws, int rank, opt_seconds timeout) {
-            auto state = blocking([&] { return ws.read(rank, call_of(timeout)); });
+            auto state = blocking<false>([&] { return ws.read(rank, call_of(timeout)); });
             return py::make_tuple(state.config, bytes_from(state.payload));
           },
           py::arg("rank"), py::arg("timeout") = py::none())

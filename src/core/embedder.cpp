@@ -12,7 +12,7 @@ thread_local const std::string* site_override = nullptr;
 
 void set_interrupt_hook(interrupt_hook hook) noexcept { installed_hook.store(hook); }
 
-void on_interrupt() {
+void interruption_point() {
   if (const auto hook = installed_hook.load()) hook();
 }
 

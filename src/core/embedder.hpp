@@ -7,12 +7,13 @@
 
 namespace jobkit::detail {
 
-/// Called in the waiting thread when a signal interrupts a wait of the data path (poll(2) fails
-/// with EINTR). It may throw to abandon the wait; returning resumes it. Null: the wait resumes.
+/// Called in the waiting thread where a wait can be abandoned: when a signal interrupts poll(2)
+/// (EINTR), and between the retries of a polling wait (the workspace). It may throw to abandon the
+/// wait; returning resumes it. Null: the wait resumes.
 using interrupt_hook = void (*)();
 void set_interrupt_hook(interrupt_hook hook) noexcept;
 /// Runs the hook, if any.
-void on_interrupt();
+void interruption_point();
 
 /// While alive, site_text() gives `text` for every call site of the calling thread: jobkit's
 /// messages name the embedder's caller rather than the binding's C++ line.

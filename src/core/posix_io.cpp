@@ -68,7 +68,7 @@ void wait_ready(int fd, short events, steady_clock::time_point deadline) {
     if (ready > 0) return;
     if (ready == 0) throw socket_timeout{};
     if (errno != EINTR) throw socket_closed{errno_text(errno)};
-    on_interrupt();
+    interruption_point();
   }
 }
 

@@ -194,7 +194,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
     if (!parent_link_.empty()) fds.push_back(pollfd{parent_link_.front().fd, POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
     if (ready < 0 && errno == EINTR) {
-      on_interrupt();
+      interruption_point();
       continue;
     }
     if (ready == 0) {
