@@ -1,10 +1,14 @@
 """The Python module without a launcher: single-rank defaults, every call's local behaviour,
 errors as jobkit.Error subclasses naming the rank, host and the Python call site."""
 import dataclasses
+import datetime
 import io
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 
 for name in list(os.environ):  # no launcher: the documented single-rank defaults
     if name.startswith(("SLURM_", "PMIX_", "OMPI_", "JOBKIT_")) or name in (
@@ -183,7 +187,50 @@ def test_workspace_and_node_local_gather(tmp_path):
     assert jobkit.node_local_gather(b"payload", config="c") == ([("c", b"payload")], "shared_memory")
 
 
+def test_version():
+    assert jobkit.__version__ and sys.modules["jobkit._jobkit"].__version__ == jobkit.__version__
+
+
+def test_ctrl_c_ends_a_wait(tmp_path):
+    """The workspace waits for a state nobody writes; SIGINT (Ctrl-C) ends the wait at once."""
+    with jobkit.Workspace(tmp_path) as ws:
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            ws.read(0, timeout=20)
+        assert time.monotonic() - start < 3
+        with pytest.raises(jobkit.TimeoutError, match="test_jobkit.py"):
+            ws.read(0, timeout=0.2)
+
+
+def test_torch_init_process_group_on_one_rank(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    import jobkit.torch
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    store = jobkit.torch.init_process_group("gloo")
+    try:
+        value = torch.tensor([2.0])
+        dist.all_reduce(value)
+        assert value.item() == 2.0 and dist.get_world_size() == 1
+        store.set("k", "v")
+        assert store.get("k") == b"v" and store.add("n", 3) == 3 and store.add("n", 2) == 5
+        assert store.compare_set("k", "v", "w") == b"w" and store.compare_set("k", "x", "y") == b"w"
+        assert store.check(["k", "n"]) and not store.check(["absent"])
+        assert store.delete_key("k") and not store.delete_key("k")
+        with pytest.raises(jobkit.TimeoutError):
+            store.wait(["absent"], datetime.timedelta(seconds=0.1))
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises((jobkit.NcclError, jobkit.CudaError)):
+        jobkit.torch.init_process_group("nccl")
+
+
 def test_python_exceptions_cross_unchanged():
+    """Last: a failed collective leaves the world group unusable in this process, as in C++."""
     class Custom(Exception):
         pass
 
@@ -199,7 +246,3 @@ def test_python_exceptions_cross_unchanged():
     with pytest.raises(jobkit.Error) as caught:
         jobkit.reduce_and_broadcast(lambda: 1, lambda parts: boom())
     assert "Custom: kept" in str(caught.value) and "Traceback" not in str(caught.value)
-
-
-def test_version():
-    assert jobkit.__version__ and sys.modules["jobkit._jobkit"].__version__ == jobkit.__version__
