@@ -9,6 +9,8 @@ Waiting releases the GIL, and a signal handler's exception (Ctrl-C's KeyboardInt
 wait; the world group is then failed for the other ranks, as a rank that left a collective half
 done cannot pair with them again. jobkit's errors are ``jobkit.Error`` subclasses named after
 their category, and their messages name the rank, its host and the Python caller's file:line.
+As in C++, a failed collective leaves the world group unusable in this process, and one collective
+at a time: do not call collectives from two threads at once.
 """
 
 import functools as _functools
