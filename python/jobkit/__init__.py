@@ -221,6 +221,12 @@ def _call(func, args, kwargs):
     return func(*(args or ()), **(kwargs or {}))
 
 
+def _check_args(helper, args):
+    if callable(args):
+        raise InvalidArgumentError(f"{helper}: args is a callable; SpeechBrain's signature is {helper}(func, args=None, "
+                                   "kwargs=None, post_func=None, ...): pass post_func= by name")
+
+
 def main_process_only(function=None, *, timeout=None):
     """Decorator: the function runs on the main rank only; every rank returns its result
     (SpeechBrain's main_process_only). ``@main_process_only`` or ``@main_process_only(timeout=60)``."""
@@ -246,6 +252,7 @@ def run_on_main(func, args=None, kwargs=None, post_func=None, post_args=None, po
     """SpeechBrain's run_on_main: func on the main rank, a barrier, then post_func on the other
     ranks followed by a barrier (or on every rank at once, no barrier, with run_post_on_main).
     Returns func's result on every rank."""
+    _check_args("run_on_main", args)
     holder = []
 
     def run():
@@ -286,6 +293,7 @@ def run_once_per_node(func, args=None, kwargs=None, post_func=None, post_args=No
     ranks, then post_func on the other ranks followed by a barrier (or on every rank, no barrier,
     with run_post_on_all). Returns func's result where it ran, replaced by post_func's where that
     ran (None elsewhere)."""
+    _check_args("run_once_per_node", args)
     holder = [None]
 
     def run():

@@ -131,6 +131,8 @@ def test_main_process_only_and_run_on_main():
     assert post == []  # post_func runs on the other ranks only...
     assert jobkit.run_on_main(lambda: 1, post_func=post.append, post_args=("p",), run_post_on_main=True) == 1
     assert post == ["p"]  # ...or on every rank with run_post_on_main
+    with pytest.raises(jobkit.InvalidArgumentError, match="post_func= by name"):
+        jobkit.run_on_main(lambda: 1, post.append)
 
 
 def test_once_per_node_and_run_once_per_node():
