@@ -2,7 +2,6 @@
 // travel as bytes here (the package pickles them); callables are Python functions the helpers
 // call with the GIL held, and every wait releases the GIL. See python/jobkit/__init__.py.
 
-#include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <signal.h>

@@ -206,15 +206,16 @@ def die():
     """As collectives_check.cpp's die: the last rank exits between two of 100 all_gathers, so the
     others wait for it inside the next one."""
     me = jobkit.identity()
-    start = time.monotonic()
+    jobkit.barrier()  # the data path is up
     try:
         for i in range(100):
             if i == 50 and me.rank == me.world_size - 1:
                 os._exit(1)
+            entered = time.monotonic()
             jobkit.all_gather_object((me.rank, i))
         print(f"rank {me.rank}: finished without noticing the death", flush=True)
     except jobkit.PeerFailureError as e:
-        print(f"rank {me.rank}: raised after {time.monotonic() - start:.2f} s: {e}", flush=True)
+        print(f"rank {me.rank}: raised after {time.monotonic() - entered:.2f} s in all_gather #{i}: {e}", flush=True)
 
 
 def hang():
