@@ -7,6 +7,7 @@ packages=(
   clang-format                                   # the format check (scripts/check-format.sh)
   cmake                                          # the CMake consumer test (tests/consumer_cmake)
   libpmix-dev libpmix-bin libfmt-dev catch2      # jobkit's dependencies
+  libslurm-dev                                   # slurm/slurm.h: time_left and requeue (libslurm is opened at run time)
   slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
   python3-torch                                  # jobkit exec tests and the torch gloo peer benchmark

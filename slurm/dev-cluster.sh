@@ -48,6 +48,11 @@ Network modes (JOBKIT_CLUSTER_NET):
   auto      netns when a network namespace, a veth pair and a bridge can be made, else
             loopback (with a warning). The default.
 
+Partitions: "dev" (the default; never pre-empted; jobs share CPUs), "low" and "high" (no
+sharing): a job of "high" that needs the CPUs of a "low" job pre-empts it: every task gets
+SIGCONT and SIGTERM, SIGKILL after GraceTime ($JOBKIT_CLUSTER_GRACE_TIME, default 10 s), and the job
+is requeued (it may start again 5 s later, cred_expire).
+
 CPU binding (JOBKIT_CLUSTER_BIND=1): TaskPlugin=task/affinity, as real clusters bind tasks,
 and every node declares the machine's real CPUs and topology (`slurmd -C`, e.g. 2 CPUs)
 instead of 8, so that each task's CPU set is what the job asked for. Every node is on the
@@ -67,6 +72,7 @@ Environment:
                                198.18.0.0/15 (default 198.18.0); two clusters need two subnets
   JOBKIT_CLUSTER_DEBIAN_HOSTS  netns mode: 1 (default): the last node maps its own name to
                                127.0.1.1, as Debian does; 0: to its address, like the others
+  JOBKIT_CLUSTER_GRACE_TIME    partition "low": seconds from SIGTERM to SIGKILL on pre-emption (10)
   JOBKIT_CLUSTER_BIND          1: bind tasks to CPUs (task/affinity, real CPU counts); 0: no
                                binding, 8 CPUs per node (default 0)
 EOF
@@ -82,6 +88,7 @@ start_timeout=${JOBKIT_CLUSTER_START_TIMEOUT:-60}
 net_req=${JOBKIT_CLUSTER_NET:-auto}
 subnet=${JOBKIT_CLUSTER_SUBNET:-198.18.0}
 bind=${JOBKIT_CLUSTER_BIND:-0}
+grace_time=${JOBKIT_CLUSTER_GRACE_TIME:-10}
 debian_hosts=${JOBKIT_CLUSTER_DEBIAN_HOSTS:-1}
 host=$(hostname -s)
 
@@ -374,12 +381,25 @@ KillWait=5
 InactiveLimit=0
 WaitTime=0
 MinJobAge=60
+# Pre-emption and requeue, as production clusters configure them: a job of partition "high"
+# pre-empts jobs of partition "low" (SIGCONT + SIGTERM to every task, SIGKILL after GraceTime,
+# then requeue). "dev" is never pre-empted. A requeued job waits cred_expire seconds before it
+# may start again (120 by default); the scheduler looks every sched_interval seconds.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+JobRequeue=1
+AuthInfo=cred_expire=5
+SchedulerParameters=sched_interval=2,bf_interval=1
 EOF
   for ((i = 1; i <= n; i++)); do
     echo "NodeName=c$i NodeHostname=c$i NodeAddr=$(node_addr "$i" "$mode") Port=$((port_base + i))" \
       "$cpus State=UNKNOWN"
   done
-  echo "PartitionName=dev Nodes=c[1-$n] Default=YES MaxTime=INFINITE OverSubscribe=FORCE:8 State=UP"
+  echo "PartitionName=dev Nodes=c[1-$n] Default=YES MaxTime=INFINITE OverSubscribe=FORCE:8 State=UP" \
+    "PriorityTier=1 PreemptMode=OFF"
+  echo "PartitionName=low Nodes=c[1-$n] MaxTime=INFINITE OverSubscribe=NO State=UP PriorityTier=1" \
+    "PreemptMode=REQUEUE GraceTime=$grace_time"
+  echo "PartitionName=high Nodes=c[1-$n] MaxTime=INFINITE OverSubscribe=NO State=UP PriorityTier=2 PreemptMode=OFF"
 }
 
 # --- process bookkeeping ------------------------------------------------------------------
@@ -499,7 +519,7 @@ do_stop() {
 # --- health ---------------------------------------------------------------------------------
 
 # Node states as "name state" lines, e.g. "c1 idle".
-node_states() { SLURM_CONF=$conf timeout 15 sinfo -h -N -o '%N %t' 2>/dev/null; }
+node_states() { SLURM_CONF=$conf timeout 15 sinfo -h -N -p dev -o '%N %t' 2>/dev/null; }
 
 # healthy N [strict]: daemons alive, controller answers, exactly N nodes that respond.
 # strict: every node idle; otherwise busy nodes (jobs of other users) count as healthy.

@@ -16,6 +16,7 @@ enum class errc {
   nccl,                 ///< an NCCL call failed; native_status() is the ncclResult_t
   cuda,                 ///< a CUDA runtime call failed; native_status() is the cudaError_t
   io,                   ///< a file or shared-memory operation failed; native_status() is the errno
+  scheduler,            ///< the scheduler refused or failed a request; native_status() is Slurm's error code
   internal,             ///< a broken invariant inside jobkit
 };
 

@@ -27,6 +27,11 @@ struct identity {
   std::string hostname;
   std::string job_id;   ///< SLURM_JOB_ID, or the PMIx namespace outside Slurm; empty without a launcher
   std::string step_id;  ///< SLURM_STEP_ID; empty outside a Slurm step
+  /// SLURM_RESTART_COUNT: how often Slurm requeued this job (pre-emption, jobkit::requeue); 0
+  /// on its first run and outside Slurm.
+  int restart_count = 0;
+  std::string array_job_id;  ///< SLURM_ARRAY_JOB_ID; empty outside an array job
+  int array_task_id = -1;    ///< SLURM_ARRAY_TASK_ID; -1 outside an array job
   identity_source source = identity_source::defaults;
 
   bool is_main_process() const noexcept { return rank == 0; }
@@ -37,11 +42,13 @@ struct identity {
   friend bool operator==(const identity&, const identity&) = default;
 };
 
-/// One readable line: "rank 4/7 local 0/2 node 1/3 host c2 job 17 step 0 (pmix)".
+/// One readable line: "rank 4/7 local 0/2 node 1/3 host c2 job 17 step 0 (pmix)"; a requeued
+/// job adds "restart 2", an array task "array 16_3".
 std::string to_string(const identity& id);
 
 /// One JSON object with the keys rank, world_size, local_rank, local_world_size, node_rank,
-/// num_nodes, hostname, job_id, step_id, source.
+/// num_nodes, hostname, job_id, step_id, restart_count, array_job_id and array_task_id (null
+/// outside an array job), source.
 std::string to_json(const identity& id);
 
 }  // namespace jobkit

@@ -29,6 +29,7 @@ from ._jobkit import (
     NcclError,
     PeerFailureError,
     PmixError,
+    SchedulerError,
     TimeoutError,
     __version__,
 )
@@ -431,11 +432,11 @@ def node_local_gather(payload, config="", group=None, workspace=None, collective
 
 __all__ = [
     "Error", "InvalidEnvironmentError", "InvalidArgumentError", "PmixError", "TimeoutError", "PeerFailureError",
-    "NcclError", "CudaError", "IoError", "InternalError", "Identity", "identity", "rank", "world_size",
-    "local_rank", "local_world_size", "node_rank", "num_nodes", "is_main_process", "is_local_main_process",
-    "is_distributed", "rank_prefixed_message", "RankFilter", "RankFormatter", "install_logging", "barrier",
-    "broadcast_object", "all_gather_object", "gather_object", "scatter_object", "all_reduce",
-    "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only", "run_on_main",
-    "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time", "fs_local_rank",
-    "Workspace", "node_local_gather", "__version__",
+    "NcclError", "CudaError", "IoError", "SchedulerError", "InternalError", "Identity", "identity", "rank",
+    "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes", "is_main_process",
+    "is_local_main_process", "is_distributed", "rank_prefixed_message", "RankFilter", "RankFormatter",
+    "install_logging", "barrier", "broadcast_object", "all_gather_object", "gather_object", "scatter_object",
+    "all_reduce", "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
+    "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
+    "fs_local_rank", "Workspace", "node_local_gather", "__version__",
 ]

@@ -264,9 +264,10 @@ class first_then_others {
   std::optional<jobkit::detail::section_guard> guard_;
 };
 
-/// jobkit::errc -> Python exception type, indexed by the enumerator's value. Never freed: the
-/// types live as long as the interpreter.
+/// jobkit::errc -> Python exception type, indexed by the enumerator's value, and their base
+/// jobkit.Error. Never freed: the types live as long as the interpreter.
 std::vector<PyObject*> error_types;
+PyObject* error_base = nullptr;
 
 void define_errors(py::module_& m) {
   PyObject* base = PyErr_NewExceptionWithDoc("jobkit.Error",
@@ -274,6 +275,7 @@ void define_errors(py::module_& m) {
                                              "`native_status` the failed native call's status (0 when none).",
                                              PyExc_Exception, nullptr);
   m.attr("Error") = py::handle(base);
+  error_base = base;
   struct kind {
     jobkit::errc code;
     const char* name;
@@ -288,6 +290,7 @@ void define_errors(py::module_& m) {
       {jobkit::errc::nccl, "NcclError", nullptr},
       {jobkit::errc::cuda, "CudaError", nullptr},
       {jobkit::errc::io, "IoError", nullptr},
+      {jobkit::errc::scheduler, "SchedulerError", nullptr},
       {jobkit::errc::internal, "InternalError", nullptr},
   };
   error_types.assign(std::size(kinds), base);
@@ -301,7 +304,8 @@ void define_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const jobkit::error& e) {
-      auto* type = error_types.at(static_cast<std::size_t>(e.code()));
+      const auto index = static_cast<std::size_t>(e.code());
+      auto* type = index < error_types.size() ? error_types[index] : error_base;  // a category added later
       py::object exc = py::reinterpret_borrow<py::object>(type)(e.what());
       exc.attr("code") = std::string(jobkit::to_string(e.code()));
       exc.attr("native_status") = e.native_status();

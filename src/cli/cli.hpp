@@ -32,6 +32,10 @@ int run_bench(const std::vector<std::string_view>& args);
 int run_step_helper(std::string_view name, const std::vector<std::string_view>& args);
 /// jobkit doctor (doctor.cpp).
 int run_doctor(const std::vector<std::string_view>& args);
+/// jobkit checkpoint, requeue and time-left (preemption_commands.cpp).
+int run_checkpoint(const std::vector<std::string_view>& args);
+int run_requeue(const std::vector<std::string_view>& args);
+int run_time_left(const std::vector<std::string_view>& args);
 /// jobkit exec and jobkit env (step_commands.cpp).
 int run_exec(std::string_view name, const std::vector<std::string_view>& args);
 

@@ -28,6 +28,9 @@ constexpr std::string_view main_usage =
     "  exec       run a command with RANK, WORLD_SIZE, MASTER_ADDR, ... set (torch env://)\n"
     "  env        print those variables as export lines\n"
     "  doctor     preflight: identity, GPUs, CPU affinity, NCCL, per rank\n"
+    "  checkpoint latest, begin, commit, part: a checkpoint directory never half-written\n"
+    "  requeue    ask Slurm to requeue this job (this task of an array job)\n"
+    "  time-left  print the seconds left before the job's time limit\n"
     "\n"
     "Run 'jobkit <command> --help' for a command's options. Environment variables:\n"
     "docs/environment.md. Exit status: 0 success, 1 a collective failed on some rank (a rank\n"
@@ -181,6 +184,9 @@ int run(const std::vector<std::string_view>& args) {
   }
   if (command == "exec" || command == "env") return jobkit::cli::run_exec(command, rest);
   if (command == "doctor") return jobkit::cli::run_doctor(rest);
+  if (command == "checkpoint") return jobkit::cli::run_checkpoint(rest);
+  if (command == "requeue") return jobkit::cli::run_requeue(rest);
+  if (command == "time-left") return jobkit::cli::run_time_left(rest);
   throw usage_error{"unknown command '" + std::string(command) + "' (see jobkit --help)"};
 }
 

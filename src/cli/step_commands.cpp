@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +42,9 @@ constexpr std::string_view helpers_usage =
     "  zero-first     rank 0 runs CMD first, then every other rank (--local: local rank 0 of every\n"
     "                 node first, then all the other ranks, once every node's first run ended)\n"
     "\n"
-    "CMD runs without the PMIX_* variables (it is not a rank of the step).\n"
+    "CMD runs without the PMIX_* variables (it is not a rank of the step). It receives the signals\n"
+    "its jobkit process receives (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT: Slurm's\n"
+    "pre-emption, scancel --signal, sbatch --signal), and SIGKILL when its jobkit process dies.\n"
     "Every rank exits with status 0 when CMD succeeded wherever it ran. When it failed somewhere,\n"
     "every rank prints where and how, and exits with that command's status (128 + N for signal N);\n"
     "later rounds do not start.\n"
@@ -63,6 +67,7 @@ constexpr std::string_view exec_usage =
     "  srun --mpi=pmix -N2 -n8 jobkit exec -- python3 train.py\n"
     "\n"
     "If any of these variables is already set, jobkit refuses and names it, unless --overwrite.\n"
+    "exec replaces jobkit with CMD (same process): CMD receives Slurm's signals itself.\n"
     "\n"
     "options:\n"
     "  --overwrite  replace variables that are already set\n"
@@ -77,7 +82,52 @@ std::string join_command(const std::vector<std::string>& command) {
   return text;
 }
 
-/// Runs the command as a child process and describes how it ended.
+// The child of run_command, for the forwarding signal handler: 0 when none runs.
+std::atomic<pid_t> running_child{0};
+std::atomic<int> unforwarded_signal{0};
+constexpr int forwarded_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
+
+extern "C" void forward_signal(int signal) {
+  const pid_t child = running_child.load();
+  if (child > 0) {
+    ::kill(child, signal);
+  } else {
+    unforwarded_signal.store(signal);
+  }
+}
+
+/// Passes the stop signals Slurm sends (pre-emption, scancel --signal, --signal=SIG@TIME) on to
+/// the child for its lifetime, then restores the previous dispositions.
+class signal_forwarding {
+ public:
+  signal_forwarding() {
+    struct sigaction action{};
+    action.sa_handler = forward_signal;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    for (std::size_t i = 0; i < std::size(forwarded_signals); ++i) {
+      ::sigaction(forwarded_signals[i], &action, &previous_[i]);
+    }
+  }
+  ~signal_forwarding() {
+    running_child.store(0);
+    for (std::size_t i = 0; i < std::size(forwarded_signals); ++i) {
+      ::sigaction(forwarded_signals[i], &previous_[i], nullptr);
+    }
+  }
+  /// From now on signals go to `child`; one that came before is sent now.
+  void forward_to(pid_t child) {
+    running_child.store(child);
+    if (const int early = unforwarded_signal.exchange(0)) ::kill(child, early);
+  }
+
+ private:
+  struct sigaction previous_[std::size(forwarded_signals)] {};
+};
+
+/// Runs the command as a child process and describes how it ended. The child gets the signals
+/// this process gets, and SIGKILL if this process dies first (PR_SET_PDEATHSIG): it never
+/// outlives the step.
 std::pair<int, std::string> run_command(const std::vector<std::string>& command) {
   // CMD is not a rank of the step: it must not connect to the PMIx server as this process. The
   // environment is prepared before fork: the child of a threaded process should only exec.
@@ -91,13 +141,21 @@ std::pair<int, std::string> run_command(const std::vector<std::string>& command)
   argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
+  signal_forwarding forwarding;
+  const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) return {127, fmt::format("could not fork: {}", std::strerror(errno))};
   if (child == 0) {
+    struct sigaction fallback{};
+    fallback.sa_handler = SIG_DFL;
+    for (int signal : forwarded_signals) ::sigaction(signal, &fallback, nullptr);
+    // The parent may have died before the death signal was armed.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
     ::execvpe(argv[0], argv.data(), environment.data());
     ::dprintf(STDERR_FILENO, "jobkit: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
   }
+  forwarding.forward_to(child);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) return {127, fmt::format("waitpid: {}", std::strerror(errno))};

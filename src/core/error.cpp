@@ -12,6 +12,7 @@ std::string_view to_string(errc code) noexcept {
     case errc::nccl: return "nccl";
     case errc::cuda: return "cuda";
     case errc::io: return "io";
+    case errc::scheduler: return "scheduler";
     case errc::internal: return "internal";
   }
   return "unknown";

@@ -373,6 +373,14 @@ identity resolve_identity(const environment& env, const pmix_facts* pmix, std::s
     }
     id.step_id = env.get("SLURM_STEP_ID").value_or("");
   }
+  // A batch script is in a job without being a rank of a step: it still needs these (requeue).
+  if (auto restarts = env.get("SLURM_RESTART_COUNT")) id.restart_count = parse_count("SLURM_RESTART_COUNT", *restarts);
+  require_all_or_none(env, "Slurm array job", {"SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"});
+  if (auto array_job = env.get("SLURM_ARRAY_JOB_ID")) {
+    parse_count("SLURM_ARRAY_JOB_ID", *array_job);
+    id.array_job_id = *array_job;
+    id.array_task_id = parse_count("SLURM_ARRAY_TASK_ID", *env.get("SLURM_ARRAY_TASK_ID"));
+  }
   return id;
 }
 

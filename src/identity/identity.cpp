@@ -2,30 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "core/json.hpp"
+
 namespace jobkit {
-namespace {
-
-std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (unsigned char ch : text) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (ch < 0x20) {
-          out += fmt::format("\\u{:04x}", ch);
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
+using detail::json_string;
 
 std::string_view to_string(identity_source source) noexcept {
   switch (source) {
@@ -42,14 +22,18 @@ std::string to_string(const identity& id) {
                                  id.local_world_size, id.node_rank, id.num_nodes, id.hostname);
   if (!id.job_id.empty()) line += fmt::format(" job {}", id.job_id);
   if (!id.step_id.empty()) line += fmt::format(" step {}", id.step_id);
+  if (id.restart_count > 0) line += fmt::format(" restart {}", id.restart_count);
+  if (!id.array_job_id.empty()) line += fmt::format(" array {}_{}", id.array_job_id, id.array_task_id);
   return line + fmt::format(" ({})", to_string(id.source));
 }
 
 std::string to_json(const identity& id) {
   return fmt::format(R"({{"rank":{},"world_size":{},"local_rank":{},"local_world_size":{},"node_rank":{},)"
-                     R"("num_nodes":{},"hostname":{},"job_id":{},"step_id":{},"source":{}}})",
+                     R"("num_nodes":{},"hostname":{},"job_id":{},"step_id":{},"restart_count":{},"array_job_id":{},)"
+                     R"("array_task_id":{},"source":{}}})",
                      id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
-                     json_string(id.hostname), json_string(id.job_id), json_string(id.step_id),
+                     json_string(id.hostname), json_string(id.job_id), json_string(id.step_id), id.restart_count,
+                     json_string(id.array_job_id), id.array_task_id < 0 ? "null" : std::to_string(id.array_task_id),
                      json_string(to_string(id.source)));
 }
 

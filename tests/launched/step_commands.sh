@@ -4,7 +4,7 @@
 # usage: step_commands.sh MODE JOBKIT SHARED_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes on-main on-main-fail once-per-node once-per-node-fail n-at-a-time n-at-a-time-fail zero-first zero-first-fail env exec exec-refuse exec-overwrite
+declare_modes on-main on-main-fail once-per-node once-per-node-fail n-at-a-time n-at-a-time-fail zero-first zero-first-fail zero-first-sigterm zero-first-sigkill env exec exec-refuse exec-overwrite
 mode=$1
 jobkit=$2
 shared=$3
@@ -30,6 +30,29 @@ case $mode in
       'if [[ $SLURM_PROCID == 0 ]]; then sleep 1; touch "$SHARED/ready"; else [[ -e $SHARED/ready ]]; fi' ;;
   zero-first-fail)
     run_step "${step[@]}" "$jobkit" zero-first -- bash -c 'echo "ran $SLURM_PROCID"; [[ $SLURM_PROCID != 0 ]]' ;;
+  zero-first-sigterm | zero-first-sigkill)
+    # Signal the jobkit process that runs CMD, as Slurm or a user would: CMD must not outlive it.
+    signal=${mode#zero-first-sig}
+    (timeout 60 srun --mpi=pmix -N1 -n2 "$jobkit" zero-first -- \
+      bash -c 'echo $$ > "$SHARED/child.$SLURM_PROCID"; exec sleep 20' >"$SHARED/out" 2>&1
+      echo $? >"$SHARED/status") &
+    for _ in $(seq 200); do [[ -s $SHARED/child.0 ]] && break; sleep 0.1; done
+    child=$(cat "$SHARED/child.0") || fail "CMD did not start"
+    parent=$(ps -o ppid= -p "$child" | tr -d ' ')
+    [[ $(ps -o comm= -p "$parent") == jobkit ]] || fail "the parent of CMD ($parent) is not jobkit"
+    sleep 1
+    start=$(date +%s%N)
+    kill "-${signal^^}" "$parent"
+    running() { [[ $(ps -o stat= -p "$1") == [^Z]* ]]; }  # a zombie has ended
+    while running "$child" && (($(date +%s%N) - start < 5000000000)); do sleep 0.05; done
+    gone_ms=$((($(date +%s%N) - start) / 1000000))
+    wait
+    out=$(cat "$SHARED/out")
+    status=$(cat "$SHARED/status")
+    echo "$out"
+    echo "CMD gone $gone_ms ms after SIG${signal^^} to its jobkit process; srun exit status $status"
+    ! running "$child" || { kill -KILL "$child"; fail "CMD outlived its jobkit process"; }
+    ((gone_ms < 2000)) || fail "CMD took $gone_ms ms to end" ;;
   env) run_step "${step[@]}" "$jobkit" env ;;
   exec)
     /usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch not installed (apt-get install python3-torch)"
@@ -68,6 +91,10 @@ case $mode in
     ((status == 1)) || fail "exit status $status"
     (($(grep -c '^ran' <<<"$out") == 1)) || fail "ranks ran after rank 0 failed"
     (($(count "failed on rank 0 (c1)") == 7)) || fail "not every rank reported rank 0's failure" ;;
+  zero-first-sigterm)
+    (($(count "failed on rank 0 (c1): killed by signal 15") == 2)) || fail "not every rank reported the signal" ;;
+  zero-first-sigkill)
+    ((status != 0 && status != 124)) || fail "srun exit status $status" ;;
   env)
     ((status == 0)) || fail "exit status $status"
     # Numeric, rank 0's, the same everywhere, and not loopback: the ranks span 3 nodes.

@@ -106,7 +106,7 @@ def test_errors_name_rank_host_and_python_call_site():
         jobkit.barrier(timeout=-1)
     assert issubclass(jobkit.TimeoutError, TimeoutError) and issubclass(jobkit.TimeoutError, jobkit.Error)
     for name in ("InvalidEnvironmentError", "PmixError", "PeerFailureError", "NcclError", "CudaError", "IoError",
-                 "InternalError"):
+                 "SchedulerError", "InternalError"):
         assert issubclass(getattr(jobkit, name), jobkit.Error)
 
 

@@ -378,6 +378,29 @@ TEST_CASE("identity prints as a line and as JSON", "[identity]") {
   auto id = resolve_identity(slurm_step(), nullptr, "c\"2");
   CHECK(jobkit::to_string(id) == "rank 5/7 local 1/2 node 1/3 host c\"2 job 42 step 3 (slurm)");
   CHECK(jobkit::to_json(id) == R"({"rank":5,"world_size":7,"local_rank":1,"local_world_size":2,"node_rank":1,)"
-                               R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","source":"slurm"})");
+                               R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","restart_count":0,)"
+                               R"("array_job_id":"","array_task_id":null,"source":"slurm"})");
   CHECK(jobkit::to_string(identity_source::defaults) == "default");
+}
+
+TEST_CASE("a requeued array task knows its restart count and array ids", "[identity]") {
+  auto env = slurm_step();
+  env.set("SLURM_RESTART_COUNT", "2");
+  env.set("SLURM_ARRAY_JOB_ID", "40");
+  env.set("SLURM_ARRAY_TASK_ID", "1");
+  const auto id = resolve_identity(env, nullptr, "c2");
+  CHECK(id.restart_count == 2);
+  CHECK(id.array_job_id == "40");
+  CHECK(id.array_task_id == 1);
+  CHECK(jobkit::to_string(id) == "rank 5/7 local 1/2 node 1/3 host c2 job 42 step 3 restart 2 array 40_1 (slurm)");
+  CHECK(contains(jobkit::to_json(id), R"("restart_count":2,"array_job_id":"40","array_task_id":1,)"));
+  // A batch script (no step) still knows them: requeue needs them there.
+  const auto batch = resolve_identity(map_environment{{"SLURM_JOB_ID", "42"}, {"SLURM_RESTART_COUNT", "1"}}, nullptr, "c1");
+  CHECK(batch.restart_count == 1);
+
+  env.set("SLURM_RESTART_COUNT", "-1");
+  CHECK(contains(error_of(env, nullptr), "SLURM_RESTART_COUNT='-1'"));
+  env.set("SLURM_RESTART_COUNT", "0");
+  env.unset("SLURM_ARRAY_TASK_ID");
+  CHECK(contains(error_of(env, nullptr), "SLURM_ARRAY_JOB_ID='40' is set but SLURM_ARRAY_TASK_ID is not"));
 }

@@ -1,0 +1,124 @@
+// A training step that survives pre-emption, time limits and crashes (slurm/train-requeue.sbatch):
+// resume from the newest complete checkpoint, stop at one step agreed by every rank when Slurm
+// signals or time runs short, commit a checkpoint, and exit 75 so the batch script requeues.
+//
+// Its "model" is deterministic: rank r adds (r + 1) * (s + 1) at step s, so the final sum of
+// every rank is known and a resumed run must end with exactly the result of an uninterrupted one.
+//
+//   srun --mpi=pmix --kill-on-bad-exit=1 jobkit-train-requeue --ckpt DIR [--steps N]
+//        [--step-ms MS] [--every K] [--margin SECONDS] [--result FILE]
+//        [--crash-rank R --crash-step S]   (test: rank R dies at step S's save, first attempt)
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "jobkit/jobkit.hpp"
+
+namespace {
+
+struct settings {
+  std::string checkpoint_root;
+  std::int64_t steps = 40;
+  int step_ms = 100;
+  std::int64_t every = 10;  // a checkpoint every `every` steps, besides the one at a stop
+  int margin_s = 0;
+  std::string result;
+  int crash_rank = -1;
+  std::int64_t crash_step = -1;
+};
+
+settings parse(int argc, char** argv) {
+  settings s;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (i + 1 >= argc) throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("{} needs a value", arg));
+    const std::string value = argv[++i];
+    if (arg == "--ckpt") s.checkpoint_root = value;
+    else if (arg == "--steps") s.steps = std::stoll(value);
+    else if (arg == "--step-ms") s.step_ms = std::stoi(value);
+    else if (arg == "--every") s.every = std::stoll(value);
+    else if (arg == "--margin") s.margin_s = std::stoi(value);
+    else if (arg == "--result") s.result = value;
+    else if (arg == "--crash-rank") s.crash_rank = std::stoi(value);
+    else if (arg == "--crash-step") s.crash_step = std::stoll(value);
+    else throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("unknown argument '{}'", arg));
+  }
+  if (s.checkpoint_root.empty()) throw jobkit::error(jobkit::errc::invalid_argument, "--ckpt DIR is required");
+  return s;
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct state {
+  std::int64_t next_step = 0;
+  std::int64_t sum = 0;
+};
+
+void save(jobkit::checkpoints& saved, const state& s, const settings& opt) {
+  const auto& me = jobkit::current_identity();
+  const auto part = saved.begin(s.next_step);
+  std::ofstream(part / "state") << s.next_step << ' ' << s.sum << '\n';
+  if (me.rank == opt.crash_rank && s.next_step == opt.crash_step && me.restart_count == 0) {
+    jobkit::log::warn("crashing on purpose at the save of step {} (the others are in commit())", s.next_step);
+    ::raise(SIGKILL);
+  }
+  saved.commit();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto opt = parse(argc, argv);
+    const auto& me = jobkit::current_identity();
+    jobkit::stop_guard stop({.time_margin = std::chrono::seconds(opt.margin_s)});
+    jobkit::checkpoints saved(opt.checkpoint_root, {.keep = 2});
+    if (!opt.result.empty()) {
+      std::ofstream(fmt::format("{}.pid.{}", opt.result, me.rank)) << ::getpid() << '\n';
+    }
+
+    state s;
+    if (const auto step = saved.latest()) {
+      std::ifstream(saved.part(*step) / "state") >> s.next_step >> s.sum;
+      jobkit::log::info("attempt {}: resuming from step {} (sum {})", me.restart_count, *step, s.sum);
+    } else {
+      jobkit::log::info("attempt {}: no checkpoint, starting at step 0", me.restart_count);
+    }
+
+    for (; s.next_step < opt.steps;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(opt.step_ms));  // stands for the real work
+      s.sum += (me.rank + 1) * (s.next_step + 1);
+      ++s.next_step;
+      if (stop.stop_requested()) {
+        const auto agreed = now_ns();
+        save(saved, s, opt);
+        jobkit::log::info("stop at step {}: {}; agreed_ns={} committed_ns={}", s.next_step,
+                          jobkit::to_string(stop.cause()), agreed, now_ns());
+        return 75;  // EX_TEMPFAIL: the batch script requeues the job
+      }
+      if (s.next_step % opt.every == 0 && s.next_step < opt.steps) save(saved, s, opt);
+    }
+    const auto sums = jobkit::gather(s.sum);
+    if (me.rank == 0) {
+      std::int64_t total = 0;
+      for (auto v : sums) total += v;
+      jobkit::log::info("finished {} steps: total {}", opt.steps, total);
+      if (!opt.result.empty()) std::ofstream(opt.result) << total << '\n';
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    jobkit::log::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,98 @@
+#pragma once
+
+// A checkpoint directory that is never half-written: every rank writes its part of a step, then
+// one collective commit makes the step visible at once with a manifest of every part, or leaves
+// the previous step the latest.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "jobkit/collectives.hpp"
+
+namespace jobkit {
+
+struct checkpoint_options {
+  /// Complete steps kept after a commit, the newest ones; older steps are removed. 0: keep all.
+  int keep = 2;
+  /// The deadline of each collective inside (zero: JOBKIT_TIMEOUT).
+  std::chrono::milliseconds timeout{0};
+};
+
+/// Checkpoints of the whole job (every rank of the world) under one root directory.
+///
+/// Layout: `<root>/step-<N>/` (N zero-padded to 12 digits) is a complete step: `manifest.json`
+/// names every part file with its rank, host, size and CRC-32C, and `rank-<r>/` holds rank r's
+/// part. A save in progress lives in `<root>/step-<N>.partial.<job>.r<restart>/`: named by the
+/// job id and restart count of the attempt that writes it, so two jobs, or two attempts of one
+/// requeued job, never write into one directory.
+///
+/// The root may be on a shared file system (one committer: rank 0) or on node-local storage
+/// (one committer per node: its local rank 0; a step counts only once it is complete on every
+/// node). jobkit::fs_local_rank tells which, when the object is made.
+///
+///     jobkit::checkpoints saved("/shared/ckpt/run1");
+///     if (auto step = saved.latest()) load(saved.part(*step));
+///     ...
+///     save(saved.begin(step));  // this rank's files
+///     saved.commit();           // collective: the step is whole on every node, or absent
+class checkpoints {
+ public:
+  /// Collective over all ranks: creates the root, finds who commits on which file system, and
+  /// removes what earlier attempts of this job left unfinished there.
+  /// @throws jobkit::error naming the root when it cannot be created or written, on every rank
+  explicit checkpoints(std::filesystem::path root, checkpoint_options options = {},
+                       std::source_location site = std::source_location::current());
+
+  /// The newest step complete on every file system, the same on every rank; nullopt when there
+  /// is none. Collective.
+  std::optional<std::int64_t> latest(std::source_location site = std::source_location::current());
+
+  /// This rank's part of complete step `step`, to read from.
+  std::filesystem::path part(std::int64_t step) const;
+
+  /// Starts saving `step` (>= 0): returns the empty directory where this rank writes its part.
+  /// Not collective. A begin() without commit() is dropped by the next begin().
+  /// @throws jobkit::error (invalid_argument) on a negative step; (io) when it cannot be made
+  std::filesystem::path begin(std::int64_t step);
+
+  /// Collective: every rank flushes its part to storage (fsync) and reports its files; if every
+  /// rank succeeded, each committer writes the manifest and renames the step into place (one
+  /// rename, then an fsync of the root), and steps beyond `keep` are removed. A step of the same
+  /// number committed before is replaced.
+  /// @throws jobkit::error on every rank, naming the rank and file, when a part cannot be
+  ///         flushed or the step cannot be committed (the previous step stays the latest); when
+  ///         a rank dies or the deadline expires (likewise)
+  void commit(std::source_location site = std::source_location::current());
+  /// Commits `step`, whose parts were written after a begin(step) of this attempt of the job,
+  /// possibly by another process (as `jobkit checkpoint begin` and `commit` do). As commit().
+  void commit(std::int64_t step, std::source_location site = std::source_location::current());
+
+  /// The step begin() was called for and not yet committed.
+  std::optional<std::int64_t> pending_step() const noexcept { return pending_; }
+  const std::filesystem::path& root() const noexcept { return root_; }
+  /// True on the ranks that write manifests and rename steps (fs_local_rank 0).
+  bool is_committer() const noexcept { return committer_; }
+
+ private:
+  std::filesystem::path staging(std::int64_t step) const;
+  std::vector<std::filesystem::path> retire_unwanted(bool old_steps) const;
+  void commit_step(std::optional<std::int64_t> step, const std::source_location& site);
+
+  std::filesystem::path root_;
+  checkpoint_options options_;
+  bool committer_ = false;
+  std::vector<int> committer_of_;  ///< world rank -> world rank of its file system's committer
+  std::string attempt_;            ///< "<job>.r<restart>"
+  std::optional<std::int64_t> pending_;
+};
+
+/// "step-000000000042"; the name of a complete step under a checkpoint root.
+std::string checkpoint_step_name(std::int64_t step);
+/// The step of a complete step's directory name; nullopt for any other name.
+std::optional<std::int64_t> parse_checkpoint_step_name(std::string_view name) noexcept;
+
+}  // namespace jobkit

@@ -1,0 +1,44 @@
+#include "checkpoints/crc32c.hpp"
+
+#include <array>
+
+namespace jobkit::detail {
+namespace {
+
+constexpr std::uint32_t polynomial = 0x82F63B78;  // reflected Castagnoli polynomial
+
+// Slicing by 8: table[k][b] is the CRC of byte b followed by k zero bytes.
+constexpr auto make_tables() {
+  std::array<std::array<std::uint32_t, 256>, 8> table{};
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    std::uint32_t crc = b;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1) ? polynomial : 0);
+    table[0][b] = crc;
+  }
+  for (std::size_t k = 1; k < 8; ++k) {
+    for (std::size_t b = 0; b < 256; ++b) table[k][b] = (table[k - 1][b] >> 8) ^ table[0][table[k - 1][b] & 0xFF];
+  }
+  return table;
+}
+
+constexpr auto tables = make_tables();
+
+}  // namespace
+
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) noexcept {
+  crc = ~crc;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  std::size_t n = data.size();
+  while (n >= 8) {
+    const std::uint32_t low = crc ^ (std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
+                                     std::uint32_t{p[3]} << 24);
+    crc = tables[7][low & 0xFF] ^ tables[6][(low >> 8) & 0xFF] ^ tables[5][(low >> 16) & 0xFF] ^ tables[4][low >> 24] ^
+          tables[3][p[4]] ^ tables[2][p[5]] ^ tables[1][p[6]] ^ tables[0][p[7]];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) crc = (crc >> 8) ^ tables[0][(crc ^ *p++) & 0xFF];
+  return ~crc;
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,197 @@
+#include "jobkit/preemption.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/posix_io.hpp"
+#include "core/timeout.hpp"
+#include "jobkit/error.hpp"
+#include "preemption/slurm_api.hpp"
+
+namespace jobkit {
+namespace {
+
+// How many stop signals arrived, and the last one. Lock-free, so the handler may write them.
+std::atomic<std::uint64_t> signals_received{0};
+std::atomic<int> last_signal{0};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+extern "C" void record_stop_signal(int signal) {
+  last_signal.store(signal);
+  signals_received.fetch_add(1);
+}
+
+/// The handlers installed, per signal: how many guards want it, and the disposition before.
+struct installed_handlers {
+  std::mutex lock;
+  std::map<int, std::pair<int, struct sigaction>> installed;
+};
+
+installed_handlers& handlers() {
+  static installed_handlers instance;
+  return instance;
+}
+
+void release_handlers(installed_handlers& h, const std::vector<int>& signals) {
+  for (int signal : signals) {
+    auto it = h.installed.find(signal);
+    if (it == h.installed.end() || --it->second.first > 0) continue;
+    ::sigaction(signal, &it->second.second, nullptr);
+    h.installed.erase(it);
+  }
+}
+
+std::string signal_name(int signal) {
+  if (const char* abbrev = ::sigabbrev_np(signal)) return fmt::format("SIG{}", abbrev);
+  return fmt::format("signal {}", signal);
+}
+
+/// (signal, group rank that received it, time-limit flag, seconds left): the vote of one rank.
+using vote = std::tuple<int, int, int, std::int64_t>;
+
+vote combine(const vote& earlier, const vote& later) {
+  const auto& [signal, rank, late, left] = earlier;
+  if (signal != 0) return {signal, rank, late | std::get<2>(later), left};
+  return {std::get<0>(later), std::get<1>(later), late | std::get<2>(later), left};
+}
+
+}  // namespace
+
+std::string_view to_string(stop_reason reason) noexcept {
+  switch (reason) {
+    case stop_reason::none: return "none";
+    case stop_reason::signal: return "signal";
+    case stop_reason::time_limit: return "time_limit";
+  }
+  return "unknown";
+}
+
+std::string to_string(const stop_cause& cause) {
+  switch (cause.reason) {
+    case stop_reason::none: return "none";
+    case stop_reason::signal: return fmt::format("{} on rank {}", signal_name(cause.signal), cause.rank);
+    case stop_reason::time_limit: return fmt::format("{} s left, below the margin", cause.time_left.count());
+  }
+  return "unknown";
+}
+
+stop_guard::stop_guard(stop_options options, group members) : options_(std::move(options)), members_(members) {
+  if (options_.check_every < 1) {
+    throw error(errc::invalid_argument,
+                fmt::format("stop_options: check_every={} must be at least 1", options_.check_every));
+  }
+  if (options_.time_margin.count() < 0) {
+    throw error(errc::invalid_argument,
+                fmt::format("stop_options: time_margin={} s is negative", options_.time_margin.count()));
+  }
+  detail::timeout_of(options_.timeout, "stop_guard");
+  for (int signal : options_.signals) {
+    if (signal <= 0 || signal >= NSIG || signal == SIGKILL || signal == SIGSTOP) {
+      throw error(errc::invalid_argument, fmt::format("stop_options: signal {} cannot be caught", signal));
+    }
+  }
+  auto& h = handlers();
+  std::scoped_lock hold(h.lock);
+  baseline_ = signals_received.load();
+  struct sigaction action{};
+  action.sa_handler = record_stop_signal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  std::vector<int> done;
+  for (int signal : options_.signals) {
+    auto& [users, previous] = h.installed[signal];
+    if (users == 0 && ::sigaction(signal, &action, &previous) != 0) {
+      const int code = errno;
+      h.installed.erase(signal);
+      release_handlers(h, done);
+      throw error(errc::internal,
+                  fmt::format("stop_guard: sigaction({}): {}", signal_name(signal), detail::errno_text(code)), code);
+    }
+    ++users;
+    done.push_back(signal);
+  }
+}
+
+stop_guard::~stop_guard() {
+  auto& h = handlers();
+  std::scoped_lock hold(h.lock);
+  release_handlers(h, options_.signals);
+}
+
+bool stop_guard::stop_requested(std::source_location site) {
+  if (cause_.reason != stop_reason::none) return true;
+  if (calls_++ % options_.check_every != 0) return false;
+  const bool signalled = signals_received.load() != baseline_;
+  vote mine{signalled ? last_signal.load() : 0, signalled ? members_.rank() : -1, 0, 0};
+  if (members_.rank() == 0 && options_.time_margin.count() > 0) {
+    if (const auto left = time_left()) {
+      std::get<3>(mine) = static_cast<std::int64_t>(left->count());
+      std::get<2>(mine) = *left < options_.time_margin ? 1 : 0;
+    }
+  }
+  const auto agreed = members_.all_reduce(mine, combine, {options_.timeout}, site);
+  const auto& [signal, rank, late, left] = agreed;
+  if (signal != 0) {
+    cause_ = {stop_reason::signal, signal, rank, {}};
+  } else if (late != 0) {
+    cause_ = {stop_reason::time_limit, 0, -1, std::chrono::seconds(left)};
+  }
+  return cause_.reason != stop_reason::none;
+}
+
+bool stop_requested(std::source_location site) {
+  static stop_guard guard;
+  return guard.stop_requested(site);
+}
+
+std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age) {
+  using clock = std::chrono::steady_clock;
+  struct cache {
+    std::mutex lock;
+    std::optional<clock::time_point> asked;
+    std::optional<clock::time_point> end;
+  };
+  static cache known;
+  const auto job = detail::slurm_job_id();
+  if (!job) return std::nullopt;
+  std::scoped_lock hold(known.lock);
+  const auto now = clock::now();
+  if (!known.asked || now - *known.asked >= max_age) {
+    auto& slurm = detail::slurm_api::get();
+    if (!slurm.available()) return std::nullopt;
+    known.asked = now;
+    known.end.reset();
+    // A job without a time limit ends in a year (Slurm's stand-in for INFINITE).
+    constexpr long no_limit = 300L * 24 * 3600;
+    if (const auto left = slurm.remaining_seconds(*job); left && *left < no_limit) {
+      known.end = now + std::chrono::seconds(*left);
+    }
+  }
+  if (!known.end) return std::nullopt;
+  return std::max(std::chrono::seconds(0), std::chrono::duration_cast<std::chrono::seconds>(*known.end - now));
+}
+
+void requeue() {
+  const auto job = detail::slurm_job_id();
+  if (!job) throw error(errc::invalid_environment, "requeue: not in a Slurm job (SLURM_JOB_ID is not set)");
+  auto& slurm = detail::slurm_api::get();
+  if (!slurm.available()) {
+    throw error(errc::scheduler, fmt::format("requeue of job {}: {}", *job, slurm.unavailable_reason()));
+  }
+  std::string message;
+  if (const int code = slurm.requeue(*job, message); code != 0) {
+    throw error(errc::scheduler,
+                fmt::format("requeue of job {}: Slurm refused: {} (a job submitted with --no-requeue, an "
+                            "interactive allocation and a cluster with JobRequeue=0 cannot be requeued)",
+                            *job, message),
+                code);
+  }
+}
+
+}  // namespace jobkit

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Pre-emption, time limits, crashes and requeue, for real on the dev cluster: slurm/train-requeue.sbatch
+# runs examples/train_requeue.cpp (3 nodes x 2 ranks, a deterministic running sum), is stopped
+# the way Slurm stops jobs, requeues itself and must end with exactly the uninterrupted result.
+# usage: preemption.sh MODE JOBKIT TRAIN_REQUEUE WORK_DIR
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit one-rank array requeue-refused
+mode=$1
+jobkit=$(realpath "$2")
+train=$(realpath "$3")
+work=$(realpath -m "$4/$mode")
+need_cluster
+rm -rf "$work" && mkdir -p "$work"
+now_ns() { date +%s%N; }
+# Whatever this test submitted is cancelled when it ends, passed or not.
+trap 'scancel --name=jobkit-preemption-test 2>/dev/null' EXIT
+export SBATCH_JOB_NAME=jobkit-preemption-test
+
+steps=40
+nodes=3
+per_node=2
+ranks=$((nodes * per_node))
+# Rank r adds (r + 1) * (s + 1) at step s.
+expected=$((ranks * (ranks + 1) / 2 * steps * (steps + 1) / 2))
+
+# submit [SBATCH OPTIONS...] -- [PROGRAM ARGS...]: prints the job id.
+submit() {
+  local options=()
+  while (($#)) && [[ $1 != -- ]]; do options+=("$1"); shift; done
+  shift
+  env JOBKIT="$jobkit" PROGRAM="$train" CHECKPOINTS="$work/ckpt" MAX_RESTARTS=3 JOBKIT_LOG_RANKS=all \
+    sbatch --parsable --chdir="$work" --output="$work/job-%j.out" --nodes=$nodes --ntasks-per-node=$per_node \
+    --time=10 "${options[@]}" "$repo/slurm/train-requeue.sbatch" --steps "$steps" --step-ms 100 \
+    --result "$work/result" "$@"
+}
+
+# field JOB NAME: a field of `scontrol show job` ("" once Slurm forgot the job).
+field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+
+# wait_done JOB [SECONDS]: until the job ended for good (not requeued); fails past the deadline.
+wait_done() {
+  local job=$1 deadline=$((SECONDS + ${2:-150})) state
+  while ((SECONDS < deadline)); do
+    state=$(field "$job" JobState)
+    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+    sleep 1
+  done
+  echo "job $job: $state after $(field "$job" Restarts) restarts"
+  [[ $state == COMPLETED ]] || {
+    cat "$work"/job-*.out
+    scancel "$job" 2>/dev/null
+    fail "job $job ended $state"
+  }
+}
+
+# wait_for PATTERN FILE: until a line of FILE matches (the training loop runs).
+wait_for() {
+  local deadline=$((SECONDS + 60))
+  until grep -q -- "$1" "$2" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "'$1' never appeared in $2"
+    sleep 0.2
+  done
+}
+
+# check_result JOB: the final sum is exact, every rank stopped at one step in each stop.
+check_result() {
+  local job=$1
+  out=$(cat "$work"/job-"$job"*.out)
+  echo "$out"
+  [[ $(cat "$work/result" 2>/dev/null) == "$expected" ]] ||
+    fail "result '$(cat "$work/result" 2>/dev/null)', expected $expected (an uninterrupted run)"
+  local stops
+  stops=$(grep -o 'stop at step [0-9]*' <<<"$out" | sort | uniq -c)
+  echo "stops: ${stops:-none}"
+  while read -r n _; do
+    [[ -z $n ]] || ((n == ranks)) || fail "ranks stopped at different steps: $stops"
+  done <<<"$stops"
+}
+
+# report_latency SIGNAL_NS: signal -> agreement and agreement -> commit, from rank 0's first stop.
+report_latency() {
+  local line agreed committed
+  line=$(grep -m1 'stop at step.*agreed_ns' <<<"$out") || fail "no stop was agreed"
+  agreed=$(sed 's/.*agreed_ns=\([0-9]*\).*/\1/' <<<"$line")
+  committed=$(sed 's/.*committed_ns=\([0-9]*\).*/\1/' <<<"$line")
+  echo "measured: signal -> all ranks agreed $((($agreed - $1) / 1000000)) ms (a step is 100 ms);" \
+    "agreed -> checkpoint committed $((($committed - agreed) / 1000000)) ms"
+}
+
+case $mode in
+  preempt)
+    # A job of partition high needs every CPU of c2, held by the low job: Slurm pre-empts it.
+    job=$(submit --partition=low --requeue --) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 1.5
+    signal_ns=$(now_ns)
+    sbatch --parsable --partition=high --nodes=1 --ntasks=8 --nodelist=c2 --output=/dev/null --wrap='sleep 2' ||
+      fail "the high-priority job was not submitted"
+    wait_done "$job"
+    check_result "$job"
+    report_latency "$signal_ns"
+    [[ $(field "$job" Restarts) -ge 1 ]] || fail "the job was not requeued"
+    grep -q 'SIGTERM on rank' <<<"$out" || fail "the stop was not SIGTERM's" ;;
+  scancel-usr1)
+    job=$(submit --) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 1.5
+    signal_ns=$(now_ns)
+    scancel --signal=USR1 "$job"
+    wait_done "$job"
+    check_result "$job"
+    report_latency "$signal_ns"
+    grep -q 'SIGUSR1 on rank' <<<"$out" || fail "the stop was not SIGUSR1's"
+    grep -q 'attempt 1: resuming from step' <<<"$out" || fail "the second attempt did not resume" ;;
+  time-limit)
+    # One minute of time limit and its warning 50 s before; 30 s of work. Slurm sends the signal
+    # up to a minute early, so every attempt may stop at once: each still makes progress.
+    steps=300 expected=$((ranks * (ranks + 1) / 2 * 300 * 301 / 2))
+    job=$(submit --time=1 --signal=USR1@50 --) || fail "sbatch failed"
+    wait_done "$job" 240
+    check_result "$job"
+    grep -q 'SIGUSR1 on rank' <<<"$out" || fail "no stop by the time-limit warning" ;;
+  time-margin)
+    # No signal: rank 0 watches jobkit::time_left and the ranks stop with 50 s left.
+    steps=150 expected=$((ranks * (ranks + 1) / 2 * 150 * 151 / 2))
+    job=$(submit --time=1 -- --margin 50) || fail "sbatch failed"
+    wait_done "$job" 240
+    check_result "$job"
+    grep -q 's left, below the margin' <<<"$out" || fail "no stop by the time margin" ;;
+  kill-in-commit)
+    # Rank 3 dies at the save of step 20 while the others are inside commit(): step 10 stays the
+    # latest, the batch script requeues the failed job, and it resumes from step 10.
+    job=$(submit -- --every 10 --crash-rank 3 --crash-step 20) || fail "sbatch failed"
+    wait_done "$job"
+    check_result "$job"
+    grep -q 'crashing on purpose at the save of step 20' <<<"$out" || fail "rank 3 did not crash"
+    grep -q 'attempt 1: resuming from step 10 ' <<<"$out" || fail "the second attempt did not resume from step 10"
+    grep -q 'not committed\|rank 3' <<<"$out" || fail "the survivors did not name the failure" ;;
+  one-rank)
+    # SIGUSR1 to rank 4's process alone: every rank stops at the same step.
+    job=$(submit --) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 1.5
+    signal_ns=$(now_ns)
+    kill -USR1 "$(cat "$work/result.pid.4")"
+    wait_done "$job"
+    check_result "$job"
+    report_latency "$signal_ns"
+    grep -q 'SIGUSR1 on rank 4' <<<"$out" || fail "the stop did not name rank 4" ;;
+  array)
+    # Three array tasks on their own checkpoint roots; USR1 to task 1 requeues task 1 alone.
+    array=$(env JOBKIT="$jobkit" PROGRAM="$train" MAX_RESTARTS=3 JOBKIT_LOG_RANKS=all sbatch --parsable --chdir="$work" --open-mode=append \
+      --output="$work/job-%A_%a.out" --array=0-2 --nodes=1 --ntasks-per-node=2 --time=10 \
+      --wrap="CHECKPOINTS=$work/ckpt-\$SLURM_ARRAY_TASK_ID bash $repo/slurm/train-requeue.sbatch --steps $steps \
+        --step-ms 100 --result $work/result-\$SLURM_ARRAY_TASK_ID") || fail "sbatch failed"
+    for t in 0 1 2; do wait_for 'attempt 0: no checkpoint' "$work/job-${array}_$t.out"; done
+    sleep 1
+    scancel --signal=USR1 "${array}_1"
+    for t in 0 1 2; do
+      expected_t=$((2 * 3 / 2 * steps * (steps + 1) / 2))
+      deadline=$((SECONDS + 150))
+      until [[ -s $work/result-$t ]] || ((SECONDS > deadline)); do sleep 1; done
+      [[ $(cat "$work/result-$t" 2>/dev/null) == "$expected_t" ]] || fail "array task $t: wrong or no result"
+    done
+    out=$(cat "$work"/job-*.out)
+    echo "$out"
+    (($(grep -c 'attempt 1' "$work/job-${array}_1.out") >= 1)) || fail "task 1 was not requeued"
+    ! grep -q 'attempt 1' "$work/job-${array}_0.out" "$work/job-${array}_2.out" ||
+      fail "a task other than 1 was requeued" ;;
+  requeue-refused)
+    job=$(sbatch --parsable --no-requeue --chdir="$work" --output="$work/job-%j.out" --wrap="$jobkit requeue") ||
+      fail "sbatch failed"
+    deadline=$((SECONDS + 60))
+    until [[ $(field "$job" JobState) =~ COMPLETED|FAILED ]] || ((SECONDS > deadline)); do sleep 1; done
+    out=$(cat "$work/job-$job.out")
+    echo "$out"
+    state=$(field "$job" JobState)
+    [[ $state != COMPLETED ]] || fail "jobkit requeue succeeded in a --no-requeue job"
+    [[ $state == FAILED ]] || fail "the job did not run (state $state)"
+    grep -q "requeue of job $job: Slurm refused" <<<"$out" || fail "the refusal was not explained" ;;
+esac
+echo "PASS: $mode"
