@@ -224,8 +224,9 @@ def _call(func, args, kwargs):
 
 def _check_args(helper, args):
     if callable(args):
-        raise InvalidArgumentError(f"{helper}: args is a callable; SpeechBrain's signature is {helper}(func, args=None, "
-                                   "kwargs=None, post_func=None, ...): pass post_func= by name")
+        raise InvalidArgumentError(f"{helper}: args is a callable; SpeechBrain's signature is "
+                                   f"{helper}(func, args=None, kwargs=None, post_func=None, ...): "
+                                   "pass post_func= by name")
 
 
 def main_process_only(function=None, *, timeout=None):

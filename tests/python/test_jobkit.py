@@ -31,7 +31,8 @@ def line_of(marker):
 
 def test_identity_defaults():
     me = jobkit.identity()
-    assert (me.rank, me.world_size, me.local_rank, me.local_world_size, me.node_rank, me.num_nodes) == (0, 1, 0, 1, 0, 1)
+    counts = (me.rank, me.world_size, me.local_rank, me.local_world_size, me.node_rank, me.num_nodes)
+    assert counts == (0, 1, 0, 1, 0, 1)
     assert me.source == "default" and me.job_id == "" and me.hostname
     assert (jobkit.rank(), jobkit.world_size(), jobkit.local_rank(), jobkit.local_world_size()) == (0, 1, 0, 1)
     assert (jobkit.node_rank(), jobkit.num_nodes()) == (0, 1)
