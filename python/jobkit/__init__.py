@@ -56,6 +56,9 @@ class Identity:
     hostname: str
     job_id: str
     step_id: str
+    restart_count: int  # SLURM_RESTART_COUNT: how often Slurm requeued this job
+    array_job_id: str  # "" outside an array job
+    array_task_id: int  # -1 outside an array job
     source: str  # "pmix", "slurm", "torchrun" or "default"
 
     def is_main_process(self):

@@ -319,7 +319,8 @@ void define_identity(py::module_& m) {
     start_runtime();
     const auto& id = jobkit::current_identity();
     return py::make_tuple(id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
-                          id.hostname, id.job_id, id.step_id, std::string(jobkit::to_string(id.source)));
+                          id.hostname, id.job_id, id.step_id, id.restart_count, id.array_job_id, id.array_task_id,
+                          std::string(jobkit::to_string(id.source)));
   });
   m.def("connected_to_pmix", [] {
     start_runtime();

@@ -51,6 +51,8 @@ def identity():
     expect(me.node_rank == int(os.environ["SLURM_NODEID"]), "node_rank")
     expect(me.num_nodes == int(os.environ["SLURM_NNODES"]), "num_nodes")
     expect(me.hostname == socket.gethostname(), "hostname")
+    expect(me.job_id == os.environ["SLURM_JOB_ID"] and me.step_id == os.environ["SLURM_STEP_ID"], "job and step")
+    expect(me.restart_count == int(os.environ.get("SLURM_RESTART_COUNT", "0")), "restart_count")
     nodes = jobkit.all_gather_object(me.node_rank)
     expect(me.local_world_size == nodes.count(me.node_rank), "local_world_size")
     expect(jobkit.is_main_process() == (me.rank == 0) and jobkit.is_distributed(), "predicates")

@@ -34,6 +34,7 @@ def test_identity_defaults():
     counts = (me.rank, me.world_size, me.local_rank, me.local_world_size, me.node_rank, me.num_nodes)
     assert counts == (0, 1, 0, 1, 0, 1)
     assert me.source == "default" and me.job_id == "" and me.hostname
+    assert (me.restart_count, me.array_job_id, me.array_task_id) == (0, "", -1)
     assert (jobkit.rank(), jobkit.world_size(), jobkit.local_rank(), jobkit.local_world_size()) == (0, 1, 0, 1)
     assert (jobkit.node_rank(), jobkit.num_nodes()) == (0, 1)
     assert jobkit.is_main_process() and jobkit.is_local_main_process() and not jobkit.is_distributed()
