@@ -11,6 +11,8 @@ packages=(
   slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
   python3-torch                                  # jobkit exec tests and the torch gloo peer benchmark
+  pybind11-dev python3-dev                       # the Python module (python/jobkit)
+  python3-pytest python3-mesonpy python3-venv    # its unit tests, pip install . and a venv to try it in
 )
 # clang 16 (14, Debian's default, lacks std::source_location), its libFuzzer and sanitizer runtimes,
 # llvm-symbolizer.

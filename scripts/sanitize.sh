@@ -16,7 +16,7 @@ setup() {  # dir, options...
   local dir=$1
   shift
   # -O0 (buildtype=debug): a quarter of -O2's compile time under ASan+UBSan, and no report optimised away.
-  local options=(-Dbuildtype=debug -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false
+  local options=(-Dbuildtype=debug -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false -Dpython=disabled
     -Db_lundef=false --wrap-mode=nodownload "$@")
   if [[ -f $dir/build.ninja ]]; then
     meson setup --reconfigure "$dir" "${options[@]}" >/dev/null

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/detail/sections.hpp"
@@ -135,6 +136,7 @@ void group::fail_scatter_count(const detail::exchange& ex, int root, std::size_t
 namespace detail {
 
 std::string site_text(const std::source_location& site) {
+  if (const auto* text = current_call_site_override()) return *text;
   std::string_view file = site.file_name();
   if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
   return fmt::format("{}:{}", file, site.line());

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "core/embedder.hpp"
+
 namespace jobkit::detail {
 
 std::string errno_text(int error_number) { return std::generic_category().message(error_number); }
@@ -66,6 +68,7 @@ void wait_ready(int fd, short events, steady_clock::time_point deadline) {
     if (ready > 0) return;
     if (ready == 0) throw socket_timeout{};
     if (errno != EINTR) throw socket_closed{errno_text(errno)};
+    interruption_point();
   }
 }
 

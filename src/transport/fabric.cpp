@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "identity/environment.hpp"
 #include "jobkit/error.hpp"
@@ -412,6 +413,7 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
       wake = std::min(wake, p.deadline);
     }
     const int ready = ::poll(polled.data(), polled.size(), remaining_ms(wake));
+    if (ready < 0 && errno == EINTR) interruption_point();
     if (ready <= 0) continue;  // a deadline, or EINTR: checked at the top
     // Pending connections first: take_new_connections appends to pending_.
     for (std::size_t i = 1; i < polled.size(); ++i) {

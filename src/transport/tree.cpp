@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "jobkit/error.hpp"
 #include "transport/frame.hpp"
@@ -192,7 +193,10 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
     // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
     if (!parent_link_.empty()) fds.push_back(pollfd{parent_link_.front().fd, POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
-    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 && errno == EINTR) {
+      interruption_point();
+      continue;
+    }
     if (ready == 0) {
       std::vector<int> missing;
       for (std::size_t i = 0; i < children_.size(); ++i) {

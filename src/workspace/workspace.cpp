@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
@@ -74,6 +75,7 @@ void refresh_directory(const std::filesystem::path& directory) {
 
 /// Sleeps until the next poll: 1 ms, doubling up to 50 ms, never past the deadline.
 void pause_before_retry(std::chrono::milliseconds& pause, clock::time_point deadline) {
+  detail::interruption_point();
   std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
   pause = std::min(pause * 2, std::chrono::milliseconds(50));
 }

@@ -99,7 +99,7 @@ check installed "$work/destdir$prefix" $type
 feature=disabled
 ((expect_nccl)) && feature=enabled
 meson setup "$work/build-static" "$repo" --wrap-mode=nodownload --prefix "$work/static-prefix" \
-  -Ddefault_library=static -Dtests=disabled -Dcli=false -Dexamples=false \
+  -Ddefault_library=static -Dtests=disabled -Dcli=false -Dexamples=false -Dpython=disabled \
   -Dcuda=$feature -Dnccl=$feature -Dnccl_root="$nccl_root" >"$work/build-static.log" 2>&1 ||
   { cat "$work/build-static.log"; fail "meson setup of the static jobkit"; }
 meson compile -C "$work/build-static" jobkit >>"$work/build-static.log" 2>&1 ||

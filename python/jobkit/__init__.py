@@ -1,0 +1,446 @@
+"""jobkit for Python: the identity, helpers and collectives of the C++ library jobkit.
+
+Every function is a binding of the C++ library (the extension ``jobkit._jobkit``): the same
+identity discovery (PMIx, then Slurm, then torchrun variables, then single-rank defaults), the same
+TCP data path set up through the launcher, the same deadlines (``timeout`` in seconds; None: the
+default, JOBKIT_TIMEOUT) and failures that reach every rank. Objects travel as pickles.
+
+Waiting releases the GIL, and a signal handler's exception (Ctrl-C's KeyboardInterrupt) ends a
+wait; the world group is then failed for the other ranks, as a rank that left a collective half
+done cannot pair with them again. jobkit's errors are ``jobkit.Error`` subclasses named after
+their category, and their messages name the rank, its host and the Python caller's file:line.
+As in C++, a failed collective leaves the world group unusable in this process, and one collective
+at a time: do not call collectives from two threads at once.
+"""
+
+import functools as _functools
+import os as _os
+import pickle as _pickle
+from dataclasses import dataclass as _dataclass
+
+from . import _jobkit
+from ._jobkit import (
+    CudaError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    InvalidEnvironmentError,
+    IoError,
+    NcclError,
+    PeerFailureError,
+    PmixError,
+    SchedulerError,
+    TimeoutError,
+    __version__,
+)
+from ._logging import RankFilter, RankFormatter, install_logging
+
+_jobkit.set_package_dir(_os.path.dirname(_os.path.abspath(__file__)))
+
+_PROTOCOL = _pickle.HIGHEST_PROTOCOL
+
+
+# ---- Identity ----
+
+
+@_dataclass(frozen=True)
+class Identity:
+    """Who this process is in its job step (jobkit::identity)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    hostname: str
+    job_id: str
+    step_id: str
+    restart_count: int  # SLURM_RESTART_COUNT: how often Slurm requeued this job
+    array_job_id: str  # "" outside an array job
+    array_task_id: int  # -1 outside an array job
+    source: str  # "pmix", "slurm", "torchrun" or "default"
+
+    def is_main_process(self):
+        return self.rank == 0
+
+    def is_local_main_process(self):
+        return self.local_rank == 0
+
+    def is_distributed(self):
+        return self.world_size > 1
+
+
+_identity = None
+
+
+def identity():
+    """This process's Identity, discovered once."""
+    global _identity
+    if _identity is None:
+        _identity = Identity(*_jobkit.identity())
+    return _identity
+
+
+def rank():
+    return identity().rank
+
+
+def world_size():
+    return identity().world_size
+
+
+def local_rank():
+    return identity().local_rank
+
+
+def local_world_size():
+    return identity().local_world_size
+
+
+def node_rank():
+    return identity().node_rank
+
+
+def num_nodes():
+    return identity().num_nodes
+
+
+def is_main_process():
+    return identity().rank == 0
+
+
+def is_local_main_process():
+    return identity().local_rank == 0
+
+
+def is_distributed():
+    return identity().world_size > 1
+
+
+def rank_prefixed_message(message):
+    """``"[rank: R] message"``; the message unchanged without a launcher."""
+    return _jobkit.rank_prefixed_message(str(message))
+
+
+# ---- Collectives over every rank ----
+
+_OPS = {"sum": "sum", "prod": "prod", "product": "prod", "min": "min", "max": "max",
+        "band": "band", "bor": "bor", "bxor": "bxor"}
+
+
+def barrier(timeout=None):
+    """Returns when every rank has arrived."""
+    _jobkit.barrier(timeout)
+
+
+def broadcast_object(obj, src=0, timeout=None):
+    """src's obj on every rank (src gets obj itself back)."""
+    if rank() == src:
+        _jobkit.broadcast_bytes(_pickle.dumps(obj, _PROTOCOL), src, timeout)
+        return obj
+    return _pickle.loads(_jobkit.broadcast_bytes(None, src, timeout))
+
+
+def all_gather_object(obj, timeout=None):
+    """Every rank's obj, in rank order, on every rank."""
+    return [_pickle.loads(b) for b in _jobkit.all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), timeout)]
+
+
+def gather_object(obj, dst=0, timeout=None):
+    """Every rank's obj, in rank order, on dst; None on the other ranks."""
+    parts = _jobkit.gather_bytes(_pickle.dumps(obj, _PROTOCOL), dst, timeout)
+    return [_pickle.loads(b) for b in parts] if rank() == dst else None
+
+
+def scatter_object(objs, src=0, timeout=None):
+    """objs[r] to rank r: objs is a list of world_size() objects, read on src only (None elsewhere).
+
+    torch's scatter_object_list semantics; OLMo-core's scatter_object(obj) sends one object to
+    every rank, which is broadcast_object here.
+    """
+    parts = [_pickle.dumps(o, _PROTOCOL) for o in objs] if rank() == src else None
+    return _pickle.loads(_jobkit.scatter_bytes(parts, src, timeout))
+
+
+def all_reduce(value, op="sum", timeout=None):
+    """The reduction of every rank's number, or list of numbers (element by element), on every rank.
+
+    op: "sum", "prod" (or "product"), "min", "max", "band", "bor", "bxor" (bitwise: ints only).
+    ints reduce as 64-bit integers, floats as doubles; every rank must pass the same kind and
+    length (a bool counts as an int). The result is bitwise identical on every rank.
+    """
+    name = _OPS.get(str(op).lower())
+    if name is None:
+        raise InvalidArgumentError(f"all_reduce: op={op!r} is not one of {', '.join(_OPS)}")
+    scalar = not isinstance(value, (list, tuple))
+    values = [value] if scalar else list(value)
+    if all(isinstance(v, int) for v in values):
+        result = _jobkit.all_reduce_int([int(v) for v in values], name, timeout)
+    else:
+        result = _jobkit.all_reduce_float([float(v) for v in values], name, timeout)
+    return result[0] if scalar else type(value)(result) if isinstance(value, tuple) else result
+
+
+def compute_and_broadcast(fn, src=0, timeout=None):
+    """fn() on src only; its result on every rank. If fn raises, src re-raises it and the other
+    ranks raise jobkit.PeerFailureError with its message. Unlike axolotl, any picklable result
+    travels exactly (axolotl sends a float32)."""
+    holder = []
+
+    def run():
+        holder.append(fn())
+        return _pickle.dumps(holder[0], _PROTOCOL)
+
+    data = _jobkit.compute_and_broadcast_bytes(run, src, timeout)
+    return holder[0] if holder else _pickle.loads(data)
+
+
+def gather_from_all_ranks(fn, dst=0, timeout=None):
+    """fn() on every rank; the results, in rank order, on dst (None elsewhere). axolotl's
+    world_size argument is not needed."""
+    parts = _jobkit.gather_from_all_ranks_bytes(lambda: _pickle.dumps(fn(), _PROTOCOL), dst, timeout)
+    return [_pickle.loads(b) for b in parts] if rank() == dst else None
+
+
+def reduce_and_broadcast(fn1, fn2, timeout=None):
+    """fn1() on every rank; fn2(list of every rank's result, in rank order) on rank 0; fn2's
+    result on every rank (any picklable object, not axolotl's float32)."""
+    def reduce(parts):
+        return _pickle.dumps(fn2([_pickle.loads(b) for b in parts]), _PROTOCOL)
+
+    data = _jobkit.reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, timeout)
+    return _pickle.loads(data)
+
+
+# ---- Who runs what ----
+#
+# Nesting follows the C++ rule (jobkit/helpers.hpp): a helper nested in main_process_only /
+# run_on_main, or once-per-node helpers nested in once_per_node, just run their function; other
+# nestings, and a world collective inside a section that some ranks skip, raise
+# jobkit.InvalidArgumentError at once instead of hanging.
+
+
+def _call(func, args, kwargs):
+    return func(*(args or ()), **(kwargs or {}))
+
+
+def _check_args(helper, args):
+    if callable(args):
+        raise InvalidArgumentError(f"{helper}: args is a callable; SpeechBrain's signature is "
+                                   f"{helper}(func, args=None, kwargs=None, post_func=None, ...): "
+                                   "pass post_func= by name")
+
+
+def main_process_only(function=None, *, timeout=None):
+    """Decorator: the function runs on the main rank only; every rank returns its result
+    (SpeechBrain's main_process_only). ``@main_process_only`` or ``@main_process_only(timeout=60)``."""
+    def decorate(fn):
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            holder = []
+
+            def run():
+                holder.append(fn(*args, **kwargs))
+                return _pickle.dumps(holder[0], _PROTOCOL)
+
+            data = _jobkit.main_process_only_bytes(run, timeout)
+            return holder[0] if holder else _pickle.loads(data)
+
+        return wrapper
+
+    return decorate(function) if function is not None else decorate
+
+
+def run_on_main(func, args=None, kwargs=None, post_func=None, post_args=None, post_kwargs=None,
+                run_post_on_main=False, timeout=None):
+    """SpeechBrain's run_on_main: func on the main rank, a barrier, then post_func on the other
+    ranks followed by a barrier (or on every rank at once, no barrier, with run_post_on_main).
+    Returns func's result on every rank."""
+    _check_args("run_on_main", args)
+    holder = []
+
+    def run():
+        holder.append(_call(func, args, kwargs))
+        return _pickle.dumps(holder[0], _PROTOCOL)
+
+    def post():
+        if post_func is not None:
+            _call(post_func, post_args, post_kwargs)
+
+    data = _jobkit.run_on_main_bytes(run, post, run_post_on_main, timeout)
+    return holder[0] if holder else _pickle.loads(data)
+
+
+def once_per_node(function=None, *, timeout=None):
+    """Decorator: the function runs on local rank 0 of every node, which returns its result; the
+    other ranks wait for their node's runner and return None (SpeechBrain's once_per_node). An
+    exception on the runner reaches the node's other ranks as jobkit.PeerFailureError."""
+    def decorate(fn):
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            holder = [None]
+
+            def run():
+                holder[0] = fn(*args, **kwargs)
+
+            _jobkit.once_per_node(run, timeout)
+            return holder[0]
+
+        return wrapper
+
+    return decorate(function) if function is not None else decorate
+
+
+def run_once_per_node(func, args=None, kwargs=None, post_func=None, post_args=None, post_kwargs=None,
+                      run_post_on_all=False, timeout=None):
+    """SpeechBrain's run_once_per_node: func on local rank 0 of every node, a barrier over all
+    ranks, then post_func on the other ranks followed by a barrier (or on every rank, no barrier,
+    with run_post_on_all). Returns func's result where it ran, replaced by post_func's where that
+    ran (None elsewhere)."""
+    _check_args("run_once_per_node", args)
+    holder = [None]
+
+    def run():
+        holder[0] = _call(func, args, kwargs)
+
+    def post():
+        if post_func is not None:
+            holder[0] = _call(post_func, post_args, post_kwargs)
+
+    _jobkit.run_once_per_node(run, post, run_post_on_all, timeout)
+    return holder[0]
+
+
+class _FirstThenOthers:
+    def __init__(self, per_node, fn, timeout):
+        self._per_node = per_node
+        self._fn = fn
+        self._timeout = timeout
+        self._stage = None
+
+    def __call__(self, *args, **kwargs):
+        holder = [None]
+
+        def run():
+            holder[0] = self._fn(*args, **kwargs)
+
+        (_jobkit.local_zero_first if self._per_node else _jobkit.zero_first)(run, self._timeout)
+        return holder[0]
+
+    def __enter__(self):
+        if self._fn is not None:
+            raise InvalidArgumentError("zero_first(fn) is called, not entered: use `with zero_first():`")
+        self._stage = _jobkit.FirstThenOthers(self._per_node, self._timeout)
+        self._stage.enter()
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        stage, self._stage = self._stage, None
+        stage.exit(None if kind is None else f"{kind.__name__}: {value}")
+        return False
+
+
+def zero_first(fn=None, *, timeout=None):
+    """Rank 0 first, then every other rank (released when rank 0 is done).
+
+    Two forms:
+      ``with jobkit.zero_first(): body`` -- every rank runs the body; the others start it when
+      rank 0 has left the block. A context manager cannot skip its body: if rank 0's body raises,
+      the others do not wait for a deadline but raise jobkit.PeerFailureError at the ``with``.
+      ``jobkit.zero_first(fn)`` -- returns a callable; calling it runs fn the same way and returns
+      fn's result on each rank. This form skips fn on the other ranks when rank 0's fn raised
+      (they raise jobkit.PeerFailureError instead), as the C++ helper does.
+    axolotl's zero_first(is_main) takes the "first" predicate; here it is rank 0 (local rank 0 of
+    every node: local_zero_first), and the barrier is the group's, never a global one per node.
+    """
+    return _FirstThenOthers(False, fn, timeout)
+
+
+def local_zero_first(fn=None, *, timeout=None):
+    """zero_first per node: local rank 0 of each node first, then that node's other ranks; nodes
+    do not wait for each other. The same two forms as zero_first."""
+    return _FirstThenOthers(True, fn, timeout)
+
+
+def do_n_at_a_time(f, *, n=None, timeout=None):
+    """f() on every rank, at most n ranks at a time; each rank returns its own f()'s result.
+
+    n=None: one rank per node at a time on any layout (cyclic and uneven included), where
+    OLMo-core's default (n = number of nodes, rank % rounds) is one per node only on block layouts.
+    """
+    holder = [None]
+
+    def run():
+        holder[0] = f()
+
+    _jobkit.do_n_at_a_time(run, n, timeout)
+    return holder[0]
+
+
+def fs_local_rank(directory=".", timeout=None):
+    """0 on exactly one rank per file system holding `directory`, counting up on the others.
+    FS_LOCAL_RANK and OLMO_SHARED_FS=1 override as in OLMo-core; otherwise jobkit probes the
+    directory (OLMo-core assumes: local rank, or global rank with OLMO_SHARED_FS). Collective."""
+    return _jobkit.fs_local_rank(_os.fspath(directory), timeout)
+
+
+# ---- Workspace and node-local gather (bytes) ----
+
+
+class Workspace:
+    """A shared directory where each rank leaves a state (config text + payload bytes) for the
+    others (jobkit::workspace). Collective to create; close() (or the end of a ``with`` block)
+    removes this rank's files; the last rank's, the directory. Close it when no rank reads anymore
+    (e.g. after a barrier).
+
+    group: None (every rank), "node", or a list of world ranks.
+    """
+
+    def __init__(self, root, group=None, timeout=None):
+        self._ws = _jobkit.Workspace(_os.fspath(root), group, timeout)
+
+    def write(self, payload, config=""):
+        self._ws.write(bytes(payload), config)
+
+    def read(self, rank, timeout=None):
+        """(config, payload) of group rank `rank`, waiting until it exists."""
+        return self._ws.read(rank, timeout)
+
+    def path_of(self, rank):
+        return self._ws.path_of(rank)
+
+    @property
+    def directory(self):
+        return self._ws.directory
+
+    def close(self):
+        self._ws = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def node_local_gather(payload, config="", group=None, workspace=None, collective_max_bytes=4 << 20, timeout=None):
+    """Every member's (config, payload) to the group's rank 0, in group-rank order, through
+    shared memory on one node, else collectives or a workspace under `workspace` for large states.
+    Returns (states, route): states is a list on the group's rank 0 and [] elsewhere; route is
+    "shared_memory", "workspace" or "collectives"."""
+    where = "" if workspace is None else _os.fspath(workspace)
+    return _jobkit.node_local_gather(bytes(payload), config, group, where, collective_max_bytes, timeout)
+
+
+__all__ = [
+    "Error", "InvalidEnvironmentError", "InvalidArgumentError", "PmixError", "TimeoutError", "PeerFailureError",
+    "NcclError", "CudaError", "IoError", "SchedulerError", "InternalError", "Identity", "identity", "rank",
+    "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes", "is_main_process",
+    "is_local_main_process", "is_distributed", "rank_prefixed_message", "RankFilter", "RankFormatter",
+    "install_logging", "barrier", "broadcast_object", "all_gather_object", "gather_object", "scatter_object",
+    "all_reduce", "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
+    "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
+    "fs_local_rank", "Workspace", "node_local_gather", "__version__",
+]

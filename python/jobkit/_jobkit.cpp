@@ -1,0 +1,487 @@
+// The extension under the Python package `jobkit`: a thin binding of the C++ library. Objects
+// travel as bytes here (the package pickles them); callables are Python functions the helpers
+// call with the GIL held, and every wait releases the GIL. See python/jobkit/__init__.py.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/embedder.hpp"
+#include "jobkit/collectives.hpp"
+#include "jobkit/config.hpp"
+#include "jobkit/helpers.hpp"
+#include "jobkit/log.hpp"
+#include "jobkit/runtime.hpp"
+#include "jobkit/workspace.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+/// Frames of files under this directory are the package's own: the call site is the first
+/// frame outside it.
+std::string package_dir;
+
+/// A Python exception raised by a signal handler while jobkit waited.
+class python_interrupt : public py::error_already_set {};
+
+/// A Python exception raised by a callable the helpers run: the other ranks get its short text
+/// ("ValueError: boom", not the traceback), this rank the exception itself.
+class python_callable_error : public std::runtime_error {
+ public:
+  explicit python_callable_error(const py::error_already_set& e)
+      : std::runtime_error(std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()))),
+        error(e) {}
+  py::error_already_set error;
+};
+
+/// Calls a Python callable from a helper (the GIL held).
+template <class... A>
+py::object call_python(const py::function& fn, A&&... args) {
+  try {
+    return fn(std::forward<A>(args)...);
+  } catch (const python_interrupt&) {
+    throw;
+  } catch (const py::error_already_set& e) {
+    throw python_callable_error(e);
+  }
+}
+
+std::string python_site() {
+  PyFrameObject* frame = PyEval_GetFrame();
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    std::string file = py::str(code->co_filename);
+    Py_DECREF(code);
+    if (package_dir.empty() || file.rfind(package_dir, 0) != 0) {
+      const int line = PyFrame_GetLineNumber(frame);
+      Py_DECREF(frame);
+      if (const auto slash = file.rfind('/'); slash != std::string::npos) file.erase(0, slash + 1);
+      return file + ":" + std::to_string(line);
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  return "<python>";
+}
+
+/// Runs the Python signal handlers when a signal interrupts a wait; their exception (e.g.
+/// KeyboardInterrupt) abandons the wait.
+void run_python_signal_handlers() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw python_interrupt();
+}
+
+/// Connects to the launcher with the asynchronous signals blocked, so that the threads PMIx
+/// starts inherit the mask: these signals then reach a Python thread, whose poll(2) they
+/// interrupt, rather than a PMIx thread.
+void start_runtime() {
+  static bool started = false;  // guarded by the GIL
+  if (started) return;
+  sigset_t blocked;
+  sigset_t previous;
+  sigemptyset(&blocked);
+  for (const int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&blocked, s);
+  pthread_sigmask(SIG_BLOCK, &blocked, &previous);
+  try {
+    py::gil_scoped_release nogil;
+    jobkit::default_runtime();
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  jobkit::detail::set_interrupt_hook(run_python_signal_handlers);
+  started = true;
+}
+
+/// The message of an error raised in a call from `site`, naming this rank, its host and the site
+/// where the C++ message does not already (e.g. an invalid argument).
+std::string in_context(const std::string& message, const std::string& site) {
+  const auto self = jobkit::detail::describe_self();
+  std::string missing;
+  if (message.find(self) == std::string::npos) missing = "on " + self;
+  if (message.find(site) == std::string::npos) missing += (missing.empty() ? "at " : ", at ") + site;
+  return missing.empty() ? message : message + " (" + missing + ")";
+}
+
+/// Runs fn without the GIL, with the Python caller as the call site of jobkit's messages. When a
+/// signal handler's exception abandons a collective's wait, the world group is failed for the
+/// other ranks (this rank left a collective half done) and the exception goes on.
+template <bool collective = true, class F>
+auto blocking(F&& fn) {
+  start_runtime();
+  jobkit::detail::call_site_override site(python_site());
+  py::gil_scoped_release nogil;
+  try {
+    return fn();
+  } catch (const jobkit::error& e) {
+    throw jobkit::error(e.code(), in_context(e.what(), *jobkit::detail::current_call_site_override()),
+                        e.native_status());
+  } catch (const python_callable_error& e) {
+    throw e.error;
+  } catch (const python_interrupt&) {
+    if (!collective) throw;
+    try {
+      jobkit::world().abort("a signal interrupted " + jobkit::detail::describe_self() + " in a jobkit call at " +
+                            *jobkit::detail::current_call_site_override());
+    } catch (const jobkit::error&) {  // no world to tell
+    }
+    throw;
+  }
+}
+
+std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
+  if (!seconds) return std::chrono::milliseconds{0};
+  if (!std::isfinite(*seconds) || *seconds <= 0) {
+    throw jobkit::error(jobkit::errc::invalid_argument,
+                        "timeout=" + std::to_string(*seconds) + ": a positive number of seconds, or None");
+  }
+  return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(*seconds));
+}
+
+jobkit::call_options call_of(std::optional<double> seconds) { return {timeout_of(seconds)}; }
+
+std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
+
+/// A callable the helpers run without the GIL: it takes the GIL and returns fn()'s bytes.
+auto returning_bytes(const py::function& fn) {
+  return [&fn]() -> std::string {
+    py::gil_scoped_acquire gil;
+    return bytes_of(call_python(fn));
+  };
+}
+
+/// The same for a fn whose result stays in Python (the package keeps it).
+auto returning_nothing(const py::function& fn) {
+  return [&fn] {
+    py::gil_scoped_acquire gil;
+    call_python(fn);
+  };
+}
+
+py::list to_list(const std::vector<std::string>& items) {
+  py::list out;
+  for (const auto& item : items) out.append(py::bytes(item));
+  return out;
+}
+
+std::vector<std::string> from_list(const py::sequence& items) {
+  std::vector<std::string> out;
+  out.reserve(items.size());
+  for (const auto& item : items) out.push_back(bytes_of(item));
+  return out;
+}
+
+jobkit::reduce_op op_of(const std::string& name) {
+  using jobkit::reduce_op;
+  for (const auto op : {reduce_op::sum, reduce_op::prod, reduce_op::min, reduce_op::max, reduce_op::band,
+                        reduce_op::bor, reduce_op::bxor}) {
+    if (jobkit::to_string(op) == name) return op;
+  }
+  throw jobkit::error(jobkit::errc::invalid_argument,
+                      "all_reduce: op='" + name + "' is not one of sum, prod, min, max, band, bor, bxor");
+}
+
+py::bytes bytes_from(const std::vector<std::byte>& data) {
+  return py::bytes(reinterpret_cast<const char*>(data.data()), data.size());
+}
+
+std::span<const std::byte> span_of(const std::string& data) { return std::as_bytes(std::span(data)); }
+
+jobkit::group group_of(const py::object& spec, std::optional<double> timeout) {
+  if (spec.is_none()) return jobkit::world();
+  if (py::isinstance<py::str>(spec)) {
+    const auto name = spec.cast<std::string>();
+    if (name == "world") return jobkit::world();
+    if (name == "node") return jobkit::node_group();
+    throw jobkit::error(jobkit::errc::invalid_argument,
+                        "group='" + name + "': 'world', 'node', None or a list of world ranks");
+  }
+  const auto ranks = spec.cast<std::vector<int>>();
+  return jobkit::make_group(ranks, call_of(timeout));
+}
+
+/// The context-manager form of zero_first / local_zero_first: enter() waits (except on the
+/// first rank), exit() releases the others (on the first rank), or fails them when the body raised.
+class first_then_others {
+ public:
+  first_then_others(bool per_node, std::optional<double> timeout)
+      : per_node_(per_node), options_(call_of(timeout)), helper_(per_node ? "local_zero_first" : "zero_first") {}
+
+  void enter() {
+    blocking([&] {
+      using jobkit::detail::section_kind;
+      site_ = *jobkit::detail::current_call_site_override();
+      const auto& id = jobkit::current_identity();
+      const auto section = jobkit::detail::current_section();
+      if (per_node_ && section && section->kind == section_kind::node_leaders) {
+        direct_ = jobkit::detail::nested_runs_directly(section_kind::node_leaders, helper_, {});
+      } else {
+        direct_ = jobkit::detail::nested_runs_directly(section_kind::staggered, helper_, {});
+      }
+      if (direct_) return;
+      group_ = per_node_ ? jobkit::node_group() : jobkit::world();
+      first_ = per_node_ ? id.local_rank == 0 : id.rank == 0;
+      group_->setup(options_);
+      if (!first_) group_->barrier(options_);
+      guard_.emplace(section_kind::staggered, helper_, std::source_location::current());
+    });
+  }
+
+  void exit(const std::optional<std::string>& raised) {
+    guard_.reset();
+    if (direct_ || !first_) return;
+    if (raised) {
+      group_->abort(std::string(helper_) + " at " + site_ + ": the body raised on " + jobkit::detail::describe_self() +
+                    ": " + *raised);
+      return;
+    }
+    blocking([&] { group_->barrier(options_); });
+  }
+
+ private:
+  bool per_node_;
+  jobkit::call_options options_;
+  const char* helper_;
+  std::string site_;
+  bool direct_ = false;
+  bool first_ = false;
+  std::optional<jobkit::group> group_;
+  std::optional<jobkit::detail::section_guard> guard_;
+};
+
+/// jobkit::errc -> Python exception type, indexed by the enumerator's value, and their base
+/// jobkit.Error. Never freed: the types live as long as the interpreter.
+std::vector<PyObject*> error_types;
+PyObject* error_base = nullptr;
+
+void define_errors(py::module_& m) {
+  PyObject* base = PyErr_NewExceptionWithDoc("jobkit.Error",
+                                             "A jobkit failure; `code` names its category (jobkit::errc), "
+                                             "`native_status` the failed native call's status (0 when none).",
+                                             PyExc_Exception, nullptr);
+  m.attr("Error") = py::handle(base);
+  error_base = base;
+  struct kind {
+    jobkit::errc code;
+    const char* name;
+    PyObject* also;
+  };
+  const kind kinds[] = {
+      {jobkit::errc::invalid_environment, "InvalidEnvironmentError", nullptr},
+      {jobkit::errc::invalid_argument, "InvalidArgumentError", PyExc_ValueError},
+      {jobkit::errc::pmix, "PmixError", nullptr},
+      {jobkit::errc::timeout, "TimeoutError", PyExc_TimeoutError},
+      {jobkit::errc::peer_failure, "PeerFailureError", nullptr},
+      {jobkit::errc::nccl, "NcclError", nullptr},
+      {jobkit::errc::cuda, "CudaError", nullptr},
+      {jobkit::errc::io, "IoError", nullptr},
+      {jobkit::errc::scheduler, "SchedulerError", nullptr},
+      {jobkit::errc::internal, "InternalError", nullptr},
+  };
+  error_types.assign(std::size(kinds), base);
+  for (const auto& k : kinds) {
+    py::tuple bases = k.also ? py::make_tuple(py::handle(base), py::handle(k.also)) : py::make_tuple(py::handle(base));
+    PyObject* type = PyErr_NewException((std::string("jobkit.") + k.name).c_str(), bases.ptr(), nullptr);
+    m.attr(k.name) = py::handle(type);
+    error_types[static_cast<std::size_t>(k.code)] = type;
+  }
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const jobkit::error& e) {
+      const auto index = static_cast<std::size_t>(e.code());
+      auto* type = index < error_types.size() ? error_types[index] : error_base;  // a category added later
+      py::object exc = py::reinterpret_borrow<py::object>(type)(e.what());
+      exc.attr("code") = std::string(jobkit::to_string(e.code()));
+      exc.attr("native_status") = e.native_status();
+      PyErr_SetObject(type, exc.ptr());
+    }
+  });
+}
+
+void define_identity(py::module_& m) {
+  m.def("identity", [] {
+    start_runtime();
+    const auto& id = jobkit::current_identity();
+    return py::make_tuple(id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
+                          id.hostname, id.job_id, id.step_id, id.restart_count, id.array_job_id, id.array_task_id,
+                          std::string(jobkit::to_string(id.source)));
+  });
+  m.def("connected_to_pmix", [] {
+    start_runtime();
+    return jobkit::default_runtime().connected_to_pmix();
+  });
+  m.def("rank_prefixed_message", [](const std::string& message) {
+    start_runtime();
+    return jobkit::rank_prefixed_message(message);
+  });
+  m.def("log_ranks_admit", [](const std::string& filter) {
+    start_runtime();
+    return jobkit::rank_filter::parse(filter, "JOBKIT_LOG_RANKS").admits(jobkit::current_identity());
+  });
+  m.def("data_path_addresses", [] {
+    start_runtime();
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& a : jobkit::default_runtime().data_path_addresses()) out.emplace_back(a.interface, a.address);
+    return out;
+  });
+}
+
+void define_collectives(py::module_& m) {
+  using opt_seconds = std::optional<double>;
+  m.def("barrier", [](opt_seconds timeout) { blocking([&] { jobkit::world().barrier(call_of(timeout)); }); });
+  m.def("broadcast_bytes", [](const py::object& data, int src, opt_seconds timeout) {
+    const std::string mine = data.is_none() ? std::string() : bytes_of(data);
+    return py::bytes(blocking([&] { return jobkit::world().broadcast(mine, src, call_of(timeout)); }));
+  });
+  m.def("all_gather_bytes", [](const py::bytes& data, opt_seconds timeout) {
+    const auto mine = std::string(data);
+    return to_list(blocking([&] { return jobkit::world().all_gather(mine, call_of(timeout)); }));
+  });
+  m.def("gather_bytes", [](const py::bytes& data, int dst, opt_seconds timeout) {
+    const auto mine = std::string(data);
+    return to_list(blocking([&] { return jobkit::world().gather(mine, dst, call_of(timeout)); }));
+  });
+  m.def("scatter_bytes", [](const py::object& items, int src, opt_seconds timeout) {
+    const auto values = items.is_none() ? std::vector<std::string>() : from_list(items);
+    return py::bytes(blocking([&] { return jobkit::world().scatter(values, src, call_of(timeout)); }));
+  });
+  m.def("all_reduce_int", [](const std::vector<std::int64_t>& values, const std::string& op, opt_seconds timeout) {
+    const auto reduction = op_of(op);
+    return blocking([&] { return jobkit::world().all_reduce(values, reduction, call_of(timeout)); });
+  });
+  m.def("all_reduce_float", [](const std::vector<double>& values, const std::string& op, opt_seconds timeout) {
+    const auto reduction = op_of(op);
+    return blocking([&] { return jobkit::world().all_reduce(values, reduction, call_of(timeout)); });
+  });
+  m.def("compute_and_broadcast_bytes", [](const py::function& fn, int src, opt_seconds timeout) {
+    return py::bytes(blocking([&] {
+      return jobkit::world().compute_and_broadcast(returning_bytes(fn),
+                                                   jobkit::rooted_options{src, timeout_of(timeout)});
+    }));
+  });
+  m.def("gather_from_all_ranks_bytes", [](const py::function& fn, int dst, opt_seconds timeout) {
+    return to_list(blocking([&] {
+      return jobkit::world().gather_from_all_ranks(returning_bytes(fn),
+                                                   jobkit::rooted_options{dst, timeout_of(timeout)});
+    }));
+  });
+  m.def("reduce_and_broadcast_bytes", [](const py::function& map, const py::function& reduce, opt_seconds timeout) {
+    auto reduce_bytes = [&reduce](std::vector<std::string> parts) -> std::string {
+      py::gil_scoped_acquire gil;
+      return bytes_of(call_python(reduce, to_list(parts)));
+    };
+    return py::bytes(blocking(
+        [&] { return jobkit::world().reduce_and_broadcast(returning_bytes(map), reduce_bytes, call_of(timeout)); }));
+  });
+}
+
+void define_helpers(py::module_& m) {
+  using opt_seconds = std::optional<double>;
+  m.def("main_process_only_bytes", [](const py::function& fn, opt_seconds timeout) {
+    return py::bytes(blocking([&] { return jobkit::main_process_only(returning_bytes(fn), call_of(timeout)); }));
+  });
+  m.def("run_on_main_bytes",
+        [](const py::function& fn, const py::function& post, bool run_post_on_main, opt_seconds timeout) {
+          return py::bytes(blocking([&] {
+            return jobkit::run_on_main(returning_bytes(fn), returning_nothing(post),
+                                       jobkit::run_on_main_options{run_post_on_main, timeout_of(timeout)});
+          }));
+        });
+  m.def("once_per_node", [](const py::function& fn, opt_seconds timeout) {
+    blocking([&] { jobkit::once_per_node(returning_nothing(fn), call_of(timeout)); });
+  });
+  m.def("run_once_per_node",
+        [](const py::function& fn, const py::function& post, bool run_post_on_all, opt_seconds timeout) {
+          blocking([&] {
+            jobkit::run_once_per_node(returning_nothing(fn), returning_nothing(post),
+                                      jobkit::run_once_per_node_options{run_post_on_all, timeout_of(timeout)});
+          });
+        });
+  m.def("zero_first", [](const py::function& fn, opt_seconds timeout) {
+    blocking([&] { jobkit::zero_first(returning_nothing(fn), call_of(timeout)); });
+  });
+  m.def("local_zero_first", [](const py::function& fn, opt_seconds timeout) {
+    blocking([&] { jobkit::local_zero_first(returning_nothing(fn), call_of(timeout)); });
+  });
+  m.def("do_n_at_a_time", [](const py::function& fn, std::optional<int> n, opt_seconds timeout) {
+    blocking([&] {
+      jobkit::do_n_at_a_time(returning_nothing(fn), jobkit::n_at_a_time_options{n, timeout_of(timeout)});
+    });
+  });
+  m.def("fs_local_rank", [](const std::string& dir, opt_seconds timeout) {
+    return blocking([&] { return jobkit::fs_local_rank(dir, call_of(timeout)); });
+  });
+  py::class_<first_then_others>(m, "FirstThenOthers")
+      .def(py::init<bool, opt_seconds>())
+      .def("enter", &first_then_others::enter)
+      .def("exit", &first_then_others::exit);
+}
+
+void define_workspace(py::module_& m) {
+  using opt_seconds = std::optional<double>;
+  py::class_<jobkit::workspace>(m, "Workspace")
+      .def(py::init([](const std::string& root, const py::object& members, opt_seconds timeout) {
+             return blocking([&] {
+               return std::make_unique<jobkit::workspace>(root, group_of(members, timeout), call_of(timeout));
+             });
+           }),
+           py::arg("root"), py::arg("group") = py::none(), py::arg("timeout") = py::none())
+      .def(
+          "write",
+          [](jobkit::workspace& ws, const py::bytes& payload, const std::string& config) {
+            const auto data = std::string(payload);
+            blocking<false>([&] { ws.write(config, span_of(data)); });
+          },
+          py::arg("payload"), py::arg("config") = "")
+      .def(
+          "read",
+          [](const jobkit::workspace& ws, int rank, opt_seconds timeout) {
+            auto state = blocking<false>([&] { return ws.read(rank, call_of(timeout)); });
+            return py::make_tuple(state.config, bytes_from(state.payload));
+          },
+          py::arg("rank"), py::arg("timeout") = py::none())
+      .def("path_of", [](const jobkit::workspace& ws, int rank) { return ws.path_of(rank).string(); })
+      .def_property_readonly("directory", [](const jobkit::workspace& ws) { return ws.directory().string(); });
+
+  m.def("node_local_gather", [](const py::bytes& payload, const std::string& config, const py::object& members,
+                                const std::string& workspace, std::size_t collective_max_bytes, opt_seconds timeout) {
+    const auto data = std::string(payload);
+    auto result = blocking([&] {
+      jobkit::gather_options options{call_of(timeout), workspace, collective_max_bytes};
+      return jobkit::node_local_gather(config, span_of(data), group_of(members, timeout), options);
+    });
+    py::list states;
+    for (const auto& s : result.states) states.append(py::make_tuple(s.config, bytes_from(s.payload)));
+    return py::make_tuple(states, std::string(jobkit::to_string(result.route)));
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_jobkit, m) {
+  m.doc() = "jobkit's C++ library; use the package `jobkit`, which wraps this module.";
+  m.attr("__version__") = JOBKIT_VERSION_STRING;
+  m.def("set_package_dir", [](const std::string& dir) { package_dir = dir + "/"; });
+  m.def("call_site", &python_site);
+  define_errors(m);
+  define_identity(m);
+  define_collectives(m);
+  define_helpers(m);
+  define_workspace(m);
+}

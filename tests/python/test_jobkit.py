@@ -1,0 +1,252 @@
+"""The Python module without a launcher: single-rank defaults, every call's local behaviour,
+errors as jobkit.Error subclasses naming the rank, host and the Python call site."""
+import dataclasses
+import datetime
+import io
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+for name in list(os.environ):  # no launcher: the documented single-rank defaults
+    if name.startswith(("SLURM_", "PMIX_", "OMPI_", "JOBKIT_")) or name in (
+            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"):
+        del os.environ[name]
+
+import pytest
+
+import jobkit
+
+
+def line_of(marker):
+    """The line of this file holding `marker` (a comment), as jobkit names call sites."""
+    with open(__file__) as f:
+        for number, text in enumerate(f, 1):
+            if text.rstrip().endswith("# " + marker):
+                return f"test_jobkit.py:{number}"
+    raise AssertionError(marker)
+
+
+def test_identity_defaults():
+    me = jobkit.identity()
+    counts = (me.rank, me.world_size, me.local_rank, me.local_world_size, me.node_rank, me.num_nodes)
+    assert counts == (0, 1, 0, 1, 0, 1)
+    assert me.source == "default" and me.job_id == "" and me.hostname
+    assert (me.restart_count, me.array_job_id, me.array_task_id) == (0, "", -1)
+    assert (jobkit.rank(), jobkit.world_size(), jobkit.local_rank(), jobkit.local_world_size()) == (0, 1, 0, 1)
+    assert (jobkit.node_rank(), jobkit.num_nodes()) == (0, 1)
+    assert jobkit.is_main_process() and jobkit.is_local_main_process() and not jobkit.is_distributed()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        me.rank = 3
+    assert jobkit.identity() is me
+
+
+def test_rank_prefixed_message_without_launcher():
+    assert jobkit.rank_prefixed_message("hello") == "hello"
+
+
+def test_logging_filter_and_formatter():
+    stream = io.StringIO()
+    logger = logging.getLogger("jobkit-test")
+    handler = jobkit.install_logging(logger, stream=stream, fmt="%(levelname)s %(message)s [%(rank)s]")
+    try:
+        logger.info("seen on the main rank")
+        assert stream.getvalue() == "INFO seen on the main rank [0]\n"
+        handler.filters.clear()
+        handler.addFilter(jobkit.RankFilter("3-5"))
+        logger.info("not on rank 0")
+        logger.warning("warnings everywhere")
+        assert stream.getvalue().splitlines()[1:] == ["WARNING warnings everywhere [0]"]
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_logging_honours_jobkit_log_ranks(monkeypatch):
+    monkeypatch.setenv("JOBKIT_LOG_RANKS", "1,2")
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
+    assert not jobkit.RankFilter().filter(record)
+    monkeypatch.setenv("JOBKIT_LOG_RANKS", "local-main")
+    assert jobkit.RankFilter().filter(record)
+    monkeypatch.setenv("JOBKIT_LOG_RANKS", "every")
+    with pytest.raises(jobkit.InvalidArgumentError, match="JOBKIT_LOG_RANKS"):
+        jobkit.RankFilter()
+
+
+def test_object_collectives_on_one_rank():
+    jobkit.barrier()
+    value = {"a": [1, 2], "b": b"\x00"}
+    assert jobkit.broadcast_object(value) is value
+    assert jobkit.all_gather_object(value) == [value]
+    assert jobkit.gather_object(3) == [3]
+    assert jobkit.scatter_object(["only"]) == "only"
+    assert jobkit.compute_and_broadcast(lambda: {"x": 1}) == {"x": 1}
+    assert jobkit.gather_from_all_ranks(lambda: 5) == [5]
+    assert jobkit.reduce_and_broadcast(lambda: 2, lambda parts: sum(parts) * 10) == 20
+
+
+def test_all_reduce():
+    assert jobkit.all_reduce(3) == 3 and isinstance(jobkit.all_reduce(3), int)
+    assert jobkit.all_reduce(2.5, "max") == 2.5
+    assert jobkit.all_reduce([1, 2.5], "SUM") == [1.0, 2.5]
+    assert jobkit.all_reduce((6, 3), "bxor") == (6, 3)
+    assert jobkit.all_reduce(-(2 ** 62), "product") == -(2 ** 62)
+    with pytest.raises(jobkit.InvalidArgumentError, match="integral"):
+        jobkit.all_reduce(1.5, "band")
+    with pytest.raises(jobkit.InvalidArgumentError, match="op='avg'"):
+        jobkit.all_reduce(1, "avg")
+
+
+def test_errors_name_rank_host_and_python_call_site():
+    host = jobkit.identity().hostname
+    with pytest.raises(jobkit.InvalidArgumentError) as caught:
+        jobkit.broadcast_object(1, src=2)  # bad root
+    assert isinstance(caught.value, ValueError) and caught.value.code == "invalid_argument"
+    assert f"rank 0 ({host})" in str(caught.value) and line_of("bad root") in str(caught.value)
+    with pytest.raises(jobkit.InvalidArgumentError, match="timeout"):
+        jobkit.barrier(timeout=-1)
+    assert issubclass(jobkit.TimeoutError, TimeoutError) and issubclass(jobkit.TimeoutError, jobkit.Error)
+    for name in ("InvalidEnvironmentError", "PmixError", "PeerFailureError", "NcclError", "CudaError", "IoError",
+                 "SchedulerError", "InternalError"):
+        assert issubclass(getattr(jobkit, name), jobkit.Error)
+
+
+def test_main_process_only_and_run_on_main():
+    calls = []
+
+    @jobkit.main_process_only
+    def prepare(x, y=1):
+        calls.append(x)
+        return x + y
+
+    assert prepare(2, y=3) == 5 and calls == [2]
+
+    @jobkit.main_process_only(timeout=30)
+    def fails():
+        raise KeyError("own exception")
+
+    with pytest.raises(KeyError):  # the main rank gets its own exception back
+        fails()
+    post = []
+    assert jobkit.run_on_main(lambda a: a * 2, args=(4,), post_func=post.append, post_args=("p",)) == 8
+    assert post == []  # post_func runs on the other ranks only...
+    assert jobkit.run_on_main(lambda: 1, post_func=post.append, post_args=("p",), run_post_on_main=True) == 1
+    assert post == ["p"]  # ...or on every rank with run_post_on_main
+    with pytest.raises(jobkit.InvalidArgumentError, match="post_func= by name"):
+        jobkit.run_on_main(lambda: 1, post.append)
+
+
+def test_once_per_node_and_run_once_per_node():
+    @jobkit.once_per_node
+    def download():
+        return "done"
+
+    assert download() == "done"
+    assert jobkit.run_once_per_node(lambda: "ran", post_func=lambda: "post") == "ran"
+    assert jobkit.run_once_per_node(lambda: "ran", post_func=lambda: "post", run_post_on_all=True) == "post"
+
+
+def test_zero_first_forms():
+    assert jobkit.zero_first(lambda: 7)() == 7
+    assert jobkit.local_zero_first(lambda: 8)() == 8
+    with jobkit.local_zero_first(timeout=5):
+        ran = True
+    assert ran
+    with pytest.raises(jobkit.InvalidArgumentError, match="inside zero_first at test_jobkit.py"):
+        with jobkit.zero_first():  # the C++ nesting rule: staggered sections do not nest
+            with jobkit.local_zero_first():
+                pass
+    with pytest.raises(RuntimeError, match="body"):
+        with jobkit.zero_first():
+            raise RuntimeError("body failed")
+    with pytest.raises(jobkit.InvalidArgumentError):
+        with jobkit.zero_first(lambda: 1):
+            pass
+
+
+def test_nesting_runs_directly():
+    @jobkit.main_process_only
+    def outer():
+        return jobkit.run_on_main(lambda: "inner") + jobkit.zero_first(lambda: "!")()
+
+    assert outer() == "inner!"
+
+
+def test_do_n_at_a_time_and_fs_local_rank(tmp_path):
+    assert jobkit.do_n_at_a_time(lambda: 4) == 4
+    assert jobkit.do_n_at_a_time(lambda: 5, n=2) == 5
+    assert jobkit.fs_local_rank(tmp_path) == 0
+
+
+def test_workspace_and_node_local_gather(tmp_path):
+    with jobkit.Workspace(tmp_path) as ws:
+        ws.write(b"\x01\x02", config='{"k": 1}')
+        assert ws.read(0) == ('{"k": 1}', b"\x01\x02")
+        assert os.path.isfile(ws.path_of(0)) and ws.directory.startswith(str(tmp_path))
+        directory = ws.directory
+        with pytest.raises(jobkit.InvalidArgumentError):
+            ws.read(1)
+    assert not os.path.exists(directory)
+    assert jobkit.node_local_gather(b"payload", config="c") == ([("c", b"payload")], "shared_memory")
+
+
+def test_version():
+    assert jobkit.__version__ and sys.modules["jobkit._jobkit"].__version__ == jobkit.__version__
+
+
+def test_ctrl_c_ends_a_wait(tmp_path):
+    """The workspace waits for a state nobody writes; SIGINT (Ctrl-C) ends the wait at once."""
+    with jobkit.Workspace(tmp_path) as ws:
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            ws.read(0, timeout=20)
+        assert time.monotonic() - start < 3
+        with pytest.raises(jobkit.TimeoutError, match="test_jobkit.py"):
+            ws.read(0, timeout=0.2)
+
+
+def test_torch_init_process_group_on_one_rank(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    import jobkit.torch
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    store = jobkit.torch.init_process_group("gloo")
+    try:
+        value = torch.tensor([2.0])
+        dist.all_reduce(value)
+        assert value.item() == 2.0 and dist.get_world_size() == 1
+        store.set("k", "v")
+        assert store.get("k") == b"v" and store.add("n", 3) == 3 and store.add("n", 2) == 5
+        assert store.compare_set("k", "v", "w") == b"w" and store.compare_set("k", "x", "y") == b"w"
+        assert store.check(["k", "n"]) and not store.check(["absent"])
+        assert store.delete_key("k") and not store.delete_key("k")
+        with pytest.raises(jobkit.TimeoutError):
+            store.wait(["absent"], datetime.timedelta(seconds=0.1))
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises((jobkit.NcclError, jobkit.CudaError)):
+        jobkit.torch.init_process_group("nccl")
+
+
+def test_python_exceptions_cross_unchanged():
+    """Last: a failed collective leaves the world group unusable in this process, as in C++."""
+    class Custom(Exception):
+        pass
+
+    def boom():
+        raise Custom("kept")
+
+    with pytest.raises(Custom, match="kept"):
+        jobkit.compute_and_broadcast(boom)
+    with pytest.raises(Custom):
+        jobkit.zero_first(boom)()
+    # The reduction runs inside the collective's last step: its failure is reported as the
+    # collective's, with the exception's text and no traceback.
+    with pytest.raises(jobkit.Error) as caught:
+        jobkit.reduce_and_broadcast(lambda: 1, lambda parts: boom())
+    assert "Custom: kept" in str(caught.value) and "Traceback" not in str(caught.value)
