@@ -434,6 +434,129 @@ def node_local_gather(payload, config="", group=None, workspace=None, collective
     return _jobkit.node_local_gather(bytes(payload), config, group, where, collective_max_bytes, timeout)
 
 
+# ---- Pre-emption, time limits, requeue and checkpoints ----
+
+
+@_dataclass(frozen=True)
+class StopCause:
+    """Why the ranks agreed to stop (jobkit::stop_cause); the same on every rank."""
+
+    reason: str  # "none", "signal" or "time_limit"
+    signal: int  # reason "signal": the signal of the lowest rank that received one
+    rank: int  # that rank, else -1
+    time_left: float  # reason "time_limit": the seconds left rank 0 saw
+    text: str  # "SIGTERM on rank 3", "42 s left, below the margin"
+
+    def __str__(self):
+        return self.text
+
+
+class StopGuard:
+    """Catches the stop signals (default SIGTERM, SIGUSR1, SIGUSR2, SIGINT: Slurm's pre-emption,
+    ``sbatch --signal``, ``scancel --signal``) while it lives and turns them into one decision that
+    every rank takes at the same step (jobkit::stop_guard). Collective to create.
+
+    While a guard lives these signals no longer raise in Python (Ctrl-C does not interrupt a
+    wait): the guard records them, and stop_requested() reports them on every rank. The previous
+    handlers come back with close() or at the end of a ``with`` block.
+
+        with jobkit.StopGuard(time_margin=300) as stop:
+            for step in range(start, steps):
+                train(step)
+                if stop.stop_requested():
+                    save(step + 1)
+                    sys.exit(75)
+    """
+
+    def __init__(self, signals=None, time_margin=0, check_every=1, timeout=None):
+        self._guard = _jobkit.StopGuard(None if signals is None else [int(s) for s in signals], float(time_margin),
+                                        check_every, timeout)
+
+    def stop_requested(self):
+        """Collective (every check_every-th call): True on every rank once any rank received a stop
+        signal, or the job has less than time_margin seconds left (asked by rank 0 only)."""
+        return self._guard.stop_requested()
+
+    @property
+    def cause(self):
+        return StopCause(*self._guard.cause)
+
+    def close(self):
+        self._guard = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+_default_stop_guard = None
+
+
+def stop_requested():
+    """StopGuard.stop_requested() of a process-wide guard with the default signals, made on the
+    first call. Collective over all ranks."""
+    global _default_stop_guard
+    if _default_stop_guard is None:
+        _default_stop_guard = StopGuard()
+    return _default_stop_guard.stop_requested()
+
+
+def time_left(max_age=60):
+    """Seconds this job has left before its time limit, from Slurm (kept for max_age seconds and
+    counted down in between); None outside Slurm, without a time limit, or without libslurm."""
+    return _jobkit.time_left(max_age)
+
+
+def requeue():
+    """Ask Slurm to requeue this job (an array task alone); SchedulerError when it refuses."""
+    _jobkit.requeue()
+
+
+class Checkpoints:
+    """A checkpoint directory that is never half-written (jobkit::checkpoints): begin(step) gives
+    this rank's empty directory, commit() makes the step visible on every rank at once (or fails on
+    every rank, leaving the previous step the latest), latest() is the newest complete step.
+    Collective to create; keep: complete steps kept after a commit (0: all)."""
+
+    def __init__(self, root, keep=2, timeout=None):
+        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, timeout)
+
+    def latest(self):
+        """The newest step complete on every file system, the same on every rank, or None. Collective."""
+        return self._c.latest()
+
+    def begin(self, step):
+        """The empty directory where this rank writes its part of `step`. Not collective."""
+        return self._c.begin(step)
+
+    def commit(self, step=None):
+        """Collective: flush every rank's part, write the manifest, rename the step into place."""
+        self._c.commit(step)
+
+    def verify(self, step):
+        """Collective: every rank checks its files of `step` against the manifest (size, CRC-32C)."""
+        self._c.verify(step)
+
+    def part(self, step):
+        """This rank's part of complete step `step`, to read from."""
+        return self._c.part(step)
+
+    @property
+    def pending_step(self):
+        return self._c.pending_step
+
+    @property
+    def root(self):
+        return self._c.root
+
+    @property
+    def is_committer(self):
+        return self._c.is_committer
+
+
 __all__ = [
     "Error", "InvalidEnvironmentError", "InvalidArgumentError", "PmixError", "TimeoutError", "PeerFailureError",
     "NcclError", "CudaError", "IoError", "SchedulerError", "InternalError", "Identity", "identity", "rank",
@@ -443,4 +566,5 @@ __all__ = [
     "all_reduce", "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
     "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
     "fs_local_rank", "Workspace", "node_local_gather", "__version__",
+    "StopCause", "StopGuard", "stop_requested", "time_left", "requeue", "Checkpoints",
 ]

@@ -21,7 +21,9 @@
 #include "jobkit/collectives.hpp"
 #include "jobkit/config.hpp"
 #include "jobkit/helpers.hpp"
+#include "jobkit/checkpoints.hpp"
 #include "jobkit/log.hpp"
+#include "jobkit/preemption.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
 
@@ -472,6 +474,59 @@ void define_workspace(py::module_& m) {
   });
 }
 
+py::tuple cause_tuple(const jobkit::stop_cause& c) {
+  return py::make_tuple(std::string(jobkit::to_string(c.reason)), c.signal, c.rank,
+                        static_cast<double>(c.time_left.count()), jobkit::to_string(c));
+}
+
+void define_preemption(py::module_& m) {
+  using opt_seconds = std::optional<double>;
+  py::class_<jobkit::stop_guard>(m, "StopGuard")
+      .def(py::init([](std::optional<std::vector<int>> signals, double time_margin, int check_every,
+                       opt_seconds timeout) {
+             jobkit::stop_options options;
+             if (signals) options.signals = *signals;
+             if (!std::isfinite(time_margin) || time_margin < 0) {
+               throw jobkit::error(jobkit::errc::invalid_argument,
+                                   "time_margin=" + std::to_string(time_margin) + ": a number of seconds >= 0");
+             }
+             options.time_margin = std::chrono::seconds(static_cast<std::int64_t>(std::ceil(time_margin)));
+             options.check_every = check_every;
+             options.timeout = timeout_of(timeout);
+             return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
+           }),
+           py::arg("signals") = py::none(), py::arg("time_margin") = 0.0, py::arg("check_every") = 1,
+           py::arg("timeout") = py::none())
+      .def("stop_requested", [](jobkit::stop_guard& g) { return blocking([&] { return g.stop_requested(); }); })
+      .def_property_readonly("cause", [](const jobkit::stop_guard& g) { return cause_tuple(g.cause()); });
+  m.def("time_left", [](double max_age) {
+    start_runtime();
+    const auto left = jobkit::time_left(std::chrono::seconds(static_cast<std::int64_t>(max_age)));
+    return left ? std::optional<double>(static_cast<double>(left->count())) : std::nullopt;
+  });
+  m.def("requeue", [] { blocking<false>([] { jobkit::requeue(); }); });
+
+  py::class_<jobkit::checkpoints>(m, "Checkpoints")
+      .def(py::init([](const std::string& root, int keep, opt_seconds timeout) {
+             return blocking([&] {
+               return std::make_unique<jobkit::checkpoints>(root, jobkit::checkpoint_options{keep, timeout_of(timeout)});
+             });
+           }),
+           py::arg("root"), py::arg("keep") = 2, py::arg("timeout") = py::none())
+      .def("latest", [](jobkit::checkpoints& c) { return blocking([&] { return c.latest(); }); })
+      .def("begin", [](jobkit::checkpoints& c, std::int64_t step) {
+        return blocking<false>([&] { return c.begin(step).string(); });
+      })
+      .def("commit", [](jobkit::checkpoints& c, std::optional<std::int64_t> step) {
+        blocking([&] { step ? c.commit(*step) : c.commit(); });
+      })
+      .def("verify", [](jobkit::checkpoints& c, std::int64_t step) { blocking([&] { c.verify(step); }); })
+      .def("part", [](const jobkit::checkpoints& c, std::int64_t step) { return c.part(step).string(); })
+      .def_property_readonly("pending_step", &jobkit::checkpoints::pending_step)
+      .def_property_readonly("root", [](const jobkit::checkpoints& c) { return c.root().string(); })
+      .def_property_readonly("is_committer", &jobkit::checkpoints::is_committer);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_jobkit, m) {
@@ -484,4 +539,5 @@ PYBIND11_MODULE(_jobkit, m) {
   define_collectives(m);
   define_helpers(m);
   define_workspace(m);
+  define_preemption(m);
 }

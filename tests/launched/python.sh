@@ -2,10 +2,10 @@
 # The Python module `jobkit` on the dev cluster (tests/launched/python_check.py).
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
-#         hang, interrupt, torch
+#         hang, interrupt, torch, preempt
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch
+declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -22,9 +22,30 @@ case $mode in
   torch)
     "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
     run_step env -u MASTER_ADDR -u MASTER_PORT "${step[@]}" -N3 -n7 "${check[@]}" torch ;;
+  preempt)
+    # SIGUSR1 to rank 4 alone after 1.5 s: every rank stops at one step and commits; a second
+    # step resumes from that checkpoint and ends with the uninterrupted sum.
+    work=$shared/preempt.$$
+    rm -rf "$work" && mkdir -p "$work"
+    (sleep 1.5; for _ in $(seq 100); do [[ -s $work/pid.4 ]] && break; sleep 0.1; done; kill -USR1 "$(cat "$work/pid.4")") &
+    run_step "${step[@]}" -N3 -n6 "${check[@]}" preempt "$work"
+    wait
+    first=$out
+    ((status == 0)) || fail "the first run failed: $status"
+    run_step "${step[@]}" -N3 -n6 "${check[@]}" preempt "$work"
+    out="$first
+$out" ;;
   *) run_step "${step[@]}" -N3 -n7 "${check[@]}" "$mode" ;;
 esac
 case $mode in
+  preempt)
+    ((status == 0)) || fail "the second run failed: $status"
+    stops=$(grep -o 'stop at step [0-9]*: SIGUSR1 on rank 4' <<<"$out" | sort | uniq -c)
+    echo "stops: $stops"
+    [[ $(wc -l <<<"$stops") == 1 && $(awk '{print $1}' <<<"$stops") == 6 ]] || fail "the ranks did not stop at one step"
+    (($(count 'resumed from step') == 6)) || fail "not every rank resumed"
+    # 6 ranks, 40 steps: sum over r of (r + 1) * 40 * 41 / 2
+    (($(count 'finished with total 17220') == 6)) || fail "the resumed run's total is wrong" ;;
   identity-*)
     ((status == 0)) || fail "exit status $status"
     (($(count 'identity ok') == $(count 'identity'))) || fail "an identity differs from Slurm's view" ;;

@@ -286,6 +286,35 @@ def torch_check():
     print(f"rank {jobkit.rank()}: torch {'ok' if failures == 0 else 'WRONG'} all_reduce {value.item():g}", flush=True)
 
 
+def preempt(shared):
+    """A running sum over 40 steps of 100 ms, checkpointed when the ranks agree to stop, resumed by
+    the next run (the script signals one rank of the first run)."""
+    me = jobkit.rank()
+    with open(os.path.join(shared, f"pid.{me}"), "w") as f:
+        f.write(str(os.getpid()))
+    with jobkit.StopGuard() as stop:
+        saved = jobkit.Checkpoints(os.path.join(shared, "ckpt"))
+        step, total = 0, 0
+        latest = saved.latest()
+        if latest is not None:
+            saved.verify(latest)
+            with open(os.path.join(saved.part(latest), "state")) as f:
+                step, total = map(int, f.read().split())
+            print(f"rank {me}: resumed from step {latest}", flush=True)
+        while step < 40:
+            time.sleep(0.1)
+            total += (me + 1) * (step + 1)
+            step += 1
+            if stop.stop_requested():
+                with open(os.path.join(saved.begin(step), "state"), "w") as f:
+                    f.write(f"{step} {total}")
+                saved.commit()
+                print(f"rank {me}: stop at step {step}: {stop.cause}", flush=True)
+                return
+        totals = jobkit.all_gather_object(total)
+        print(f"rank {me}: finished with total {sum(totals)}", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "identity":
@@ -302,6 +331,8 @@ def main():
         interrupt()
     elif mode == "torch":
         torch_check()
+    elif mode == "preempt":
+        preempt(sys.argv[2])
     else:
         raise SystemExit(f"unknown mode {mode}")
     return 1 if failures else 0

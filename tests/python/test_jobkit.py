@@ -233,6 +233,63 @@ def test_torch_init_process_group_on_one_rank(monkeypatch):
         jobkit.torch.init_process_group("nccl")
 
 
+def test_stop_guard_agrees_on_a_signal_and_restores_handlers():
+    seen = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: seen.append("python"))
+    try:
+        with jobkit.StopGuard() as stop:
+            assert not stop.stop_requested()
+            assert stop.cause.reason == "none"
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert stop.stop_requested()
+            assert stop.cause.reason == "signal"
+            assert stop.cause.signal == signal.SIGUSR1
+            assert str(stop.cause) == "SIGUSR1 on rank 0"
+            assert stop.stop_requested()  # stays stopped
+        assert seen == []  # the guard took the signal, not Python's handler
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen == ["python"]  # and gave it back
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_stop_guard_options_are_checked():
+    with pytest.raises(jobkit.InvalidArgumentError, match="check_every=0"):
+        jobkit.StopGuard(check_every=0)
+    with pytest.raises(jobkit.InvalidArgumentError, match="cannot be caught"):
+        jobkit.StopGuard(signals=[signal.SIGKILL])
+    with pytest.raises(jobkit.InvalidArgumentError, match="time_margin"):
+        jobkit.StopGuard(time_margin=-1)
+
+
+def test_time_left_and_requeue_outside_slurm(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert jobkit.time_left() is None
+    with pytest.raises(jobkit.InvalidEnvironmentError, match="SLURM_JOB_ID is not set"):
+        jobkit.requeue()
+
+
+def test_checkpoints_commit_latest_verify(tmp_path):
+    saved = jobkit.Checkpoints(tmp_path / "ckpt", keep=1)
+    assert saved.latest() is None
+    for step in (1, 2):
+        with open(os.path.join(saved.begin(step), "state"), "w") as f:
+            f.write(f"state {step}")
+        assert saved.pending_step == step
+        saved.commit()
+    assert saved.latest() == 2
+    saved.verify(2)
+    with open(os.path.join(saved.part(2), "state")) as f:
+        assert f.read() == "state 2"
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["step-000000000002"]
+    with open(os.path.join(saved.part(2), "state"), "w") as f:
+        f.write("damaged")
+    with pytest.raises(jobkit.IoError, match="is damaged"):
+        saved.verify(2)
+    with pytest.raises(jobkit.IoError, match=r"commit\(\) without begin\(\)"):
+        saved.commit()
+
+
 def test_python_exceptions_cross_unchanged():
     """Last: a failed collective leaves the world group unusable in this process, as in C++."""
     class Custom(Exception):
