@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "core/embedder.hpp"
+#include "jobkit/checkpoints.hpp"
 #include "jobkit/collectives.hpp"
 #include "jobkit/config.hpp"
 #include "jobkit/helpers.hpp"
-#include "jobkit/checkpoints.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/preemption.hpp"
 #include "jobkit/runtime.hpp"
@@ -482,19 +482,19 @@ py::tuple cause_tuple(const jobkit::stop_cause& c) {
 void define_preemption(py::module_& m) {
   using opt_seconds = std::optional<double>;
   py::class_<jobkit::stop_guard>(m, "StopGuard")
-      .def(py::init([](std::optional<std::vector<int>> signals, double time_margin, int check_every,
-                       opt_seconds timeout) {
-             jobkit::stop_options options;
-             if (signals) options.signals = *signals;
-             if (!std::isfinite(time_margin) || time_margin < 0) {
-               throw jobkit::error(jobkit::errc::invalid_argument,
-                                   "time_margin=" + std::to_string(time_margin) + ": a number of seconds >= 0");
-             }
-             options.time_margin = std::chrono::seconds(static_cast<std::int64_t>(std::ceil(time_margin)));
-             options.check_every = check_every;
-             options.timeout = timeout_of(timeout);
-             return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
-           }),
+      .def(py::init(
+               [](std::optional<std::vector<int>> signals, double time_margin, int check_every, opt_seconds timeout) {
+                 jobkit::stop_options options;
+                 if (signals) options.signals = *signals;
+                 if (!std::isfinite(time_margin) || time_margin < 0) {
+                   throw jobkit::error(jobkit::errc::invalid_argument,
+                                       "time_margin=" + std::to_string(time_margin) + ": a number of seconds >= 0");
+                 }
+                 options.time_margin = std::chrono::seconds(static_cast<std::int64_t>(std::ceil(time_margin)));
+                 options.check_every = check_every;
+                 options.timeout = timeout_of(timeout);
+                 return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
+               }),
            py::arg("signals") = py::none(), py::arg("time_margin") = 0.0, py::arg("check_every") = 1,
            py::arg("timeout") = py::none())
       .def("stop_requested", [](jobkit::stop_guard& g) { return blocking([&] { return g.stop_requested(); }); })
@@ -507,19 +507,18 @@ void define_preemption(py::module_& m) {
   m.def("requeue", [] { blocking<false>([] { jobkit::requeue(); }); });
 
   py::class_<jobkit::checkpoints>(m, "Checkpoints")
-      .def(py::init([](const std::string& root, int keep, opt_seconds timeout) {
-             return blocking([&] {
-               return std::make_unique<jobkit::checkpoints>(root, jobkit::checkpoint_options{keep, timeout_of(timeout)});
-             });
-           }),
-           py::arg("root"), py::arg("keep") = 2, py::arg("timeout") = py::none())
+      .def(
+          py::init([](const std::string& root, int keep, opt_seconds timeout) {
+            return blocking([&] {
+              return std::make_unique<jobkit::checkpoints>(root, jobkit::checkpoint_options{keep, timeout_of(timeout)});
+            });
+          }),
+          py::arg("root"), py::arg("keep") = 2, py::arg("timeout") = py::none())
       .def("latest", [](jobkit::checkpoints& c) { return blocking([&] { return c.latest(); }); })
-      .def("begin", [](jobkit::checkpoints& c, std::int64_t step) {
-        return blocking<false>([&] { return c.begin(step).string(); });
-      })
-      .def("commit", [](jobkit::checkpoints& c, std::optional<std::int64_t> step) {
-        blocking([&] { step ? c.commit(*step) : c.commit(); });
-      })
+      .def("begin", [](jobkit::checkpoints& c,
+                       std::int64_t step) { return blocking<false>([&] { return c.begin(step).string(); }); })
+      .def("commit", [](jobkit::checkpoints& c,
+                        std::optional<std::int64_t> step) { blocking([&] { step ? c.commit(*step) : c.commit(); }); })
       .def("verify", [](jobkit::checkpoints& c, std::int64_t step) { blocking([&] { c.verify(step); }); })
       .def("part", [](const jobkit::checkpoints& c, std::int64_t step) { return c.part(step).string(); })
       .def_property_readonly("pending_step", &jobkit::checkpoints::pending_step)
