@@ -187,11 +187,11 @@ void node_segment::ring(bell b) noexcept {
   }
 }
 
-void node_segment::wait(bell b, std::uint32_t seen, steady_clock::time_point until) noexcept {
+void node_segment::wait(bell b, std::uint32_t seen, steady_clock::time_point until, bool spin) noexcept {
   auto& word = b == bell::up ? head().up_bell : head().down_bell;
   auto& sleepers = b == bell::up ? head().up_sleepers : head().down_sleepers;
   std::atomic_ref<std::uint32_t> bell_ref(word);
-  const auto spin_end = std::min(until, steady_clock::now() + spin_);
+  const auto spin_end = std::min(until, steady_clock::now() + (spin ? spin_ : std::chrono::microseconds(0)));
   for (int i = 0;; ++i) {
     if (bell_ref.load(std::memory_order_acquire) != seen) return;
     if (i % 64 == 63 && steady_clock::now() >= spin_end) break;

@@ -70,8 +70,9 @@ class node_segment {
   void ring(bell b) noexcept;
   /// The bell's current value, to pass to wait.
   std::uint32_t bell_value(bell b) const noexcept;
-  /// Returns once the bell rang after `seen` or at `until`: spins a bounded time, then sleeps.
-  void wait(bell b, std::uint32_t seen, steady_clock::time_point until) noexcept;
+  /// Returns once the bell rang after `seen` or at `until`: spins a bounded time (when `spin`),
+  /// then sleeps.
+  void wait(bell b, std::uint32_t seen, steady_clock::time_point until, bool spin) noexcept;
 
   /// Posts an abort unless one is there already; rings both bells.
   void post_abort(int origin, errc code, const std::string& reason) noexcept;

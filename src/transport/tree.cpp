@@ -409,7 +409,8 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
     in[0] = true;
     std::size_t waiting = count - 1;
     auto next_check = clock::now() + check_interval;
-    while (true) {
+    std::uint32_t last = 0;
+    for (bool first = true;; first = false) {
       const auto seen = segment.bell_value(bell::up);
       for (std::size_t i = 1; i < count; ++i) {
         if (in[i]) continue;
@@ -446,7 +447,9 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
         check_links(ex, deadline, entries, done, pending);
         next_check = now + check_interval;
       }
-      segment.wait(bell::up, seen, std::min(deadline, next_check));
+      // Spins only after something happened, not after a wake-up for the checks.
+      segment.wait(bell::up, seen, std::min(deadline, next_check), first || seen != last);
+      last = seen;
     }
   };
   wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; });
@@ -541,7 +544,8 @@ template <class Ready>
 void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready) {
   using bell = node_segment::bell;
   auto next_check = clock::now() + check_interval;
-  while (true) {
+  std::uint32_t last = 0;
+  for (bool first = true;; first = false) {
     const auto seen = segment_->bell_value(bell::down);
     if (ready()) return;
     const auto now = clock::now();
@@ -554,7 +558,8 @@ void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& 
            rank_, errc::timeout);
     }
     if (tick) next_check = now + check_interval;
-    segment_->wait(bell::down, seen, std::min(deadline, next_check));
+    segment_->wait(bell::down, seen, std::min(deadline, next_check), first || seen != last);
+    last = seen;
   }
 }
 
