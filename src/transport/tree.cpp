@@ -403,11 +403,10 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
   auto& segment = *segment_;
   const auto seq = low_bits(sequence_);
   const auto count = node_members_.size();
+  segment.store(segment.member(0).arrived, seq);  // for the messages of node-mates that time out
   // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
-  const auto wait_for_mates = [&](auto word_of) {
-    std::vector<bool> in(count, false);
-    in[0] = true;
-    std::size_t waiting = count - 1;
+  const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
+    auto waiting = static_cast<std::size_t>(std::count(in.begin(), in.end(), false));
     auto next_check = clock::now() + check_interval;
     std::uint32_t last = 0;
     for (bool first = true;; first = false) {
@@ -452,14 +451,17 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
       last = seen;
     }
   };
-  wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; });
+  std::vector<bool> in(count, false);
+  in[0] = true;
+  wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; }, in);
 
   // Large contributions: the leader says where each goes in the data region, then waits for them.
   std::size_t total = 0;
   bool large = false;
   for (std::size_t i = 1; i < count; ++i) {
     auto& slot = segment.member(static_cast<int>(i));
-    if (slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
+    in[i] = slot.has_payload == 0 || slot.size <= node_segment::inline_capacity;
+    if (in[i]) continue;
     slot.data_offset = total;
     total += (slot.size + 63) / 64 * 64;
     large = true;
@@ -472,7 +474,7 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
     }
     segment.store(segment.grant_word(), seq);
     segment.ring(bell::down);
-    wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; });
+    wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
   }
   for (std::size_t i = 1; i < count; ++i) {
     auto& slot = segment.member(static_cast<int>(i));
@@ -552,8 +554,19 @@ void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& 
     const bool tick = now >= next_check;
     check_node(ex, tick);
     if (now >= deadline) {
+      std::vector<int> missing;
+      for (std::size_t i = 0; i < node_members_.size(); ++i) {
+        if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(sequence_))
+          missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+      }
+      if (!missing.empty()) {
+        fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
+                         "is late, stuck or in another collective)",
+                         ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
+             rank_, errc::timeout);
+      }
       fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
-                       "this rank's subtree never arrived",
+                       "this rank's node never arrived",
                        ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(node_members_.front())),
            rank_, errc::timeout);
     }
