@@ -31,7 +31,35 @@ def us(r):
 def main():
     rows = load(sys.argv[1])
     out = []
+    same = [r for r in rows if r.get("series") == "same_loop"]
+    for nodes, ranks in sorted({(r["nodes"], r["ranks"]) for r in same}):
+        out.append(f"### Same loop, same statistic: jobkit against Open MPI, {nodes} node(s) x {ranks} ranks\n")
+        out.append("bench/jobkit_loop and bench/peers/mpi_bench, alternating steps of one allocation. median: over "
+                   "iterations of the slowest rank's time (us); loop avg: the slowest rank's loop time per "
+                   "operation (us); CPU: the highest share of a core a rank used during the loop; each cell "
+                   "lists every round.\n")
+        out.append("| operation | bytes | jobkit median | MPI median | jobkit / MPI | jobkit loop avg | MPI loop avg | "
+                   "jobkit MB/s | MPI MB/s | jobkit CPU % | MPI CPU % |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        keys = []
+        for r in same:
+            if (r["nodes"], r["ranks"]) == (nodes, ranks) and (r["op"], r["bytes"]) not in keys and r["op"] != "init":
+                keys.append((r["op"], r["bytes"]))
+        for op, size in keys:
+            def of(impl):
+                return [r for r in same if r["impl"] == impl and (r["nodes"], r["ranks"], r["op"], r["bytes"]) ==
+                        (nodes, ranks, op, size)]
+            mine, mpi = of("jobkit"), of("mpi")
+            def cells(rs, key, fmt):
+                return ", ".join(fmt.format(r[key]) for r in rs if key in r) or "-"
+            ratios = ", ".join(f"{a['median_us'] / b['median_us']:.2f}" for a, b in zip(mine, mpi)) or "-"
+            out.append(f"| {op} | {size} | {cells(mine, 'median_us', '{:.0f}')} | {cells(mpi, 'median_us', '{:.0f}')} "
+                       f"| {ratios} | {cells(mine, 'loop_avg_us', '{:.0f}')} | {cells(mpi, 'loop_avg_us', '{:.0f}')} "
+                       f"| {cells(mine, 'mb_per_s', '{:.0f}')} | {cells(mpi, 'mb_per_s', '{:.0f}')} "
+                       f"| {cells(mine, 'cpu_pct', '{:.0f}')} | {cells(mpi, 'cpu_pct', '{:.0f}')} |")
+        out.append("")
     layouts = sorted({(r["nodes"], r["ranks"]) for r in rows if r["impl"] == "jobkit" and "series" not in r})
+    rows = [r for r in rows if r.get("series") != "same_loop"]
     for nodes, ranks in layouts:
         out.append(f"### {nodes} node(s) x {ranks} ranks\n")
         out.append("Small operations against the raw collecting PMIx fence, timed in alternation with it "

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -32,14 +33,6 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 [[noreturn]] void io_failure(const std::string& who, const std::string& what, int error_number) {
   throw error(errc::io, fmt::format("{}: {}: {}", who, what, errno_text(error_number)), error_number);
-}
-
-void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 }  // namespace
@@ -192,10 +185,10 @@ void node_segment::wait(bell b, std::uint32_t seen, steady_clock::time_point unt
   auto& sleepers = b == bell::up ? head().up_sleepers : head().down_sleepers;
   std::atomic_ref<std::uint32_t> bell_ref(word);
   const auto spin_end = std::min(until, steady_clock::now() + (spin ? spin_ : std::chrono::microseconds(0)));
-  for (int i = 0;; ++i) {
+  // Spinning yields the core: on an oversubscribed node the rank that rings may need it.
+  while (steady_clock::now() < spin_end) {
     if (bell_ref.load(std::memory_order_acquire) != seen) return;
-    if (i % 64 == 63 && steady_clock::now() >= spin_end) break;
-    cpu_relax();
+    ::sched_yield();
   }
   std::atomic_ref<std::uint32_t> sleeping(sleepers);
   sleeping.fetch_add(1, std::memory_order_seq_cst);

@@ -266,16 +266,16 @@ void tcp_tree::check_peers(const std::string& during) {
 
 void tcp_tree::check_node(const exchange& ex, bool deaths) {
   if (auto notice = segment_->abort_notice()) fail(notice->reason, notice->origin, notice->code);
-  const auto during = fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site);
+  const auto during = [&] { return fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site); };
   for (std::size_t i = 0; i < watched_.size(); ++i) {
     const int index = watched_members_[i];
     const int g = node_members_[static_cast<std::size_t>(index)];
     if (segment_->load(segment_->member(index).left) != 0) {
-      fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting", describe(g), during),
+      fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting", describe(g), during()),
            g);
     }
     if (deaths && watched_[i].ended()) {
-      fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)", describe(g), during),
+      fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)", describe(g), during()),
            g);
     }
   }
