@@ -12,6 +12,8 @@
 // time is the MAX over ranks; median_us / p99_us are over those maxima, rank0_median_us is rank
 // 0's own median, loop_avg_us the slowest rank's loop time over ITERS, cpu_pct the highest share
 // of a core that a rank's process used during the timed loop (getrusage: what waiting costs).
+// First, like mpi_bench's "init" (MPI_Init on rank 0), "init" is the time to a usable world group:
+// identity discovery plus the data path's setup (the first barrier), on the slowest rank.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -95,9 +97,16 @@ int main(int argc, char** argv) {
   const long large = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 64L << 20;
   const long large_iters = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 5;
   try {
+    const double t_start = now_us();
     const auto& id = jobkit::current_identity();
     const int n = id.world_size;
-    jobkit::barrier();  // the data path's setup, untimed as MPI_Init is
+    jobkit::barrier();  // the data path's setup
+    const double setup = jobkit::all_reduce(now_us() - t_start, jobkit::reduce_op::max);
+    if (id.rank == 0) {
+      std::printf("{\"impl\":\"jobkit\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
+                  "\"median_us\":%.0f,\"p99_us\":%.0f,\"timing\":\"max_over_ranks\"}\n",
+                  n, id.num_nodes, setup, setup);
+    }
 
     report("barrier", 0, timed(iters, warmup, false, [] { jobkit::barrier(); }), false);
 

@@ -58,7 +58,8 @@ case $mode in
       fail "not every surviving rank named the dead rank"
     (($(count 'without noticing') == 0)) || fail "a rank missed the death"
     # Its node-mates hold no socket to it: they must see the end of its process within 5 s.
-    late=$(awk '/ dies at / {died = $4} / noticed at / {if (($4 - died) / 1e9 > 5) print}' <<<"$out")
+    late=$(awk '/ dies at / {died = $5} / noticed at / {at[$2] = $5}
+      END {for (r in at) if ((at[r] - died) / 1e9 > 5) print "rank " r}' <<<"$out")
     [[ -z $late ]] || fail "noticed more than 5 s after the death: $late"
     no_segments_left ;;
   idle-*)
