@@ -6,6 +6,9 @@
 #              bcast/allgather included, with the CPU share of the waiting ranks
 #   peers      jobkit bench (paired with the PMIx fence) and bench/peers/run_all.sh, 1 x 4 and 3 x 24
 #   growth     barrier and all_reduce from 2 to 32 ranks
+#   setup      time to a usable world on 1 x 4 and 3 x 24: jobkit (identity and the data path's
+#              setup: jobkit_loop's "init"), MPI_Init (mpi_bench) and torch's init_process_group
+#              (gloo, env://), ROUNDS times
 # Writes OUT_DIR/results.jsonl (every JSON line of every run) and OUT_DIR/summary.md
 # (bench/summarize.py), and prints the summary.
 #
@@ -39,33 +42,53 @@ echo "compare: allocation $SLURM_JOB_ID on $SLURM_JOB_NODELIST" >&2
 section() { [[ " $sections " == *" $1 "* ]]; }
 
 # Open MPI yields when idle, as the nodes are oversubscribed; the same loop and statistic for both.
-section same_loop && for layout in "1 4" "3 8" "3 24"; do
-  read -r nodes ranks <<<"$layout"
-  for round in $(seq "${ROUNDS:-2}"); do
-    for impl in jobkit mpi; do
-      echo "compare: same loop, $impl, $nodes x $ranks, round $round" >&2
-      if [[ $impl == jobkit ]]; then
-        binary=$build/bench/jobkit_loop
-      else
-        binary=$build/bench/peers/mpi_bench
-      fi
-      OMPI_MCA_mpi_yield_when_idle=1 step -N"$nodes" -n"$ranks" "$binary" "$iters" 100 \
-        "${LARGE_BYTES:-67108864}" "${LARGE_ITERS:-5}" | sed "s/^{/{\"series\":\"same_loop\",\"round\":$round,/" | record
+if section same_loop; then
+  for layout in "1 4" "3 8" "3 24"; do
+    read -r nodes ranks <<<"$layout"
+    for round in $(seq "${ROUNDS:-2}"); do
+      for impl in jobkit mpi; do
+        echo "compare: same loop, $impl, $nodes x $ranks, round $round" >&2
+        if [[ $impl == jobkit ]]; then
+          binary=$build/bench/jobkit_loop
+        else
+          binary=$build/bench/peers/mpi_bench
+        fi
+        OMPI_MCA_mpi_yield_when_idle=1 step -N"$nodes" -n"$ranks" "$binary" "$iters" 100 \
+          "${LARGE_BYTES:-67108864}" "${LARGE_ITERS:-5}" | sed "s/^{/{\"series\":\"same_loop\",\"round\":$round,/" | record
+      done
     done
   done
-done
+fi
 
-section peers && for layout in "1 4" "3 24"; do
-  read -r nodes ranks <<<"$layout"
-  echo "compare: jobkit bench, $nodes x $ranks" >&2
-  step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" | record
-  echo "compare: peers, $nodes x $ranks" >&2
-  TORCH_ITERS=$torch_iters "$here/peers/run_all.sh" "$nodes" "$ranks" "$iters" "$build" | record
-done
+if section setup; then
+  for layout in "1 4" "3 24"; do
+    read -r nodes ranks <<<"$layout"
+    for round in $(seq "${ROUNDS:-2}"); do
+      echo "compare: setup, $nodes x $ranks, round $round" >&2
+      tag="s/^{/{\"series\":\"setup\",\"round\":$round,/"
+      step -N"$nodes" -n"$ranks" "$build/bench/jobkit_loop" 1 0 0 | grep '"init"' | sed "$tag" | record
+      step -N"$nodes" -n"$ranks" "$build/bench/peers/mpi_bench" 1 0 0 | grep '"init"' | sed "$tag" | record
+      PEERS=torch TORCH_ITERS=1 "$here/peers/run_all.sh" "$nodes" "$ranks" 1 "$build" | grep '"init_process_group"' |
+        sed "$tag" | record
+    done
+  done
+fi
 
-section growth && for ranks in 2 4 8 16 32; do
-  nodes=$((ranks < 3 ? ranks : 3))
-  echo "compare: growth, $nodes x $ranks" >&2
-  step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce --max-bytes 8 |
-    sed 's/^{/{"series":"growth",/' | record
-done
+if section peers; then
+  for layout in "1 4" "3 24"; do
+    read -r nodes ranks <<<"$layout"
+    echo "compare: jobkit bench, $nodes x $ranks" >&2
+    step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" | record
+    echo "compare: peers, $nodes x $ranks" >&2
+    TORCH_ITERS=$torch_iters "$here/peers/run_all.sh" "$nodes" "$ranks" "$iters" "$build" | record
+  done
+fi
+
+if section growth; then
+  for ranks in 2 4 8 16 32; do
+    nodes=$((ranks < 3 ? ranks : 3))
+    echo "compare: growth, $nodes x $ranks" >&2
+    step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce --max-bytes 8 |
+      sed 's/^{/{"series":"growth",/' | record
+  done
+fi

@@ -58,6 +58,24 @@ def main():
                        f"| {cells(mine, 'mb_per_s', '{:.0f}')} | {cells(mpi, 'mb_per_s', '{:.0f}')} "
                        f"| {cells(mine, 'cpu_pct', '{:.0f}')} | {cells(mpi, 'cpu_pct', '{:.0f}')} |")
         out.append("")
+    setup = [r for r in rows if r.get("series") == "setup"]
+    if setup:
+        out.append("### Time to a usable world (ms; each cell lists every round)\n")
+        out.append("jobkit: identity and the data path's setup (the first barrier), rank 0's own and the slowest "
+                   "rank's; Open MPI: MPI_Init on rank 0; torch: init_process_group(gloo, env://) on rank 0.\n")
+        out.append("| layout | jobkit rank 0 | jobkit slowest rank | MPI_Init rank 0 | torch rank 0 | torch / jobkit (rank 0) |")
+        out.append("|---|---|---|---|---|---|")
+        for nodes, ranks in sorted({(r["nodes"], r["ranks"]) for r in setup}):
+            def of(impl, key="median_us"):
+                return [r[key] / 1000 for r in setup if r["impl"] == impl and (r["nodes"], r["ranks"]) == (nodes, ranks)
+                        and key in r]
+            mine0, mine, mpi, torch = of("jobkit", "rank0_median_us"), of("jobkit"), of("mpi"), of("torch_gloo")
+            def cells(v):
+                return ", ".join(f"{x:.0f}" for x in v) or "-"
+            ratio = ", ".join(f"{t / j:.1f}x" for j, t in zip(mine0, torch)) or "-"
+            out.append(f"| {nodes} x {ranks} | {cells(mine0)} | {cells(mine)} | {cells(mpi)} | {cells(torch)} | {ratio} |")
+        out.append("")
+    rows = [r for r in rows if r.get("series") != "setup"]
     layouts = sorted({(r["nodes"], r["ranks"]) for r in rows if r["impl"] == "jobkit" and "series" not in r})
     rows = [r for r in rows if r.get("series") != "same_loop"]
     for nodes, ranks in layouts:

@@ -94,6 +94,10 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
       for (const auto& l : *links) ::close(l.fd);
       links->clear();
     }
+    if (segment_) {  // node-mates that mapped it already must not wait for this leader
+      segment_->store(segment_->member(0).left, 1);
+      segment_->ring(node_segment::bell::down);
+    }
     throw;
   }
 }
