@@ -5,7 +5,7 @@
 #              one statistic, alternately, ROUNDS times, on 1 x 4, 3 x 8 and 3 x 24, 64 MiB
 #              bcast/allgather included, with the CPU share of the waiting ranks
 #   peers      jobkit bench (paired with the PMIx fence) and bench/peers/run_all.sh, 1 x 4 and 3 x 24
-#   growth     barrier and all_reduce from 2 to 32 ranks
+#   growth     barrier and all_reduce from 2 to 64 ranks, each paired with the PMIx fence
 #   setup      time to a usable world on 1 x 4 and 3 x 24: jobkit (identity and the data path's
 #              setup: jobkit_loop's "init"), MPI_Init (mpi_bench) and torch's init_process_group
 #              (gloo, env://), ROUNDS times
@@ -27,8 +27,8 @@ if [[ -z ${JOBKIT_COMPARE_INSIDE:-} ]]; then
   [[ -n ${SLURM_CONF:-} ]] || eval "$("$repo/slurm/dev-cluster.sh" env)"
   mkdir -p "$out"
   : >"$out/results.jsonl"
-  # One allocation for every step: 3 nodes, 32 tasks (more than the 24 CPUs: --overcommit).
-  JOBKIT_COMPARE_INSIDE=1 salloc --quiet -N3 -n32 --overcommit --time=30 "$0" "$out" "$build"
+  # One allocation for every step: 3 nodes, 64 tasks (more than the 24 CPUs: --overcommit).
+  JOBKIT_COMPARE_INSIDE=1 salloc --quiet -N3 -n64 --overcommit --time=30 "$0" "$out" "$build"
   /usr/bin/python3 "$here/summarize.py" "$out/results.jsonl" | tee "$out/summary.md"
   exit 0
 fi
@@ -85,7 +85,7 @@ if section peers; then
 fi
 
 if section growth; then
-  for ranks in 2 4 8 16 32; do
+  for ranks in 2 4 8 16 32 64; do
     nodes=$((ranks < 3 ? ranks : 3))
     echo "compare: growth, $nodes x $ranks" >&2
     step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce --max-bytes 8 |
