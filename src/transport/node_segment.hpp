@@ -119,7 +119,6 @@ class process_watch {
   process_watch& operator=(process_watch&&) = delete;
   /// True once the process has ended.
   bool ended() const noexcept;
-  int fd() const noexcept { return fd_; }
 
  private:
   int fd_ = -1;
