@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# jobkit's collectives against the raw PMIx fence, torch.distributed gloo and Open MPI, all in one
-# Slurm allocation on the dev cluster: 1 node x 4 ranks and 3 nodes x 24 ranks, then the growth
-# of barrier and all_reduce from 2 to 32 ranks. Writes OUT_DIR/results.jsonl (every JSON line of
-# every run) and OUT_DIR/summary.md (bench/summarize.py), and prints the summary.
+# jobkit's collectives against Open MPI, the raw PMIx fence and torch.distributed gloo, all in one
+# Slurm allocation on the dev cluster. Sections (SECTIONS, default all three, in this order):
+#   same_loop  jobkit (bench/jobkit_loop) and Open MPI (bench/peers/mpi_bench) timed by one loop and
+#              one statistic, alternately, ROUNDS times, on 1 x 4, 3 x 8 and 3 x 24, 64 MiB
+#              bcast/allgather included, with the CPU share of the waiting ranks
+#   peers      jobkit bench (paired with the PMIx fence) and bench/peers/run_all.sh, 1 x 4 and 3 x 24
+#   growth     barrier and all_reduce from 2 to 64 ranks, each paired with the PMIx fence
+#   setup      time to a usable world on 1 x 4 and 3 x 24: jobkit (identity and the data path's
+#              setup: jobkit_loop's "init"), MPI_Init (mpi_bench) and torch's init_process_group
+#              (gloo, env://), ROUNDS times
+# Writes OUT_DIR/results.jsonl (every JSON line of every run) and OUT_DIR/summary.md
+# (bench/summarize.py), and prints the summary.
 #
 #   bench/compare.sh [OUT_DIR [BUILD_DIR]]     (defaults: bench/results, build-test)
-# Environment: ITERS (jobkit and C peers, default 1000), TORCH_ITERS (default 200).
+# Environment: ITERS (jobkit and C peers, default 1000), TORCH_ITERS (default 200), SECTIONS,
+# ROUNDS (default 2), LARGE_BYTES (default 64 MiB), LARGE_ITERS (default 5).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -18,29 +27,68 @@ if [[ -z ${JOBKIT_COMPARE_INSIDE:-} ]]; then
   [[ -n ${SLURM_CONF:-} ]] || eval "$("$repo/slurm/dev-cluster.sh" env)"
   mkdir -p "$out"
   : >"$out/results.jsonl"
-  # One allocation for every step: 3 nodes, 32 tasks (more than the 24 CPUs: --overcommit).
-  JOBKIT_COMPARE_INSIDE=1 salloc --quiet -N3 -n32 --overcommit --time=30 "$0" "$out" "$build"
+  # One allocation for every step: 3 nodes, 64 tasks (more than the 24 CPUs: --overcommit).
+  JOBKIT_COMPARE_INSIDE=1 salloc --quiet -N3 -n64 --overcommit --time=30 "$0" "$out" "$build"
   /usr/bin/python3 "$here/summarize.py" "$out/results.jsonl" | tee "$out/summary.md"
   exit 0
 fi
 
 iters=${ITERS:-1000}
 torch_iters=${TORCH_ITERS:-200}
+sections=${SECTIONS:-same_loop peers growth}
 record() { tee -a "$out/results.jsonl"; }
 step() { srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "$@"; }
 echo "compare: allocation $SLURM_JOB_ID on $SLURM_JOB_NODELIST" >&2
+section() { [[ " $sections " == *" $1 "* ]]; }
 
-for layout in "1 4" "3 24"; do
-  read -r nodes ranks <<<"$layout"
-  echo "compare: jobkit bench, $nodes x $ranks" >&2
-  step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" | record
-  echo "compare: peers, $nodes x $ranks" >&2
-  TORCH_ITERS=$torch_iters "$here/peers/run_all.sh" "$nodes" "$ranks" "$iters" "$build" | record
-done
+# Open MPI yields when idle, as the nodes are oversubscribed; the same loop and statistic for both.
+if section same_loop; then
+  for layout in "1 4" "3 8" "3 24"; do
+    read -r nodes ranks <<<"$layout"
+    for round in $(seq "${ROUNDS:-2}"); do
+      for impl in jobkit mpi; do
+        echo "compare: same loop, $impl, $nodes x $ranks, round $round" >&2
+        if [[ $impl == jobkit ]]; then
+          binary=$build/bench/jobkit_loop
+        else
+          binary=$build/bench/peers/mpi_bench
+        fi
+        OMPI_MCA_mpi_yield_when_idle=1 step -N"$nodes" -n"$ranks" "$binary" "$iters" 100 \
+          "${LARGE_BYTES:-67108864}" "${LARGE_ITERS:-5}" | sed "s/^{/{\"series\":\"same_loop\",\"round\":$round,/" | record
+      done
+    done
+  done
+fi
 
-for ranks in 2 4 8 16 32; do
-  nodes=$((ranks < 3 ? ranks : 3))
-  echo "compare: growth, $nodes x $ranks" >&2
-  step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce --max-bytes 8 |
-    sed 's/^{/{"series":"growth",/' | record
-done
+if section setup; then
+  for layout in "1 4" "3 24"; do
+    read -r nodes ranks <<<"$layout"
+    for round in $(seq "${ROUNDS:-2}"); do
+      echo "compare: setup, $nodes x $ranks, round $round" >&2
+      tag="s/^{/{\"series\":\"setup\",\"round\":$round,/"
+      step -N"$nodes" -n"$ranks" "$build/bench/jobkit_loop" 1 0 0 | grep '"init"' | sed "$tag" | record
+      step -N"$nodes" -n"$ranks" "$build/bench/peers/mpi_bench" 1 0 0 | grep '"init"' | sed "$tag" | record
+      PEERS=torch TORCH_ITERS=1 "$here/peers/run_all.sh" "$nodes" "$ranks" 1 "$build" | grep '"init_process_group"' |
+        sed "$tag" | record
+    done
+  done
+fi
+
+if section peers; then
+  for layout in "1 4" "3 24"; do
+    read -r nodes ranks <<<"$layout"
+    echo "compare: jobkit bench, $nodes x $ranks" >&2
+    step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" | record
+    echo "compare: peers, $nodes x $ranks" >&2
+    TORCH_ITERS=$torch_iters "$here/peers/run_all.sh" "$nodes" "$ranks" "$iters" "$build" | record
+  done
+fi
+
+if section growth; then
+  for ranks in 2 4 8 16 32 64; do
+    nodes=$((ranks < 3 ? ranks : 3))
+    echo "compare: growth, $nodes x $ranks" >&2
+    step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce --max-bytes 8 |
+      sed 's/^{/{"series":"growth",/' | record
+  done
+fi

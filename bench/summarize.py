@@ -31,7 +31,53 @@ def us(r):
 def main():
     rows = load(sys.argv[1])
     out = []
+    same = [r for r in rows if r.get("series") == "same_loop"]
+    for nodes, ranks in sorted({(r["nodes"], r["ranks"]) for r in same}):
+        out.append(f"### Same loop, same statistic: jobkit against Open MPI, {nodes} node(s) x {ranks} ranks\n")
+        out.append("bench/jobkit_loop and bench/peers/mpi_bench, alternating steps of one allocation. median: over "
+                   "iterations of the slowest rank's time (us); loop avg: the slowest rank's loop time per "
+                   "operation (us); CPU: the highest share of a core a rank used during the loop; each cell "
+                   "lists every round.\n")
+        out.append("| operation | bytes | jobkit median | MPI median | jobkit / MPI | jobkit loop avg | MPI loop avg | "
+                   "jobkit MB/s | MPI MB/s | jobkit CPU % | MPI CPU % |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        keys = []
+        for r in same:
+            if (r["nodes"], r["ranks"]) == (nodes, ranks) and (r["op"], r["bytes"]) not in keys and r["op"] != "init":
+                keys.append((r["op"], r["bytes"]))
+        for op, size in keys:
+            def of(impl):
+                return [r for r in same if r["impl"] == impl and (r["nodes"], r["ranks"], r["op"], r["bytes"]) ==
+                        (nodes, ranks, op, size)]
+            mine, mpi = of("jobkit"), of("mpi")
+            def cells(rs, key, fmt):
+                return ", ".join(fmt.format(r[key]) for r in rs if key in r) or "-"
+            ratios = ", ".join(f"{a['median_us'] / b['median_us']:.2f}" for a, b in zip(mine, mpi)) or "-"
+            out.append(f"| {op} | {size} | {cells(mine, 'median_us', '{:.0f}')} | {cells(mpi, 'median_us', '{:.0f}')} "
+                       f"| {ratios} | {cells(mine, 'loop_avg_us', '{:.0f}')} | {cells(mpi, 'loop_avg_us', '{:.0f}')} "
+                       f"| {cells(mine, 'mb_per_s', '{:.0f}')} | {cells(mpi, 'mb_per_s', '{:.0f}')} "
+                       f"| {cells(mine, 'cpu_pct', '{:.0f}')} | {cells(mpi, 'cpu_pct', '{:.0f}')} |")
+        out.append("")
+    setup = [r for r in rows if r.get("series") == "setup"]
+    if setup:
+        out.append("### Time to a usable world (ms; each cell lists every round)\n")
+        out.append("jobkit: identity and the data path's setup (the first barrier), rank 0's own and the slowest "
+                   "rank's; Open MPI: MPI_Init on rank 0; torch: init_process_group(gloo, env://) on rank 0.\n")
+        out.append("| layout | jobkit rank 0 | jobkit slowest rank | MPI_Init rank 0 | torch rank 0 | torch / jobkit (rank 0) |")
+        out.append("|---|---|---|---|---|---|")
+        for nodes, ranks in sorted({(r["nodes"], r["ranks"]) for r in setup}):
+            def of(impl, key="median_us"):
+                return [r[key] / 1000 for r in setup if r["impl"] == impl and (r["nodes"], r["ranks"]) == (nodes, ranks)
+                        and key in r]
+            mine0, mine, mpi, torch = of("jobkit", "rank0_median_us"), of("jobkit"), of("mpi"), of("torch_gloo")
+            def cells(v):
+                return ", ".join(f"{x:.0f}" for x in v) or "-"
+            ratio = ", ".join(f"{t / j:.1f}x" for j, t in zip(mine0, torch)) or "-"
+            out.append(f"| {nodes} x {ranks} | {cells(mine0)} | {cells(mine)} | {cells(mpi)} | {cells(torch)} | {ratio} |")
+        out.append("")
+    rows = [r for r in rows if r.get("series") != "setup"]
     layouts = sorted({(r["nodes"], r["ranks"]) for r in rows if r["impl"] == "jobkit" and "series" not in r})
+    rows = [r for r in rows if r.get("series") != "same_loop"]
     for nodes, ranks in layouts:
         out.append(f"### {nodes} node(s) x {ranks} ranks\n")
         out.append("Small operations against the raw collecting PMIx fence, timed in alternation with it "
@@ -75,7 +121,8 @@ def main():
             out.append("")
     growth = [r for r in rows if r.get("series") == "growth"]
     if growth:
-        out.append("### Growth from 2 to 32 ranks (3 nodes from 3 ranks on; 32 ranks overcommit 24 CPUs)\n")
+        top = max(r["ranks"] for r in growth)
+        out.append(f"### Growth from 2 to {top} ranks (3 nodes from 3 ranks on; more than 24 ranks overcommit 24 CPUs)\n")
         out.append("| ranks | nodes | barrier | fence (paired) | ratio | all_reduce 8 B | fence (paired) | ratio |")
         out.append("|---|---|---|---|---|---|---|---|")
         for ranks in sorted({r["ranks"] for r in growth}):

@@ -24,6 +24,7 @@
 #include "transport/addresses.hpp"
 #include "transport/frame.hpp"
 #include "transport/sha256.hpp"
+#include "workspace/names.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -126,7 +127,7 @@ struct tcp_fabric::pending {
 
 tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::milliseconds timeout,
                        fabric_settings settings)
-    : rank_(self.rank), settings_(std::move(settings)) {
+    : rank_(self.rank), settings_(std::move(settings)), segment_prefix_("/jobkit-" + job_step_tag(self, ::getpid())) {
   fill_random(secret_);
   const auto [fd, port] = listen_socket(settings_);
   listen_fd_ = fd;

@@ -49,6 +49,8 @@ class tcp_fabric {
 
   int rank() const noexcept { return rank_; }
   const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
+  /// "/jobkit-<job>.<step>": how the names of this step's shared memory segments begin.
+  const std::string& segment_prefix() const noexcept { return segment_prefix_; }
   /// Connections dropped because they did not prove membership.
   std::uint64_t dropped_connections() const noexcept { return dropped_; }
 
@@ -78,6 +80,7 @@ class tcp_fabric {
   fabric_settings settings_;
   secret_bytes secret_{};
   std::vector<endpoint> endpoints_;
+  std::string segment_prefix_;
   std::vector<pending> pending_;
   std::uint64_t dropped_ = 0;
   std::map<std::pair<std::string, int>, int> waiting_;  // (group key, world rank) -> socket

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,6 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <deque>
 
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
@@ -20,6 +23,21 @@ namespace jobkit::detail {
 
 using clock = steady_clock;
 
+namespace {
+
+/// How often a wait in shared memory looks at what a futex cannot tell: node-mates' pidfds and
+/// the leader's TCP links.
+constexpr std::chrono::milliseconds check_interval{100};
+
+std::uint32_t low_bits(std::uint64_t sequence) { return static_cast<std::uint32_t>(sequence); }
+
+void copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text) {
+  size = static_cast<std::uint32_t>(std::min(text.size(), sizeof to));
+  std::memcpy(to, text.data(), size);
+}
+
+}  // namespace
+
 tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout)
     : members_(members) {
   const auto deadline = clock::now() + timeout;
@@ -29,23 +47,138 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
 
   std::vector<int> nodes;
   for (const int w : members) nodes.push_back(endpoints[static_cast<std::size_t>(w)].node);
-  auto position = position_in_tree(tree_parents(nodes), rank_);
-  subtree_ = std::move(position.subtrees);
-  child_of_ = std::move(position.child_of);
-  const auto& child_ranks = position.children;
+  const auto position = position_in_tree(tree_parents(nodes), rank_);
+  const int my_node = nodes[static_cast<std::size_t>(rank_)];
+  for (std::size_t g = 0; g < nodes.size(); ++g) {
+    if (nodes[g] == my_node) node_members_.push_back(static_cast<int>(g));
+  }
+  if (node_members_.size() == 1) node_members_.clear();
+  node_index_ = static_cast<int>(std::find(node_members_.begin(), node_members_.end(), rank_) - node_members_.begin());
+  // Node-mates meet in shared memory: only the children on other nodes are TCP links.
+  std::vector<int> child_ranks, mates;
+  child_of_.assign(members.size(), -1);
+  for (std::size_t i = 0; i < position.children.size(); ++i) {
+    const int c = position.children[i];
+    if (nodes[static_cast<std::size_t>(c)] == my_node) {
+      mates.push_back(c);
+      continue;
+    }
+    for (const int g : position.subtrees[i]) child_of_[static_cast<std::size_t>(g)] = static_cast<int>(subtree_.size());
+    subtree_.push_back(position.subtrees[i]);
+    child_ranks.push_back(c);
+  }
 
   const auto key = fabric.next_group_key(members);
+  if (node_index_ > 0) {
+    join_node(fabric, key, deadline);
+    return;
+  }
+  if (!node_members_.empty()) {
+    auto tag = key;
+    std::replace(tag.begin(), tag.end(), '#', '.');
+    segment_ = std::make_unique<node_segment>(fmt::format("{}-{}-n{}", fabric.segment_prefix(), tag, my_node),
+                                              static_cast<int>(node_members_.size()), describe(rank_));
+  }
   if (const int p = position.parent; p >= 0) {
     parent_link_.push_back(link{fabric.connect(members[static_cast<std::size_t>(p)], key, deadline), p});
   }
-  std::vector<int> child_world_ranks;
-  for (const int g : child_ranks) child_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
+  std::vector<int> accepted_world_ranks;
+  for (const int g : child_ranks) accepted_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
+  for (const int g : mates) accepted_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
   try {
-    const auto fds = fabric.accept(child_world_ranks, key, deadline);
-    for (std::size_t i = 0; i < fds.size(); ++i) children_.push_back(link{fds[i], child_ranks[i]});
+    auto fds = fabric.accept(accepted_world_ranks, key, deadline);
+    for (std::size_t i = 0; i < child_ranks.size(); ++i) children_.push_back(link{fds[i], child_ranks[i]});
+    const std::vector<int> mate_fds(fds.begin() + static_cast<std::ptrdiff_t>(child_ranks.size()), fds.end());
+    if (segment_) share_segment(mate_fds, deadline);
   } catch (...) {
-    for (const auto& l : parent_link_) ::close(l.fd);
+    for (auto* links : {&children_, &parent_link_}) {
+      for (const auto& l : *links) ::close(l.fd);
+      links->clear();
+    }
+    if (segment_) {  // node-mates that mapped it already must not wait for this leader
+      segment_->store(segment_->member(0).left, 1);
+      segment_->ring(node_segment::bell::down);
+    }
     throw;
+  }
+}
+
+void tcp_tree::join_node(tcp_fabric& fabric, const std::string& key, time_point deadline) {
+  const int leader = node_members_.front();
+  const auto who = describe(rank_);
+  descriptor setup(fabric.connect(members_[static_cast<std::size_t>(leader)], key, deadline));
+  std::string name;
+  try {
+    std::uint32_t size = 0;
+    receive_all(setup.get(), &size, sizeof size, deadline);
+    if (size == 0 || size > 255) {
+      throw error(errc::internal, fmt::format("data path setup: {} announced a {}-byte segment name to {}",
+                                              describe(leader), size, who));
+    }
+    name.resize(size);
+    receive_all(setup.get(), name.data(), size, deadline);
+    segment_ = std::make_unique<node_segment>(node_segment::attach, name, static_cast<int>(node_members_.size()), who);
+    auto& mine = segment_->member(node_index_);
+    segment_->store(mine.pid, static_cast<std::uint32_t>(::getpid()));
+    const char mapped = 1;
+    iovec part{const_cast<char*>(&mapped), 1};
+    send_all(setup.get(), &part, 1, deadline);
+  } catch (const socket_closed& e) {
+    throw error(errc::peer_failure,
+                fmt::format("data path setup: {} closed its connection ({}) before {} mapped their node's shared "
+                            "memory: the process died or exited",
+                            describe(leader), e.why, who));
+  } catch (const socket_timeout&) {
+    throw timeout_error(fmt::format("data path setup: {} waited in vain for {} to share their node's shared memory",
+                                    who, describe(leader)));
+  }
+  const auto pid = segment_->load(segment_->member(0).pid);
+  watched_.emplace_back(static_cast<pid_t>(pid));
+  watched_members_.push_back(0);
+}
+
+void tcp_tree::share_segment(const std::vector<int>& fds, time_point deadline) {
+  segment_->store(segment_->member(0).pid, static_cast<std::uint32_t>(::getpid()));
+  std::deque<descriptor> setup;  // closed on return: they were only for the setup
+  for (const int fd : fds) setup.emplace_back(fd);
+  const auto& name = segment_->name();
+  const auto size = static_cast<std::uint32_t>(name.size());
+  for (std::size_t i = 0; i < setup.size(); ++i) {
+    const int mate = node_members_[i + 1];
+    try {
+      iovec parts[2] = {{const_cast<std::uint32_t*>(&size), sizeof size}, {const_cast<char*>(name.data()), size}};
+      send_all(setup[i].get(), parts, 2, deadline);
+    } catch (const socket_closed& e) {
+      throw error(errc::peer_failure, fmt::format("data path setup: {} closed its connection ({}) before it mapped "
+                                                  "the node's shared memory: the process died or exited",
+                                                  describe(mate), e.why));
+    } catch (const socket_timeout&) {
+      throw timeout_error(
+          fmt::format("data path setup: {} did not take the name of the node's shared memory "
+                      "from {} in time",
+                      describe(mate), describe(rank_)));
+    }
+  }
+  for (std::size_t i = 0; i < setup.size(); ++i) {
+    const int mate = node_members_[i + 1];
+    try {
+      char mapped = 0;
+      receive_all(setup[i].get(), &mapped, 1, deadline);
+    } catch (const socket_closed& e) {
+      throw error(errc::peer_failure,
+                  fmt::format("data path setup: {} could not map the node's shared memory segment {} ({}); its own "
+                              "error says why",
+                              describe(mate), name, e.why));
+    } catch (const socket_timeout&) {
+      throw timeout_error(fmt::format("data path setup: {} did not map the node's shared memory segment {} in time",
+                                      describe(mate), name));
+    }
+  }
+  segment_->unlink();  // every node-mate has it mapped: from now on no exit can leave it behind
+  for (std::size_t i = 1; i < node_members_.size(); ++i) {
+    auto& slot = segment_->member(static_cast<int>(i));
+    watched_.emplace_back(static_cast<pid_t>(segment_->load(slot.pid)));
+    watched_members_.push_back(static_cast<int>(i));
   }
 }
 
@@ -54,6 +187,11 @@ tcp_tree::~tcp_tree() {
     for (auto& l : *links) {
       if (l.fd >= 0) ::close(l.fd);
     }
+  }
+  if (segment_) {
+    segment_->store(segment_->member(node_index_).left, 1);
+    segment_->ring(node_segment::bell::up);
+    segment_->ring(node_segment::bell::down);
   }
 }
 
@@ -68,6 +206,7 @@ void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noe
     broken_ = message;
     broken_code_ = code;
   }
+  if (segment_) segment_->post_abort(origin, code, message);
   // Tell every neighbour, so the failure reaches every member instead of a deadline. Then close
   // gracefully: a close with unread data sends a reset, which can destroy the abort in flight.
   const auto deadline = clock::now() + std::chrono::milliseconds(200);
@@ -113,6 +252,9 @@ void tcp_tree::abort(const std::string& message) noexcept {
 
 void tcp_tree::check_peers(const std::string& during) {
   if (!broken_.empty()) raise(broken_code_, broken_);
+  exchange context;
+  context.name = during;
+  if (segment_) check_node(context, true);
   std::vector<pollfd> fds;
   std::vector<const link*> links;
   for (const auto* all : {&children_, &parent_link_}) {
@@ -123,10 +265,23 @@ void tcp_tree::check_peers(const std::string& during) {
   }
   if (::poll(fds.data(), fds.size(), 0) <= 0) return;
   for (std::size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-      exchange context;
-      context.name = during;
-      lost(*links[i], "connection closed", context);
+    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) lost(*links[i], "connection closed", context);
+  }
+}
+
+void tcp_tree::check_node(const exchange& ex, bool deaths) {
+  if (auto notice = segment_->abort_notice()) fail(notice->reason, notice->origin, notice->code);
+  const auto during = [&] { return fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site); };
+  for (std::size_t i = 0; i < watched_.size(); ++i) {
+    const int index = watched_members_[i];
+    const int g = node_members_[static_cast<std::size_t>(index)];
+    if (segment_->load(segment_->member(index).left) != 0) {
+      fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting", describe(g), during()),
+           g);
+    }
+    if (deaths && watched_[i].ended()) {
+      fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)", describe(g), during()),
+           g);
     }
   }
 }
@@ -178,6 +333,164 @@ std::vector<rank_bytes> tcp_tree::user_step(const exchange& ex, Step&& step) {
   }
 }
 
+void tcp_tree::time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (done[i]) continue;
+    for (const int g : subtree_[i]) missing.push_back(members_[static_cast<std::size_t>(g)]);
+  }
+  std::sort(missing.begin(), missing.end());
+  fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
+                   "is late, stuck or in another collective)",
+                   ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
+       rank_, errc::timeout);
+}
+
+void tcp_tree::parent_spoke(const exchange& ex, time_point deadline) {
+  const auto& parent = parent_link_.front();
+  try {
+    const frame f = receive_frame(parent.fd, deadline);
+    if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
+    fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", describe(parent.peer), f.name,
+                     f.header.sequence, describe(rank_), ex.name, sequence_),
+         rank_, errc::internal);
+  } catch (const protocol_violation& v) {
+    broke_protocol(parent, v, ex);
+  } catch (const socket_closed& e) {
+    lost(parent, e.why, ex);
+  } catch (const socket_timeout&) {
+    fail(fmt::format("{} stalled mid-message during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+  }
+}
+
+void tcp_tree::receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries) {
+  const auto& child = children_[i];
+  std::vector<rank_bytes> under;
+  try {
+    const frame f = receive_frame(child.fd, deadline);
+    if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
+    if (f.header.sequence != sequence_ || f.name != ex.name) {
+      fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
+                       describe(child.peer), f.name, f.header.sequence, f.site, describe(rank_), ex.name, sequence_,
+                       ex.site),
+           rank_);
+    }
+    under = parse_entries(f.payload, static_cast<int>(members_.size()));
+  } catch (const protocol_violation& v) {
+    broke_protocol(child, v, ex);
+  } catch (const socket_closed& e) {
+    lost(child, e.why, ex);
+  } catch (const socket_timeout&) {
+    fail(fmt::format("{} stalled mid-message during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+  }
+  std::move(under.begin(), under.end(), std::back_inserter(entries));
+}
+
+void tcp_tree::check_links(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries,
+                           std::vector<bool>& done, std::size_t& pending) {
+  std::vector<pollfd> fds;
+  for (std::size_t i = 0; i < children_.size(); ++i)
+    fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN | POLLRDHUP, 0});
+  if (!parent_link_.empty()) fds.push_back(pollfd{parent_link_.front().fd, POLLIN, 0});
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  if (!parent_link_.empty() && fds.back().revents != 0) parent_spoke(ex, deadline);
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
+    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+    receive_child(i, ex, deadline, entries);
+    done[i] = true;
+    --pending;
+  }
+}
+
+void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries,
+                           std::vector<bool>& done, std::size_t& pending) {
+  using bell = node_segment::bell;
+  auto& segment = *segment_;
+  const auto seq = low_bits(sequence_);
+  const auto count = node_members_.size();
+  segment.store(segment.member(0).arrived, seq);  // for the messages of node-mates that time out
+  // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
+  const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
+    auto waiting = static_cast<std::size_t>(std::count(in.begin(), in.end(), false));
+    auto next_check = clock::now() + check_interval;
+    std::uint32_t last = 0;
+    for (bool first = true;; first = false) {
+      const auto seen = segment.bell_value(bell::up);
+      for (std::size_t i = 1; i < count; ++i) {
+        if (in[i]) continue;
+        auto& slot = segment.member(static_cast<int>(i));
+        if (segment.load(word_of(slot)) != seq) continue;
+        const std::string_view name(slot.name, slot.name_size);
+        if (slot.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+          fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
+                           describe(node_members_[i]), name, slot.sequence, std::string_view(slot.site, slot.site_size),
+                           describe(rank_), ex.name, sequence_, ex.site),
+               rank_);
+        }
+        in[i] = true;
+        --waiting;
+      }
+      if (waiting == 0) return;
+      const auto now = clock::now();
+      const bool tick = now >= next_check;
+      check_node(ex, tick);
+      if (now >= deadline) {
+        std::vector<int> missing;
+        for (std::size_t i = 1; i < count; ++i) {
+          if (!in[i]) missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+        }
+        std::vector<bool> arrived = done;
+        std::vector<pollfd> fds;
+        for (std::size_t i = 0; i < children_.size(); ++i) fds.push_back(pollfd{children_[i].fd, POLLIN, 0});
+        if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0) {
+          for (std::size_t i = 0; i < children_.size(); ++i) arrived[i] = arrived[i] || fds[i].revents != 0;
+        }
+        time_out(ex, arrived, missing);
+      }
+      if (tick) {
+        check_links(ex, deadline, entries, done, pending);
+        next_check = now + check_interval;
+      }
+      // Spins only after something happened, not after a wake-up for the checks.
+      if (segment.wait(bell::up, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
+      last = seen;
+    }
+  };
+  std::vector<bool> in(count, false);
+  in[0] = true;
+  wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; }, in);
+
+  // Large contributions: the leader says where each goes in the data region, then waits for them.
+  std::size_t total = 0;
+  bool large = false;
+  for (std::size_t i = 1; i < count; ++i) {
+    auto& slot = segment.member(static_cast<int>(i));
+    in[i] = slot.has_payload == 0 || slot.size <= node_segment::inline_capacity;
+    if (in[i]) continue;
+    slot.data_offset = total;
+    total += (slot.size + 63) / 64 * 64;
+    large = true;
+  }
+  if (large) {
+    try {
+      segment.reserve(total, describe(rank_));
+    } catch (const error& e) {
+      fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+    }
+    segment.store(segment.grant_word(), seq);
+    segment.ring(bell::down);
+    wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
+  }
+  for (std::size_t i = 1; i < count; ++i) {
+    auto& slot = segment.member(static_cast<int>(i));
+    if (slot.has_payload == 0) continue;
+    const std::byte* from = slot.payload;
+    if (slot.size > node_segment::inline_capacity)
+      from = segment.data(total, describe(rank_)).data() + slot.data_offset;
+    entries.push_back(rank_bytes{node_members_[i], {from, from + slot.size}});
+  }
+}
+
 std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
   const auto deadline = clock::now() + ex.timeout;
   std::vector<rank_bytes> entries;
@@ -185,6 +498,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
 
   std::vector<bool> done(children_.size(), false);
   std::size_t pending = children_.size();
+  if (node_leader()) gather_node(ex, deadline, entries, done, pending);
   std::vector<pollfd> fds;
   while (pending > 0) {
     fds.clear();
@@ -197,60 +511,123 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
       interruption_point();
       continue;
     }
-    if (ready == 0) {
-      std::vector<int> missing;
-      for (std::size_t i = 0; i < children_.size(); ++i) {
-        if (done[i]) continue;
-        for (const int g : subtree_[i]) missing.push_back(members_[static_cast<std::size_t>(g)]);
-      }
-      std::sort(missing.begin(), missing.end());
-      fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
-                       "is late, stuck or in another collective)",
-                       ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
-           rank_, errc::timeout);
-    }
-    if (!parent_link_.empty() && fds.back().revents != 0) {
-      const auto& parent = parent_link_.front();
-      try {
-        const frame f = receive_frame(parent.fd, deadline);
-        if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
-        fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", describe(parent.peer), f.name,
-                         f.header.sequence, describe(rank_), ex.name, sequence_),
-             rank_, errc::internal);
-      } catch (const protocol_violation& v) {
-        broke_protocol(parent, v, ex);
-      } catch (const socket_closed& e) {
-        lost(parent, e.why, ex);
-      } catch (const socket_timeout&) {
-        fail(fmt::format("{} stalled mid-message during {} at {}", describe(parent.peer), ex.name, ex.site),
-             parent.peer);
-      }
-    }
+    if (ready == 0) time_out(ex, done, {});
+    if (!parent_link_.empty() && fds.back().revents != 0) parent_spoke(ex, deadline);
     for (std::size_t i = 0; i < children_.size(); ++i) {
       if (done[i] || fds[i].revents == 0) continue;
-      const auto& child = children_[i];
-      std::vector<rank_bytes> under;
-      try {
-        const frame f = receive_frame(child.fd, deadline);
-        if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
-        if (f.header.sequence != sequence_ || f.name != ex.name) {
-          fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                           describe(child.peer), f.name, f.header.sequence, f.site, describe(rank_), ex.name, sequence_,
-                           ex.site),
-               rank_);
-        }
-        under = parse_entries(f.payload, static_cast<int>(members_.size()));
-      } catch (const protocol_violation& v) {
-        broke_protocol(child, v, ex);
-      } catch (const socket_closed& e) {
-        lost(child, e.why, ex);
-      } catch (const socket_timeout&) {
-        fail(fmt::format("{} stalled mid-message during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
-      }
-      std::move(under.begin(), under.end(), std::back_inserter(entries));
+      receive_child(i, ex, deadline, entries);
       done[i] = true;
       --pending;
     }
+  }
+  return entries;
+}
+
+void tcp_tree::publish_to_node(const exchange& ex, const std::vector<rank_bytes>& entries,
+                               std::span<const std::byte> everyone) {
+  std::vector<std::byte> selected;
+  if (ex.to != delivery::everyone) {
+    std::vector<const rank_bytes*> down;
+    for (const auto& e : entries) {
+      const int r = ex.to == delivery::one_rank ? ex.target : e.rank;
+      if (r != rank_ && std::find(node_members_.begin(), node_members_.end(), r) != node_members_.end())
+        down.push_back(&e);
+    }
+    append_entries(selected, down);
+    everyone = selected;
+  }
+  check_size(everyone, ex);
+  try {
+    segment_->reserve(everyone.size(), describe(rank_));
+  } catch (const error& e) {
+    fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+  }
+  if (!everyone.empty()) {
+    std::memcpy(segment_->data(everyone.size(), describe(rank_)).data(), everyone.data(), everyone.size());
+  }
+  segment_->set_result_size(everyone.size());
+  segment_->store(segment_->result_word(), low_bits(sequence_));
+  segment_->ring(node_segment::bell::down);
+}
+
+template <class Ready>
+void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready) {
+  using bell = node_segment::bell;
+  auto next_check = clock::now() + check_interval;
+  std::uint32_t last = 0;
+  for (bool first = true;; first = false) {
+    const auto seen = segment_->bell_value(bell::down);
+    if (ready()) return;
+    const auto now = clock::now();
+    const bool tick = now >= next_check;
+    check_node(ex, tick);
+    if (now >= deadline) {
+      std::vector<int> missing;
+      for (std::size_t i = 0; i < node_members_.size(); ++i) {
+        if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(sequence_))
+          missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+      }
+      if (!missing.empty()) {
+        fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
+                         "is late, stuck or in another collective)",
+                         ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
+             rank_, errc::timeout);
+      }
+      fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+                       "this rank's node never arrived",
+                       ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(node_members_.front())),
+           rank_, errc::timeout);
+    }
+    if (tick) next_check = now + check_interval;
+    if (segment_->wait(bell::down, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
+    last = seen;
+  }
+}
+
+std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto deadline = clock::now() + ex.timeout;
+  const auto seq = low_bits(sequence_);
+  check_node(ex, false);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (ex.mine) check_size(mine, ex);
+  auto& slot = segment.member(node_index_);
+  slot.sequence = sequence_;
+  slot.size = mine.size();
+  slot.has_payload = ex.mine ? 1 : 0;
+  copy_text(slot.name, slot.name_size, ex.name);
+  copy_text(slot.site, slot.site_size, ex.site);
+  const bool large = mine.size() > node_segment::inline_capacity;
+  if (!large && !mine.empty()) std::memcpy(slot.payload, mine.data(), mine.size());
+  segment.store(slot.arrived, seq);
+  segment.ring(node_segment::bell::up);
+  if (large) {
+    wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
+    try {
+      std::memcpy(segment.data(slot.data_offset + mine.size(), describe(rank_)).data() + slot.data_offset, mine.data(),
+                  mine.size());
+    } catch (const error& e) {
+      fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+    }
+    segment.store(slot.filled, seq);
+    segment.ring(node_segment::bell::up);
+  }
+  wait_for_leader(ex, deadline, [&] { return segment.load(segment.result_word()) == seq; });
+  const auto size = static_cast<std::size_t>(segment.result_size());
+  std::vector<rank_bytes> entries;
+  try {
+    entries = parse_entries(segment.data(size, describe(rank_)).first(size), static_cast<int>(members_.size()));
+  } catch (const protocol_violation& v) {
+    fail(fmt::format("{} found {} in the node's shared memory during {} at {}: a bug, memory corruption, or two "
+                     "jobkit builds in one step",
+                     describe(rank_), v.what, ex.name, ex.site),
+         rank_, errc::internal);
+  } catch (const error& e) {
+    fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+  }
+  if (ex.to == delivery::one_rank && ex.target != rank_) return {};
+  if (ex.to == delivery::each_own) {
+    std::erase_if(entries, [&](const rank_bytes& e) { return e.rank != rank_; });
   }
   return entries;
 }
@@ -261,6 +638,7 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
           fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name, ex.site, broken_));
   }
   ++sequence_;
+  if (node_index_ > 0) return run_as_node_mate(ex);
   auto entries = gather_up(ex);
   if (ex.fold && !entries.empty()) {
     entries = user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
@@ -293,12 +671,13 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   } else {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     if (ex.finish) entries = user_step(ex, [&] { return ex.finish(entries); });
-    if (ex.to == delivery::everyone && !children_.empty()) {
+    if (ex.to == delivery::everyone && (!children_.empty() || node_leader())) {
       std::vector<const rank_bytes*> all;
       for (const auto& e : entries) all.push_back(&e);
       append_entries(everyone, all);
     }
   }
+  if (node_leader()) publish_to_node(ex, entries, everyone);
 
   std::vector<std::byte> selected;
   for (std::size_t i = 0; i < children_.size(); ++i) {

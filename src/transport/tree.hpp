@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,16 +11,18 @@
 #include <span>
 
 #include "transport/fabric.hpp"
+#include "transport/node_segment.hpp"
 #include "transport/transport.hpp"
 
 namespace jobkit::detail {
 
 struct protocol_violation;
 
-/// The data path of a group: a tree of TCP connections, the members of a node under their first
-/// member and those node leaders in a binomial tree under group rank 0. Every wait has a deadline
-/// and uses poll(2); a closed connection or an abort from any member fails the exchange on every
-/// member. One exchange at a time, in the same order on every member.
+/// The data path of a group: the members of a node meet in a shared memory segment (see
+/// node_segment) under their first member, the node's leader; the leaders form a binomial tree of
+/// TCP connections under group rank 0. Every wait has a deadline; a closed connection, a node-mate
+/// whose process ended (seen through its pidfd) or an abort from any member fails the exchange on
+/// every member. One exchange at a time, in the same order on every member.
 class tcp_tree final : public transport {
  public:
   /// members: world ranks in group-rank order; the calling rank must be one of them.
@@ -36,7 +39,29 @@ class tcp_tree final : public transport {
     int fd = -1;
     int peer = -1;  // group rank
   };
+  using time_point = steady_clock::time_point;
+  bool node_leader() const noexcept { return segment_ && node_index_ == 0; }
+  /// A node-mate's setup: the segment's name from the leader over a setup connection, then mapped.
+  void join_node(tcp_fabric& fabric, const std::string& key, time_point deadline);
+  /// The leader's setup: tells the node-mates the segment's name, waits until each mapped it, unlinks it.
+  void share_segment(const std::vector<int>& fds, time_point deadline);
   std::vector<rank_bytes> gather_up(const exchange& ex);
+  /// The leader's wait for its node-mates' contributions, which watches the TCP links meanwhile.
+  void gather_node(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries, std::vector<bool>& done,
+                   std::size_t& pending);
+  /// Fails on an abort posted in the segment, or when a watched node-mate left or ended.
+  void check_node(const exchange& ex, bool deaths);
+  /// Between node waits: fails on an abort from the parent or a child that closed.
+  void check_links(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries, std::vector<bool>& done,
+                   std::size_t& pending);
+  void receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
+  [[noreturn]] void parent_spoke(const exchange& ex, time_point deadline);
+  [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
+  void publish_to_node(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
+  std::vector<rank_bytes> run_as_node_mate(const exchange& ex);
+  /// A node-mate's wait for its leader until ready() holds.
+  template <class Ready>
+  void wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready);
   /// Runs fold or finish; an exception reaches every member as an abort and is rethrown here.
   template <class Step>
   std::vector<rank_bytes> user_step(const exchange& ex, Step&& step);
@@ -58,6 +83,11 @@ class tcp_tree final : public transport {
   std::vector<link> parent_link_;          // empty on group rank 0
   std::vector<std::vector<int>> subtree_;  // group ranks under each child
   std::vector<int> child_of_;              // group rank -> index of the child whose subtree has it, or -1
+  std::vector<int> node_members_;          // group ranks on this rank's node, leader first; empty when alone
+  int node_index_ = -1;                    // this rank's place in node_members_
+  std::unique_ptr<node_segment> segment_;
+  std::vector<process_watch> watched_;  // the leader: its node-mates; a node-mate: its leader
+  std::vector<int> watched_members_;    // node indexes of watched_
   errc broken_code_ = errc::peer_failure;
   std::string broken_;  // set once the tree failed
 };

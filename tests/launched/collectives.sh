@@ -2,10 +2,12 @@
 # jobkit's collectives on the dev cluster (3 nodes; 24 ranks for the stress test, else 9 or 7).
 # usage: collectives.sh MODE BINARY
 #   MODE: stress, groups, late, mismatch, timeout, throw, die-HOW-OP (HOW: exit kill abort term;
-#   OP: barrier broadcast all_gather)
+#   OP: barrier broadcast all_gather), node-death-mate, node-death-leader (one node: a node-mate, then
+#   the node's leader is killed while the others wait in shared memory), idle-node, idle-nodes (CPU
+#   time of ranks waiting 5 s in a barrier, on one node and on 3 nodes x 3)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes stress groups late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead
+declare_modes stress groups late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
 mode=$1
 binary=$2
 need_cluster
@@ -19,6 +21,10 @@ case $mode in
     how=${mode#die-}
     run_step "${step[@]}" "$binary" die "${how%%-*}" "${how#*-}" ;;
   mismatch | timeout | throw) run_step "${step[@]}" "$binary" "$mode" ;;
+  node-death-mate) run_step timeout 60 srun --mpi=pmix -N1 -n4 "$binary" node-death 2 ;;
+  node-death-leader) run_step timeout 60 srun --mpi=pmix -N1 -n4 "$binary" node-death 0 ;;
+  idle-node) run_step timeout 60 srun --mpi=pmix -N1 -n4 "$binary" idle 5 ;;
+  idle-nodes) run_step timeout 60 srun --mpi=pmix -N3 -n9 --ntasks-per-node=3 "$binary" idle 5 ;;
   slow-and-dead) run_step timeout 60 srun --mpi=pmix -N3 -n9 --ntasks-per-node=3 "$binary" "$mode" ;;
   *) fail "unknown mode $mode" ;;
 esac
@@ -38,10 +44,32 @@ case $mode in
     (($(count 'left the barrier') == 9)) || fail "not every rank left the barrier" ;;
   die-*)
     ((status != 0)) || fail "the step succeeded"
-    (($(count 'rank error: rank 8 (c3) closed its connection') == 8)) ||
+    # Rank 8 shares c3 with its node leader: seen through its pidfd, or its group's departure.
+    (($(count 'rank error: rank 8 (c3) \(closed its connection\|exited\|left the group\)') == 8)) ||
       fail "not every surviving rank named the dead rank"
     (($(count 'without noticing') == 0)) || fail "a rank missed the death"
-    ((elapsed_ms < 5000)) || fail "took ${elapsed_ms} ms, more than 5 s" ;;
+    ((elapsed_ms < 5000)) || fail "took ${elapsed_ms} ms, more than 5 s"
+    no_segments_left ;;
+  node-death-*)
+    ((status != 0)) || fail "the step succeeded"
+    victim=$(awk '/ dies at / {print $2}' <<<"$out")
+    [[ -n $victim ]] || fail "the victim did not die"
+    (($(count "rank error: rank $victim ([^)]*) exited during barrier at collectives_check.cpp:[0-9]*: the process died") == 3)) ||
+      fail "not every surviving rank named the dead rank"
+    (($(count 'without noticing') == 0)) || fail "a rank missed the death"
+    # Its node-mates hold no socket to it: they must see the end of its process within 5 s.
+    late=$(awk '/ dies at / {died = $5} / noticed at / {at[$2] = $5}
+      END {for (r in at) if ((at[r] - died) / 1e9 > 5) print "rank " r}' <<<"$out")
+    [[ -z $late ]] || fail "noticed more than 5 s after the death: $late"
+    no_segments_left ;;
+  idle-*)
+    ((status == 0)) || fail "exit status $status"
+    waiting=$(($(count 'waited') - 1))
+    ((waiting >= 3)) || fail "not every rank reported its waiting"
+    # Waiting in shared memory or on sockets costs at most 1 % of a core (the late rank slept).
+    busy=$(awk '/waited/ && $4 > 4 && $11 > 1' <<<"$out")
+    [[ -z $busy ]] || fail "ranks used more than 1 % of a core while waiting: $busy"
+    no_segments_left ;;
   slow-and-dead)
     ((status != 0)) || fail "the step succeeded"
     # Ranks 3 and 4 wait for rank 5 in the tree (3 is its node leader): the death must reach them

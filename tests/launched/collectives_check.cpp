@@ -5,6 +5,11 @@
 //   late S           a barrier that the last rank reaches S seconds late: nobody may leave early
 //   die HOW OP       the last rank dies (exit, kill, abort, term) while the others are in OP
 //                    (barrier, broadcast, all_gather)
+//   node-death V     rank V, which shares its node with the others, is killed in a loop of
+//                    barriers: the others must name it (they wait in shared memory, where no
+//                    socket closes); each prints when it noticed, the victim when it died
+//   idle S           the last rank is S seconds late for a barrier; the others print the CPU time
+//                    they spent waiting in it (getrusage, the whole process)
 //   slow-and-dead    3 nodes x 3 ranks: rank 5 is 10 s late while rank 8 dies; every rank but
 //                    the slow one must fail at once (its node leader, waiting for it, included)
 //   mismatch         rank 0 calls broadcast while the others call barrier
@@ -14,6 +19,7 @@
 //   churn N          N rounds of group creation (world, a split, node groups) and checked
 //                    collectives on each: what strangers on the ranks' ports must not disturb
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +44,16 @@ namespace {
 
 /// The bytes rank r contributes to operation i: a size that varies per rank and per operation
 /// (now and then 256 KiB), contents that depend on both.
+/// Nanoseconds since the epoch: comparable between the processes of one node.
+long long wall_ns() { return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(); }
+
+double cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
 std::string payload(int r, std::uint64_t i) {
   const std::uint64_t h = mix(i * 7919 + static_cast<std::uint64_t>(r) + 1);
   const std::size_t size = h % 997 == 0 ? 256 * 1024 : h % 4001;
@@ -234,6 +250,39 @@ int main(int argc, char** argv) {
       const auto t0 = steady_clock::now();
       jobkit::barrier();
       std::printf("rank %d left the barrier after %.3f s\n", me, duration<double>(steady_clock::now() - t0).count());
+      return 0;
+    }
+    if (me == 0 && (mode == "die" || mode == "node-death" || mode == "idle")) {
+      const char* job = std::getenv("SLURM_JOB_ID");
+      std::printf("job %s\n", job ? job : "none");
+    }
+    if (mode == "node-death") {
+      const int victim = std::stoi(arg);
+      try {
+        for (int i = 0; i < 100; ++i) {
+          if (i == 50 && me == victim) {
+            std::printf("rank %d dies at %lld\n", me, wall_ns());
+            std::fflush(stdout);
+            ::kill(::getpid(), SIGKILL);
+          }
+          jobkit::barrier();
+        }
+      } catch (const jobkit::error&) {
+        std::printf("rank %d noticed at %lld\n", me, wall_ns());
+        throw;
+      }
+      std::printf("rank %d: finished without noticing the death\n", me);
+      return 0;
+    }
+    if (mode == "idle") {
+      jobkit::barrier();
+      if (me == last) std::this_thread::sleep_for(seconds(std::stoi(arg)));
+      const auto t0 = steady_clock::now();
+      const double cpu0 = cpu_seconds();
+      jobkit::barrier();
+      const double cpu = cpu_seconds() - cpu0, wall = duration<double>(steady_clock::now() - t0).count();
+      std::printf("rank %d waited %.3f s using %.2f ms of CPU: %.3f %% of a core\n", me, wall, cpu * 1e3,
+                  100 * cpu / wall);
       return 0;
     }
     if (mode == "die") {

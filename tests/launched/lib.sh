@@ -58,3 +58,16 @@ declare_modes() {
   for m in "$@"; do [[ $m == "$first_argument" ]] && return 0; done
   fail "unknown mode '$first_argument' (modes: $*)"
 }
+
+# no_segments_left: fails when the last step (whose rank 0 printed "job ID") left a shared memory
+# segment of its own (/dev/shm/jobkit-ID.*) on any node; /dev/shm is private to each node.
+no_segments_left() {
+  local job node left
+  job=$(awk '$1 == "job" {print $2; exit}' <<<"$out")
+  [[ -n $job && $job != none ]] || fail "the step printed no job id"
+  for node in $(sinfo -h -N -o %N | sort -u); do
+    left=$(timeout 30 srun -w "$node" -N1 -n1 bash -c "ls /dev/shm | grep '^jobkit-$job\\.' || true")
+    [[ -z $left ]] || fail "segments left on $node: $left"
+  done
+  echo "no shared memory segment of job $job left on any node"
+}

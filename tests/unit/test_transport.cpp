@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <numeric>
 #include <thread>
@@ -461,6 +462,74 @@ TEST_CASE("a rank that leaves during a collective fails every other rank, naming
   for (int r = 0; r < 3; ++r) {
     const auto& o = results[static_cast<std::size_t>(r)];
     CHECK_FALSE(o.value);
-    CHECK(contains(o.error, "rank 3 (n1) closed its connection"));
+    CHECK(contains(o.error, "rank 3 (n1) left the group during all_reduce(sum) at test_transport.cpp:"));
   }
+}
+
+TEST_CASE("node-mates in shared memory: large payloads in both directions, every delivery, no name left",
+          "[transport]") {
+  const std::vector<int> nodes{0, 0, 0, 1, 0};  // rank 4 is rank 0's node-mate, after rank 3 of node 1
+  const auto results = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    const auto text = [](int r, std::size_t size) { return std::string(size, static_cast<char>('a' + r)); };
+    std::vector<std::size_t> got;
+    // 100 KiB from each rank: past a slot's 7 KiB, through the data region both ways.
+    const auto all = g.all_gather(text(g.rank(), 100 * 1024 + static_cast<std::size_t>(g.rank())));
+    for (int r = 0; r < g.size(); ++r) got.push_back(all[static_cast<std::size_t>(r)] == text(r, 100 * 1024 + r));
+    got.push_back(g.broadcast(text(2, 3 << 20), {.root = 2}) == text(2, 3 << 20));  // a node-mate's 3 MiB
+    const auto gathered = g.gather(text(g.rank(), 9000), {.root = 4});
+    got.push_back(g.rank() == 4 ? gathered.size() == 5 && gathered[3] == text(3, 9000) : gathered.empty());
+    got.push_back(g.scatter(std::vector<std::string>{"0", "1", "2", "3", std::string(20000, '4')}, {.root = 1}) ==
+                  (g.rank() == 4 ? std::string(20000, '4') : std::to_string(g.rank())));
+    got.push_back(
+        static_cast<std::size_t>(g.all_reduce(std::vector<int>(5000, g.rank()), jobkit::reduce_op::sum)[4999]));
+    g.barrier();
+    // The segments were unlinked once every node-mate had mapped them: their names are gone
+    // while the groups still use them.
+    const auto prefix = fmt::format("jobkit-pid{}-", ::getpid());
+    std::size_t named = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+      named += entry.path().filename().string().starts_with(prefix);
+    got.push_back(named);
+    g.barrier();
+    return got;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == std::vector<std::size_t>{1, 1, 1, 1, 1, 1, 1, 1, 10, 0});
+  }
+}
+
+TEST_CASE("node-mates in shared memory: out of step, a throwing callable, a late node-mate", "[transport]") {
+  const std::vector<int> nodes{0, 0, 0, 1};
+  const auto mismatch = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) return g.broadcast(1, {.root = 0, .timeout = 20s});
+    g.barrier({.timeout = 20s});
+    return 0;
+  });
+  for (const auto& o : mismatch) {
+    CHECK(contains(o.error, "collectives out of step: rank 2 (n0) is in broadcast(root 0) #2 at test_transport.cpp:"));
+    CHECK(contains(o.error, "while rank 0 (n0) is in barrier #2 at test_transport.cpp:"));
+  }
+
+  const auto thrown = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    return g.compute_and_broadcast([]() -> int { throw jobkit::error(jobkit::errc::io, "disk full"); }, {.root = 1});
+  });
+  CHECK(thrown[1].error == "disk full");  // the root gets its own exception back
+  for (const int r : {0, 2, 3}) {
+    CHECK(contains(thrown[static_cast<std::size_t>(r)].error, "the callable threw on rank 1 (n0): disk full"));
+  }
+
+  const auto late = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
+    g.barrier({.timeout = 500ms});
+    return 0;
+  });
+  CHECK(late[0].code == jobkit::errc::timeout);
+  INFO(late[0].error);
+  CHECK(contains(late[0].error, "timed out after 500 ms on rank "));
+  CHECK(contains(late[0].error, "(n0): rank(s) 2 never arrived"));
+  for (const auto& o : late) CHECK(o.code == jobkit::errc::timeout);
 }

@@ -1,0 +1,149 @@
+// jobkit's collectives timed with bench/peers/mpi_bench.c's loop, line for line, so that the two
+// are compared by one method and one statistic (bench/compare.sh runs both in one allocation).
+//
+//   usage: jobkit_loop [ITERS [WARMUP [LARGE_BYTES [LARGE_ITERS]]]]   (defaults: 2000, 100, 64 MiB, 5)
+//   launch: srun --mpi=pmix -N3 -n24 build-dev/bench/jobkit_loop
+//
+// Ops, each: WARMUP untimed iterations (1 for large payloads), then ITERS timed ones, on the world:
+//   barrier, allreduce (one double, sum), bcast from rank 0 of 64 B and 1 KiB, allgather of 8 B
+//   per rank, then bcast of LARGE_BYTES and allgather of LARGE_BYTES / ranks per rank (LARGE_ITERS
+//   timed iterations). Rooted and large ops put an untimed barrier between iterations.
+// Every op's loop starts right after a barrier. Every rank times each iteration; iteration i's
+// time is the MAX over ranks; median_us / p99_us are over those maxima, rank0_median_us is rank
+// 0's own median, loop_avg_us the slowest rank's loop time over ITERS, cpu_pct the highest share
+// of a core that a rank's process used during the timed loop (getrusage: what waiting costs).
+// First, like mpi_bench's "init" (MPI_Init on rank 0), "init" is the time to a usable world group:
+// identity discovery plus the data path's setup (the first barrier), on the slowest rank.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "jobkit/jobkit.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double now_us() { return std::chrono::duration<double, std::micro>(clock_type::now().time_since_epoch()).count(); }
+
+double cpu_us() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+struct loop {
+  std::vector<double> times;
+  double total_us = 0, cpu = 0;
+};
+
+template <class Body>
+loop timed(long iters, long warmup, bool separate, Body&& body) {
+  loop l;
+  jobkit::barrier();
+  for (long i = 0; i < warmup; ++i) {
+    body();
+    if (separate) jobkit::barrier();
+  }
+  const double start = now_us(), cpu0 = cpu_us();
+  for (long i = 0; i < iters; ++i) {
+    const double t0 = now_us();
+    body();
+    l.times.push_back(now_us() - t0);
+    if (separate) jobkit::barrier();
+  }
+  l.total_us = now_us() - start;
+  l.cpu = cpu_us() - cpu0;
+  return l;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void report(const char* op, long bytes, const loop& l, bool separate) {
+  const auto& id = jobkit::current_identity();
+  auto slowest = jobkit::all_reduce(l.times, jobkit::reduce_op::max);
+  const double loop_avg = jobkit::all_reduce(l.total_us / static_cast<double>(l.times.size()), jobkit::reduce_op::max);
+  const double cpu_pct = jobkit::all_reduce(100 * l.cpu / l.total_us, jobkit::reduce_op::max);
+  if (id.rank != 0) return;
+  const double median = median_of(slowest);
+  std::sort(slowest.begin(), slowest.end());
+  const auto k = std::max<std::size_t>(1, (99 * slowest.size() + 99) / 100);
+  std::printf(
+      "{\"impl\":\"jobkit\",\"op\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"bytes\":%ld,\"iters\":%zu,\"median_us\":%.2f,"
+      "\"p99_us\":%.2f,\"rank0_median_us\":%.2f,\"loop_avg_us\":%.2f,\"cpu_pct\":%.1f,\"timing\":\"max_over_ranks\"%s",
+      op, id.world_size, id.num_nodes, bytes, l.times.size(), median, slowest[k - 1], median_of(l.times), loop_avg,
+      cpu_pct, separate ? ",\"iter_sep\":\"barrier\"" : "");
+  if (bytes > 1024) std::printf(",\"mb_per_s\":%.1f", static_cast<double>(bytes) / median);
+  std::printf("}\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long iters = argc > 1 ? std::strtol(argv[1], nullptr, 10) : 2000;
+  const long warmup = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 100;
+  const long large = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 64L << 20;
+  const long large_iters = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 5;
+  try {
+    const double t_start = now_us();
+    const auto& id = jobkit::current_identity();
+    const int n = id.world_size;
+    jobkit::barrier();  // the data path's setup
+    const double own_setup = now_us() - t_start;
+    const double setup = jobkit::all_reduce(own_setup, jobkit::reduce_op::max);
+    if (id.rank == 0) {
+      std::printf(
+          "{\"impl\":\"jobkit\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
+          "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\"}\n",
+          n, id.num_nodes, setup, setup, own_setup);
+    }
+
+    report("barrier", 0, timed(iters, warmup, false, [] { jobkit::barrier(); }), false);
+
+    double out = 0;
+    report("allreduce", 8,
+           timed(iters, warmup, false, [&] { out = jobkit::all_reduce(double(id.rank), jobkit::reduce_op::sum); }),
+           false);
+    if (out != static_cast<double>(n) * (n - 1) / 2) throw std::runtime_error("allreduce gave a wrong sum");
+
+    for (const long size : {64L, 1024L}) {
+      const std::string sent(static_cast<std::size_t>(size), '\xa5');
+      std::string got;
+      report("bcast", size, timed(iters, warmup, true, [&] { got = jobkit::broadcast(sent, 0); }), true);
+      if (got != sent) throw std::runtime_error("bcast delivered wrong bytes");
+    }
+
+    const std::string mine = std::to_string(1000003L * id.rank);
+    std::vector<std::string> all;
+    report("allgather", 8, timed(iters, warmup, false, [&] { all = jobkit::all_gather(mine); }), false);
+    for (int r = 0; r < n; ++r) {
+      if (all[static_cast<std::size_t>(r)] != std::to_string(1000003L * r))
+        throw std::runtime_error("allgather delivered a wrong value");
+    }
+
+    if (large > 0) {
+      const std::string big(static_cast<std::size_t>(large), 'b');
+      std::string got;
+      report("bcast", large, timed(large_iters, 1, true, [&] { got = jobkit::broadcast(big, 0); }), true);
+      if (got.size() != big.size()) throw std::runtime_error("large bcast delivered a wrong size");
+      const std::string part(static_cast<std::size_t>(large / n), 'g');
+      report("allgather", large / n * n, timed(large_iters, 1, true, [&] { all = jobkit::all_gather(part); }), true);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "jobkit_loop: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,128 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/posix_io.hpp"
+#include "jobkit/error.hpp"
+
+namespace jobkit::detail {
+
+/// The shared memory of one group's members on one node: a POSIX shared memory object that the
+/// node's leader (its first member) creates and unlinks as soon as every node-mate has mapped it,
+/// so that no exit, SIGKILL included, can leave it behind afterwards. It holds one slot per
+/// member (its contribution, up to inline_capacity bytes in place), the result going down, a data
+/// region that grows for large payloads, and an abort notice. Waiting spins for a bounded time
+/// (JOBKIT_SHM_SPIN_US) and then sleeps on a futex.
+class node_segment {
+ public:
+  static constexpr std::size_t inline_capacity = 7 * 1024;
+  static constexpr std::size_t text_capacity = 256;
+
+  /// One member's slot; member 0 is the leader. Words used with atomic_ref.
+  struct slot {
+    std::uint32_t pid;
+    std::uint32_t left;         // set once the member destroyed its group
+    std::uint32_t arrived;      // low 32 bits of the sequence number of its last contribution
+    std::uint32_t filled;       // same, once a large contribution is in the data region
+    std::uint64_t sequence;     // its full sequence number, for messages
+    std::uint64_t size;         // contribution bytes
+    std::uint64_t data_offset;  // where the leader wants a large contribution
+    std::uint32_t has_payload;
+    std::uint32_t name_size, site_size;
+    char name[text_capacity];
+    char site[text_capacity];
+    std::byte payload[inline_capacity];
+  };
+  struct notice {
+    int origin;
+    errc code;
+    std::string reason;
+  };
+  enum class bell { up, down };
+
+  /// Creates the segment (leader), replacing one of the same name that a crashed earlier attempt
+  /// of the same job and step may have left. @throws jobkit::error (io) naming who and what
+  node_segment(const std::string& name, int members, const std::string& who);
+  struct attach_t {};
+  static constexpr attach_t attach{};
+  /// Maps the leader's segment (a node-mate). @throws jobkit::error (io)
+  node_segment(attach_t, const std::string& name, int members, const std::string& who);
+  ~node_segment();
+  node_segment(const node_segment&) = delete;
+  node_segment& operator=(const node_segment&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+  /// Removes the name; the memory lives on until the last member unmaps it.
+  void unlink() noexcept;
+
+  slot& member(int index) noexcept;
+  std::uint32_t load(const std::uint32_t& word) const noexcept;
+  void store(std::uint32_t& word, std::uint32_t value) noexcept;
+  /// Wakes whoever waits on this bell.
+  void ring(bell b) noexcept;
+  /// The bell's current value, to pass to wait.
+  std::uint32_t bell_value(bell b) const noexcept;
+  /// Returns once the bell rang after `seen` or at `until`: spins a bounded time (when `spin`),
+  /// then sleeps. True when a signal ended the sleep (for detail::interruption_point).
+  bool wait(bell b, std::uint32_t seen, steady_clock::time_point until, bool spin) noexcept;
+
+  /// Posts an abort unless one is there already; rings both bells.
+  void post_abort(int origin, errc code, const std::string& reason) noexcept;
+  std::optional<notice> abort_notice() const;
+
+  /// Makes the data region hold at least size bytes (leader). @throws jobkit::error (io)
+  void reserve(std::size_t size, const std::string& who);
+  /// The data region, at least size bytes of it as the leader reserved. @throws jobkit::error (io)
+  std::span<std::byte> data(std::size_t size, const std::string& who);
+  void set_result_size(std::uint64_t size) noexcept;
+  std::uint64_t result_size() const noexcept;
+  std::uint32_t& result_word() noexcept;
+  std::uint32_t& grant_word() noexcept;
+
+ private:
+  struct header;
+  header& head() const noexcept;
+  void map_fixed(const std::string& who);
+  void map_data(std::size_t size, const std::string& who);
+
+  std::string name_;
+  int fd_ = -1;
+  std::size_t fixed_size_ = 0;
+  std::byte* fixed_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::size_t data_mapped_ = 0;
+  bool owner_ = false;
+  std::chrono::microseconds spin_;
+};
+
+/// JOBKIT_SHM_SPIN_US: how long a waiter spins before it sleeps (default 50 µs).
+/// @throws jobkit::error (invalid_environment) when malformed
+std::chrono::microseconds shm_spin_time();
+
+/// A pidfd of a node-mate's process, closed on destruction: it becomes readable when the process
+/// ends, however it ends. Empty for this process (node-mates that are threads, in unit tests).
+class process_watch {
+ public:
+  explicit process_watch(pid_t pid);
+  ~process_watch();
+  process_watch(process_watch&& other) noexcept;
+  process_watch(const process_watch&) = delete;
+  process_watch& operator=(const process_watch&) = delete;
+  process_watch& operator=(process_watch&&) = delete;
+  /// True once the process has ended.
+  bool ended() const noexcept;
+
+ private:
+  int fd_ = -1;
+  bool gone_ = false;  // it had ended before pidfd_open
+};
+
+}  // namespace jobkit::detail
