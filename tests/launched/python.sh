@@ -22,6 +22,14 @@ case $mode in
   torch)
     "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
     run_step env -u MASTER_ADDR -u MASTER_PORT "${step[@]}" -N3 -n7 "${check[@]}" torch ;;
+  interrupt)
+    # Two steps: SIGINT to rank 0, then SIGTERM to rank 1 (one signal per step: a second rank's
+    # own signal would race with the first one's abort).
+    run_step "${step[@]}" -N3 -n7 "${check[@]}" interrupt SIGINT
+    first=$out
+    run_step "${step[@]}" -N3 -n7 "${check[@]}" interrupt SIGTERM
+    out="$first
+$out" ;;
   preempt)
     # SIGUSR1 to rank 4 alone after 1.5 s: every rank stops at one step and commits; a second
     # step resumes from that checkpoint and ends with the uninterrupted sum.
@@ -73,8 +81,10 @@ case $mode in
     ((status == 0)) || fail "exit status $status"
     (($(count 'rank 0: interrupted (KeyboardInterrupt) after 1\.') == 1)) || fail "SIGINT did not end rank 0's wait"
     (($(count 'rank 1: interrupted (SystemExit) after 1\.') == 1)) || fail "SIGTERM did not end rank 1's wait"
-    (($(count 'PeerFailureError after 0\..*a signal interrupted rank [01] (c1) in a jobkit call at python_check.py') == 5)) ||
-      fail "the other ranks did not learn of the interrupt at once" ;;
+    (($(count 'PeerFailureError after [0-9.]* s: a signal interrupted rank 0 (c1) in a jobkit call at python_check.py') == 6)) ||
+      fail "the other ranks did not learn of rank 0's interrupt"
+    (($(count 'PeerFailureError after [0-9.]* s: a signal interrupted rank 1 (c1) in a jobkit call at python_check.py') == 6)) ||
+      fail "the other ranks did not learn of rank 1's interrupt" ;;
   torch)
     ((status == 0)) || fail "exit status $status"
     (($(count 'nccl refused: NcclError\|nccl refused: CudaError') == 7)) || fail "nccl did not fail cleanly"

@@ -233,16 +233,18 @@ def hang():
         print(f"rank {me.rank}: timeout after {time.monotonic() - start:.2f} s: {e}", flush=True)
 
 
-def interrupt():
+def interrupt(which):
+    """One signal to one rank waiting in a barrier: SIGINT to rank 0 (KeyboardInterrupt) or SIGTERM
+    to rank 1 (its handler's SystemExit). That rank's wait ends; the others raise at once."""
     me = jobkit.identity()
     jobkit.barrier()
+    target = 0 if which == "SIGINT" else 1
     if me.rank == 1:
         signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(143))
-    if me.rank in (0, 1):
-        which = signal.SIGINT if me.rank == 0 else signal.SIGTERM
-        threading.Timer(1.0, lambda: os.kill(os.getpid(), which)).start()
+    if me.rank == target:
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), getattr(signal, which))).start()
     else:
-        time.sleep(4)
+        time.sleep(0.5 if me.rank in (0, 1) else 4)
     start = time.monotonic()
     try:
         jobkit.barrier(timeout=30)
@@ -328,7 +330,7 @@ def main():
     elif mode == "hang":
         hang()
     elif mode == "interrupt":
-        interrupt()
+        interrupt(sys.argv[2])
     elif mode == "torch":
         torch_check()
     elif mode == "preempt":
