@@ -7,6 +7,7 @@
 #include <concepts>
 #include <memory>
 #include <optional>
+#include <ranges>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -51,6 +52,18 @@ concept reducible = std::is_arithmetic_v<T> ||
 template <class Op, class T>
 concept binary_operation_of =
     std::invocable<Op&, const T&, const T&> && std::convertible_to<std::invoke_result_t<Op&, const T&, const T&>, T>;
+
+/// Memory that bulk collectives write into: a contiguous range (std::vector, std::array,
+/// std::span...) of trivially copyable, non-const elements.
+template <class R>
+concept bulk_buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+    std::is_trivially_copyable_v<std::ranges::range_value_t<R>> &&
+    !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+/// What a bulk collective reads: a contiguous range of the same elements as the buffer B.
+template <class R, class B>
+concept bulk_source = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+    std::same_as<std::ranges::range_value_t<R>, std::ranges::range_value_t<B>>;
 
 /// A set of ranks that run collectives together: the world, a node, one rank per node, an
 /// explicit list, or a split. Every member must call the same collectives in the same order;
@@ -143,6 +156,28 @@ class group {
   }
   ///@}
 
+  /// @name Bulk data in the caller's memory
+  /// For large arrays of trivially copyable elements (MPI_Bcast and MPI_Allgather's form): the
+  /// result is written into memory the caller owns and reuses, so no call allocates, and the bytes
+  /// travel from buffer to buffer without being serialised. Every member passes the same number of
+  /// elements; a difference fails on every member, naming two of them.
+  ///@{
+  /// The root's `data`, into every member's `data`.
+  template <bulk_buffer B>
+  void broadcast_into(B&& data, rooted_options options, std::source_location site = std::source_location::current());
+  template <bulk_buffer B>
+  void broadcast_into(B&& data, int root = 0, call_options options = {},
+                      std::source_location site = std::source_location::current()) {
+    broadcast_into(std::forward<B>(data), rooted_options{root, options.timeout}, site);
+  }
+  /// Every member's `mine`, in rank order, into every member's `all`, which holds size() times as
+  /// many elements. `mine` may be this rank's own part of `all`.
+  template <class M, bulk_buffer B>
+  requires bulk_source<M, B>
+  void all_gather_into(const M& mine, B&& all, call_options options = {},
+                       std::source_location site = std::source_location::current());
+  ///@}
+
   /// map() runs on every rank; reduce(std::vector of every rank's result, in rank order) runs
   /// on rank 0 only, and its result is returned on every rank.
   template <class Map, class Reduce, class M = std::invoke_result_t<Map&>,
@@ -172,6 +207,11 @@ class group {
 
  private:
   std::vector<detail::rank_bytes> run(detail::exchange& ex);
+  /// A bulk exchange over buffer (see detail::bulk_exchange).
+  void run_bulk(std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
+                std::chrono::milliseconds timeout, const std::source_location& site);
+  /// Checks all_gather_into's sizes, and moves `mine` to its place in `all` unless it is there.
+  void place_own_part(std::span<const std::byte> mine, std::span<std::byte> all, const std::source_location& site);
   /// Sets up the group's connections if its first collective has not (bounded by ex.timeout).
   void connect(const detail::exchange& ex);
   /// Refuses a collective that a helper section makes unreachable for some members.
@@ -252,6 +292,21 @@ template <sendable T>
 T scatter(const std::vector<T>& values, rooted_options options,
           std::source_location site = std::source_location::current()) {
   return world().scatter(values, options, site);
+}
+template <bulk_buffer B>
+void broadcast_into(B&& data, int root = 0, call_options options = {},
+                    std::source_location site = std::source_location::current()) {
+  world().broadcast_into(std::forward<B>(data), root, options, site);
+}
+template <bulk_buffer B>
+void broadcast_into(B&& data, rooted_options options, std::source_location site = std::source_location::current()) {
+  world().broadcast_into(std::forward<B>(data), options, site);
+}
+template <class M, bulk_buffer B>
+requires bulk_source<M, B>
+void all_gather_into(const M& mine, B&& all, call_options options = {},
+                     std::source_location site = std::source_location::current()) {
+  world().all_gather_into(mine, std::forward<B>(all), options, site);
 }
 template <class F, class R = std::invoke_result_t<F&>>
 requires sendable<R> R compute_and_broadcast(F&& fn, int root = 0, call_options options = {},

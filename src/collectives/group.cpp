@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -95,6 +96,29 @@ std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
   check_section(ex);
   connect(ex);
   return state_->link->run(ex);
+}
+
+void group::run_bulk(std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
+                     std::chrono::milliseconds timeout, const std::source_location& site) {
+  detail::bulk_exchange bx;
+  bx.base = make_exchange(std::move(name), timeout, site);
+  bx.buffer = buffer;
+  bx.piece = piece;
+  bx.root = root;
+  check_section(bx.base);
+  connect(bx.base);
+  state_->link->run_bulk(bx);
+}
+
+void group::place_own_part(std::span<const std::byte> mine, std::span<std::byte> all,
+                           const std::source_location& site) {
+  if (all.size() != mine.size() * static_cast<std::size_t>(size())) {
+    throw error(errc::invalid_argument,
+                fmt::format("all_gather_into at {}: all holds {} bytes, not size() * mine = {} * {} bytes",
+                            detail::site_text(site), all.size(), size(), mine.size()));
+  }
+  auto* place = all.data() + static_cast<std::size_t>(rank()) * mine.size();
+  if (place != mine.data() && !mine.empty()) std::memmove(place, mine.data(), mine.size());
 }
 
 void group::abort(const std::string& message) noexcept {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <iterator>
 
 namespace jobkit::detail {
 
@@ -27,11 +28,18 @@ void check_header(const frame_header& h) {
 
 void send_frame(int fd, frame_type type, std::uint64_t sequence, int origin, std::string_view name,
                 std::string_view site, std::span<const std::byte> payload, steady_clock::time_point deadline) {
-  if (payload.size() > max_payload_size) {
+  const iovec part{const_cast<std::byte*>(payload.data()), payload.size()};
+  send_frame_parts(fd, type, sequence, origin, name, site, payload.size(), {&part, 1}, deadline);
+}
+
+void send_frame_parts(int fd, frame_type type, std::uint64_t sequence, int origin, std::string_view name,
+                      std::string_view site, std::uint64_t payload_size, std::span<const iovec> parts,
+                      steady_clock::time_point deadline) {
+  if (payload_size > max_payload_size) {
     throw error(errc::invalid_argument,
                 fmt::format("{} at {}: {} bytes would cross one link of the data path, more than its limit of {} "
                             "bytes per collective (move bulk data with NCCL, or in pieces)",
-                            name, site, payload.size(), max_payload_size));
+                            name, site, payload_size, max_payload_size));
   }
   frame_header h{frame_magic,
                  static_cast<std::uint32_t>(type),
@@ -39,15 +47,23 @@ void send_frame(int fd, frame_type type, std::uint64_t sequence, int origin, std
                  static_cast<std::uint32_t>(origin),
                  static_cast<std::uint16_t>(std::min(name.size(), max_name_size)),
                  static_cast<std::uint16_t>(std::min(site.size(), max_site_size)),
-                 payload.size()};
-  iovec parts[] = {{&h, sizeof h},
-                   {const_cast<char*>(name.data()), h.name_size},
-                   {const_cast<char*>(site.data()), h.site_size},
-                   {const_cast<std::byte*>(payload.data()), payload.size()}};
-  send_all(fd, parts, 4, deadline);
+                 payload_size};
+  const iovec head[] = {
+      {&h, sizeof h}, {const_cast<char*>(name.data()), h.name_size}, {const_cast<char*>(site.data()), h.site_size}};
+  constexpr std::size_t on_stack = 8;  // a small frame costs no allocation
+  iovec few[std::size(head) + on_stack];
+  std::vector<iovec> many;
+  iovec* all = few;
+  if (parts.size() > on_stack) {
+    many.resize(std::size(head) + parts.size());
+    all = many.data();
+  }
+  std::copy(std::begin(head), std::end(head), all);
+  std::copy(parts.begin(), parts.end(), all + std::size(head));
+  send_all(fd, all, static_cast<int>(std::size(head) + parts.size()), deadline);
 }
 
-frame receive_frame(int fd, steady_clock::time_point deadline) {
+frame receive_frame_head(int fd, steady_clock::time_point deadline) {
   frame f;
   receive_all(fd, &f.header, sizeof f.header, deadline);
   check_header(f.header);
@@ -55,6 +71,10 @@ frame receive_frame(int fd, steady_clock::time_point deadline) {
   f.site.resize(f.header.site_size);
   receive_all(fd, f.name.data(), f.name.size(), deadline);
   receive_all(fd, f.site.data(), f.site.size(), deadline);
+  return f;
+}
+
+void receive_payload(int fd, frame& f, steady_clock::time_point deadline) {
   // Grown as the bytes arrive (at most doubling), so a header that announces more than is sent
   // cannot make this rank allocate it.
   const auto size = static_cast<std::size_t>(f.header.payload_size);
@@ -64,6 +84,11 @@ frame receive_frame(int fd, steady_clock::time_point deadline) {
     f.payload.resize(had + std::min(size - had, std::max(first_chunk, had)));
     receive_all(fd, f.payload.data() + had, f.payload.size() - had, deadline);
   }
+}
+
+frame receive_frame(int fd, steady_clock::time_point deadline) {
+  frame f = receive_frame_head(fd, deadline);
+  receive_payload(fd, f, deadline);
   return f;
 }
 

@@ -53,8 +53,18 @@ void check_header(const frame_header& header);
 /// payload exceeds max_payload_size; socket_closed, socket_timeout
 void send_frame(int fd, frame_type type, std::uint64_t sequence, int origin, std::string_view name,
                 std::string_view site, std::span<const std::byte> payload, steady_clock::time_point deadline);
+/// The same with the payload in parts (scatter-gather from the caller's memory). The parts may
+/// hold less than payload_size bytes: the caller then sends the rest with send_all.
+void send_frame_parts(int fd, frame_type type, std::uint64_t sequence, int origin, std::string_view name,
+                      std::string_view site, std::uint64_t payload_size, std::span<const iovec> parts,
+                      steady_clock::time_point deadline);
 /// @throws protocol_violation, socket_closed, socket_timeout
 frame receive_frame(int fd, steady_clock::time_point deadline);
+/// A frame's header, name and site, checked; the caller reads the payload (receive_payload, or
+/// straight into its own memory). @throws protocol_violation, socket_closed, socket_timeout
+frame receive_frame_head(int fd, steady_clock::time_point deadline);
+/// The payload that receive_frame_head announced, into f.payload.
+void receive_payload(int fd, frame& f, steady_clock::time_point deadline);
 
 /// A set of rank_bytes as one payload: [u32 count] then per entry [u32 rank][u64 size][bytes].
 void append_entries(std::vector<std::byte>& out, const std::vector<const rank_bytes*>& entries);

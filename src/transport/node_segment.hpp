@@ -35,6 +35,7 @@ class node_segment {
     std::uint64_t sequence;     // its full sequence number, for messages
     std::uint64_t size;         // contribution bytes
     std::uint64_t data_offset;  // where the leader wants a large contribution
+    std::uint64_t bulk_size;    // a bulk exchange's buffer size on this member
     std::uint32_t has_payload;
     std::uint32_t name_size, site_size;
     char name[text_capacity];

@@ -1,14 +1,31 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "jobkit/collectives.hpp"
 
 namespace jobkit::detail {
+
+/// An exchange of raw bytes in the members' own memory (broadcast_into, all_gather_into). Every
+/// member passes a buffer of the same size. With a root, the root's whole buffer ends in every
+/// member's buffer; without one, each member's piece (`piece` bytes at rank * piece, already in
+/// place in its buffer) ends at the same place in every member's buffer.
+struct bulk_exchange {
+  exchange base;  ///< name, site and timeout; the other fields are unused
+  std::span<std::byte> buffer;
+  std::size_t piece = 0;
+  int root = -1;  ///< -1: every member contributes a piece
+
+  bool contributes(int rank) const noexcept { return root < 0 || rank == root; }
+  std::size_t offset(int rank) const noexcept { return root < 0 ? static_cast<std::size_t>(rank) * piece : 0; }
+  std::size_t piece_size() const noexcept { return root < 0 ? piece : buffer.size(); }
+};
 
 /// How the ranks of a group reach each other: over TCP between processes (tcp_tree), or inside
 /// one process (the in-process transport, for a single rank and for unit tests).
@@ -18,6 +35,9 @@ class transport {
   /// Runs one exchange (see detail::exchange) and returns the entries this rank receives, in
   /// rank order. @throws jobkit::error on every member when any member fails
   virtual std::vector<rank_bytes> run(const exchange& ex) = 0;
+  /// Runs one bulk exchange. @throws jobkit::error on every member when any member fails, or when
+  /// the members' buffer sizes differ (naming two of them)
+  virtual void run_bulk(const bulk_exchange& ex) = 0;
   /// Ends the current or next exchange on every member with this message; the transport is
   /// unusable afterwards.
   virtual void abort(const std::string& message) noexcept = 0;

@@ -308,11 +308,11 @@ void tcp_tree::broke_protocol(const link& l, const protocol_violation& v, const 
        rank_, errc::internal);
 }
 
-void tcp_tree::check_size(std::span<const std::byte> payload, const exchange& ex) {
-  if (payload.size() <= max_payload_size) return;
+void tcp_tree::check_size(std::uint64_t size, const exchange& ex) {
+  if (size <= max_payload_size) return;
   fail(fmt::format("{} at {}: {} bytes would cross one link of the data path on {}, more than its limit of {} "
                    "bytes per collective (move bulk data with NCCL, or in pieces)",
-                   ex.name, ex.site, payload.size(), describe(rank_), max_payload_size),
+                   ex.name, ex.site, size, describe(rank_), max_payload_size),
        rank_, errc::invalid_argument);
 }
 
@@ -366,14 +366,8 @@ void tcp_tree::receive_child(std::size_t i, const exchange& ex, time_point deadl
   const auto& child = children_[i];
   std::vector<rank_bytes> under;
   try {
-    const frame f = receive_frame(child.fd, deadline);
-    if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
-    if (f.header.sequence != sequence_ || f.name != ex.name) {
-      fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                       describe(child.peer), f.name, f.header.sequence, f.site, describe(rank_), ex.name, sequence_,
-                       ex.site),
-           rank_);
-    }
+    frame f = receive_frame(child.fd, deadline);
+    check_in_step(child, f, ex, deadline);
     under = parse_entries(f.payload, static_cast<int>(members_.size()));
   } catch (const protocol_violation& v) {
     broke_protocol(child, v, ex);
@@ -385,8 +379,8 @@ void tcp_tree::receive_child(std::size_t i, const exchange& ex, time_point deadl
   std::move(under.begin(), under.end(), std::back_inserter(entries));
 }
 
-void tcp_tree::check_links(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries,
-                           std::vector<bool>& done, std::size_t& pending) {
+void tcp_tree::check_links(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
+                           std::size_t& pending) {
   std::vector<pollfd> fds;
   for (std::size_t i = 0; i < children_.size(); ++i)
     fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN | POLLRDHUP, 0});
@@ -396,14 +390,14 @@ void tcp_tree::check_links(const exchange& ex, time_point deadline, std::vector<
   for (std::size_t i = 0; i < children_.size(); ++i) {
     // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
     if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
-    receive_child(i, ex, deadline, entries);
+    take(i);
     done[i] = true;
     --pending;
   }
 }
 
-void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries,
-                           std::vector<bool>& done, std::size_t& pending) {
+std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const take_child& take,
+                                 std::vector<bool>& done, std::size_t& pending) {
   using bell = node_segment::bell;
   auto& segment = *segment_;
   const auto seq = low_bits(sequence_);
@@ -448,7 +442,7 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
         time_out(ex, arrived, missing);
       }
       if (tick) {
-        check_links(ex, deadline, entries, done, pending);
+        check_links(ex, deadline, take, done, pending);
         next_check = now + check_interval;
       }
       // Spins only after something happened, not after a wake-up for the checks.
@@ -481,24 +475,17 @@ void tcp_tree::gather_node(const exchange& ex, time_point deadline, std::vector<
     segment.ring(bell::down);
     wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
   }
-  for (std::size_t i = 1; i < count; ++i) {
-    auto& slot = segment.member(static_cast<int>(i));
-    if (slot.has_payload == 0) continue;
-    const std::byte* from = slot.payload;
-    if (slot.size > node_segment::inline_capacity)
-      from = segment.data(total, describe(rank_)).data() + slot.data_offset;
-    entries.push_back(rank_bytes{node_members_[i], {from, from + slot.size}});
-  }
+  return total;
 }
 
-std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
-  const auto deadline = clock::now() + ex.timeout;
-  std::vector<rank_bytes> entries;
-  if (ex.mine) entries.push_back(rank_bytes{rank_, {ex.mine->begin(), ex.mine->end()}});
+std::span<const std::byte> tcp_tree::contribution(int index, std::size_t used) {
+  auto& slot = segment_->member(index);
+  if (slot.size <= node_segment::inline_capacity) return {slot.payload, static_cast<std::size_t>(slot.size)};
+  return segment_->data(used, describe(rank_)).subspan(slot.data_offset, slot.size);
+}
 
-  std::vector<bool> done(children_.size(), false);
-  std::size_t pending = children_.size();
-  if (node_leader()) gather_node(ex, deadline, entries, done, pending);
+void tcp_tree::await_children(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
+                              std::size_t& pending) {
   std::vector<pollfd> fds;
   while (pending > 0) {
     fds.clear();
@@ -515,11 +502,30 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
     if (!parent_link_.empty() && fds.back().revents != 0) parent_spoke(ex, deadline);
     for (std::size_t i = 0; i < children_.size(); ++i) {
       if (done[i] || fds[i].revents == 0) continue;
-      receive_child(i, ex, deadline, entries);
+      take(i);
       done[i] = true;
       --pending;
     }
   }
+}
+
+std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
+  const auto deadline = clock::now() + ex.timeout;
+  std::vector<rank_bytes> entries;
+  if (ex.mine) entries.push_back(rank_bytes{rank_, {ex.mine->begin(), ex.mine->end()}});
+
+  std::vector<bool> done(children_.size(), false);
+  std::size_t pending = children_.size();
+  const take_child take = [&](std::size_t i) { receive_child(i, ex, deadline, entries); };
+  if (node_leader()) {
+    const auto used = await_node(ex, deadline, take, done, pending);
+    for (std::size_t i = 1; i < node_members_.size(); ++i) {
+      if (segment_->member(static_cast<int>(i)).has_payload == 0) continue;
+      const auto bytes = contribution(static_cast<int>(i), used);
+      entries.push_back(rank_bytes{node_members_[i], {bytes.begin(), bytes.end()}});
+    }
+  }
+  await_children(ex, deadline, take, done, pending);
   return entries;
 }
 
@@ -536,7 +542,7 @@ void tcp_tree::publish_to_node(const exchange& ex, const std::vector<rank_bytes>
     append_entries(selected, down);
     everyone = selected;
   }
-  check_size(everyone, ex);
+  check_size(everyone.size(), ex);
   try {
     segment_->reserve(everyone.size(), describe(rank_));
   } catch (const error& e) {
@@ -584,35 +590,46 @@ void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& 
   }
 }
 
-std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
-  auto& segment = *segment_;
-  const auto deadline = clock::now() + ex.timeout;
+void tcp_tree::wait_for_result(const exchange& ex, time_point deadline) {
   const auto seq = low_bits(sequence_);
-  check_node(ex, false);
-  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (ex.mine) check_size(mine, ex);
+  wait_for_leader(ex, deadline, [&] { return segment_->load(segment_->result_word()) == seq; });
+}
+
+void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine,
+                                  bool has_payload, std::uint64_t bulk_size) {
+  auto& segment = *segment_;
+  const auto seq = low_bits(sequence_);
   auto& slot = segment.member(node_index_);
   slot.sequence = sequence_;
   slot.size = mine.size();
-  slot.has_payload = ex.mine ? 1 : 0;
+  slot.has_payload = has_payload ? 1 : 0;
+  slot.bulk_size = bulk_size;
   copy_text(slot.name, slot.name_size, ex.name);
   copy_text(slot.site, slot.site_size, ex.site);
   const bool large = mine.size() > node_segment::inline_capacity;
   if (!large && !mine.empty()) std::memcpy(slot.payload, mine.data(), mine.size());
   segment.store(slot.arrived, seq);
   segment.ring(node_segment::bell::up);
-  if (large) {
-    wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
-    try {
-      std::memcpy(segment.data(slot.data_offset + mine.size(), describe(rank_)).data() + slot.data_offset, mine.data(),
-                  mine.size());
-    } catch (const error& e) {
-      fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
-    }
-    segment.store(slot.filled, seq);
-    segment.ring(node_segment::bell::up);
+  if (!large) return;
+  wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
+  try {
+    std::memcpy(segment.data(slot.data_offset + mine.size(), describe(rank_)).data() + slot.data_offset, mine.data(),
+                mine.size());
+  } catch (const error& e) {
+    fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
   }
-  wait_for_leader(ex, deadline, [&] { return segment.load(segment.result_word()) == seq; });
+  segment.store(slot.filled, seq);
+  segment.ring(node_segment::bell::up);
+}
+
+std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto deadline = clock::now() + ex.timeout;
+  check_node(ex, false);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (ex.mine) check_size(mine.size(), ex);
+  contribute_to_node(ex, deadline, mine, ex.mine.has_value(), 0);
+  wait_for_result(ex, deadline);
   const auto size = static_cast<std::size_t>(segment.result_size());
   std::vector<rank_bytes> entries;
   try {
@@ -651,7 +668,7 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
     for (const auto& e : entries) up.push_back(&e);
     std::vector<std::byte> payload;
     append_entries(payload, up);
-    check_size(payload, ex);
+    check_size(payload.size(), ex);
     try {
       send_frame(parent.fd, frame_type::up, sequence_, rank_, ex.name, ex.site, payload, deadline);
       frame f = receive_frame(parent.fd, deadline);
@@ -696,7 +713,7 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
     }
     const auto& child = children_[i];
     const auto& down = ex.to == delivery::everyone ? everyone : selected;
-    check_size(down, ex);
+    check_size(down.size(), ex);
     try {
       send_frame(child.fd, frame_type::down, sequence_, rank_, ex.name, ex.site, down, deadline);
     } catch (const socket_closed& e) {

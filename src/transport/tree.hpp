@@ -17,6 +17,7 @@
 namespace jobkit::detail {
 
 struct protocol_violation;
+struct frame;
 
 /// The data path of a group: the members of a node meet in a shared memory segment (see
 /// node_segment) under their first member, the node's leader; the leaders form a binomial tree of
@@ -31,6 +32,10 @@ class tcp_tree final : public transport {
   ~tcp_tree() override;
 
   std::vector<rank_bytes> run(const exchange& ex) override;
+  /// Node-mates through the segment; between nodes, pieces go up as scatter-gather frames from
+  /// the buffers and the whole buffer comes down in chunks that each leader forwards to its
+  /// children as they arrive, straight from and into the members' buffers.
+  void run_bulk(const bulk_exchange& bx) override;
   void abort(const std::string& message) noexcept override;
   void check_peers(const std::string& during) override;
 
@@ -45,20 +50,43 @@ class tcp_tree final : public transport {
   void join_node(tcp_fabric& fabric, const std::string& key, time_point deadline);
   /// The leader's setup: tells the node-mates the segment's name, waits until each mapped it, unlinks it.
   void share_segment(const std::vector<int>& fds, time_point deadline);
+  using take_child = std::function<void(std::size_t)>;
   std::vector<rank_bytes> gather_up(const exchange& ex);
-  /// The leader's wait for its node-mates' contributions, which watches the TCP links meanwhile.
-  void gather_node(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries, std::vector<bool>& done,
-                   std::size_t& pending);
+  /// The leader's wait for its node-mates' contributions, which watches the TCP links meanwhile
+  /// (take receives child i's contribution). Large contributions get a place in the data region;
+  /// returns the bytes of it in use.
+  std::size_t await_node(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
+                         std::size_t& pending);
+  /// Node-mate `index`'s contribution, in its slot or in the data region.
+  std::span<const std::byte> contribution(int index, std::size_t used);
+  /// Waits for the children not done yet, and takes each contribution as it arrives.
+  void await_children(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
+                      std::size_t& pending);
   /// Fails on an abort posted in the segment, or when a watched node-mate left or ended.
   void check_node(const exchange& ex, bool deaths);
   /// Between node waits: fails on an abort from the parent or a child that closed.
-  void check_links(const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries, std::vector<bool>& done,
+  void check_links(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
                    std::size_t& pending);
   void receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
   [[noreturn]] void parent_spoke(const exchange& ex, time_point deadline);
   [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
   void publish_to_node(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
   std::vector<rank_bytes> run_as_node_mate(const exchange& ex);
+  /// A node-mate's contribution into its slot (large ones into the data region once granted).
+  void contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
+                          std::uint64_t bulk_size);
+  void bulk_as_node_mate(const bulk_exchange& bx);
+  /// Child i's pieces, straight into the buffer; got marks the ranks whose piece arrived.
+  void receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline, std::vector<bool>& got);
+  void send_up_bulk(const bulk_exchange& bx, time_point deadline);
+  /// Receives the whole buffer from the parent (unless rank 0) and sends it on to the children,
+  /// one chunk at a time.
+  void pass_down_bulk(const bulk_exchange& bx, time_point deadline);
+  /// Fails unless f belongs to this exchange: an abort, or another collective, fail the group.
+  void check_in_step(const link& l, frame& f, const exchange& ex, time_point deadline);
+  [[noreturn]] void sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine);
+  /// A node-mate's wait for the result of the current exchange from its leader.
+  void wait_for_result(const exchange& ex, time_point deadline);
   /// A node-mate's wait for its leader until ready() holds.
   template <class Ready>
   void wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready);
@@ -72,7 +100,7 @@ class tcp_tree final : public transport {
   [[noreturn]] void lost(const link& l, const std::string& why, const exchange& ex);
   [[noreturn]] void broke_protocol(const link& l, const protocol_violation& v, const exchange& ex);
   /// Fails the group when a payload exceeds what one frame may carry.
-  void check_size(std::span<const std::byte> payload, const exchange& ex);
+  void check_size(std::uint64_t size, const exchange& ex);
   std::string describe(int group_rank) const;
 
   std::vector<int> members_;

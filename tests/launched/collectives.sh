@@ -2,12 +2,13 @@
 # jobkit's collectives on the dev cluster (3 nodes; 24 ranks for the stress test, else 9 or 7).
 # usage: collectives.sh MODE BINARY
 #   MODE: stress, groups, late, mismatch, timeout, throw, die-HOW-OP (HOW: exit kill abort term;
-#   OP: barrier broadcast all_gather), node-death-mate, node-death-leader (one node: a node-mate, then
+#   OP: barrier broadcast all_gather broadcast_into), bulk (broadcast_into and all_gather_into
+#   checked byte by byte, cyclic layout), bulk-sizes (one rank passes another size), node-death-mate, node-death-leader (one node: a node-mate, then
 #   the node's leader is killed while the others wait in shared memory), idle-node, idle-nodes (CPU
 #   time of ranks waiting 5 s in a barrier, on one node and on 3 nodes x 3)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes stress groups late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
+declare_modes stress groups bulk bulk-sizes die-kill-broadcast_into late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
 mode=$1
 binary=$2
 need_cluster
@@ -16,6 +17,8 @@ step=(timeout 60 srun --mpi=pmix -N3 -n9)
 case $mode in
   stress) run_step timeout 850 srun --mpi=pmix -N3 -n24 "$binary" stress "${JOBKIT_STRESS_OPS:-100000}" ;;
   groups) run_step timeout 60 srun --mpi=pmix -N3 -n7 "$binary" groups ;;  # 5+1+1 ranks
+  bulk) run_step timeout 120 srun --mpi=pmix -N3 -n9 --distribution=cyclic "$binary" bulk ;;
+  bulk-sizes) run_step "${step[@]}" "$binary" bulk-sizes ;;
   late) run_step "${step[@]}" "$binary" late 3 ;;
   die-*)
     how=${mode#die-}
@@ -77,6 +80,16 @@ case $mode in
     slow=$(awk '/failed after/ && $2 != "5" && $5 > 3' <<<"$out")
     [[ -z $slow ]] || fail "ranks learnt of the death late: $slow"
     (($(count 'failed after') >= 7)) || fail "not every surviving rank reported the death" ;;
+  bulk)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'bulk [0-9]* checks, 0 bad values') == 9)) || fail "not every rank checked every value" ;;
+  bulk-sizes)
+    ((status != 0)) || fail "the step succeeded"
+    (($(count 'passed silently') == 0)) || fail "a rank passed the broadcast"
+    (($(count 'rank error: broadcast_into(root 0) at collectives_check.cpp:[0-9]*: rank 8 (c3) passed a buffer of 8008 bytes but rank [0-9]* ([^)]*) one of 8000 bytes') >= 1)) ||
+      fail "no error names rank 8 and both sizes"
+    (($(count 'rank error: broadcast_into(root 0) at collectives_check.cpp:[0-9]*: ') == 9)) ||
+      fail "not every rank failed with the call site" ;;
   mismatch)
     ((status != 0)) || fail "the step succeeded"
     (($(count 'collectives out of step') == 9)) || fail "not every rank reported the mismatch"

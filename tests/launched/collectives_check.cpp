@@ -15,6 +15,11 @@
 //   mismatch         rank 0 calls broadcast while the others call barrier
 //   timeout          the last rank sleeps past the others' 1 s deadline
 //   throw            compute_and_broadcast whose callable throws on the root (rank 1)
+//   bulk             broadcast_into and all_gather_into of sizes from 0 to several MiB (more than
+//                    one chunk between nodes, more than a slot in shared memory), from every
+//                    root, on the world, the node groups, node leaders and the even ranks; every
+//                    byte is checked, and the buffers are reused from call to call
+//   bulk-sizes       the last rank passes one element more to broadcast_into
 //   groups           node groups, node leaders and explicit lists match the real layout
 //   churn N          N rounds of group creation (world, a split, node groups) and checked
 //                    collectives on each: what strangers on the ranks' ports must not disturb
@@ -28,7 +33,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -175,6 +182,73 @@ int stress(long operations) {
   return check.bad == 0 ? 0 : 1;
 }
 
+/// Element k of rank r's piece in bulk operation i.
+std::uint32_t element(std::uint64_t i, int r, std::size_t k) {
+  return static_cast<std::uint32_t>(mix(i * 1000003 + static_cast<std::uint64_t>(r) * 7919 + k));
+}
+
+int bulk() {
+  const auto& id = jobkit::current_identity();
+  const int me = id.rank;
+  std::vector<int> even_ranks;
+  for (int r = 0; r < id.world_size; r += 2) even_ranks.push_back(r);
+  std::optional<jobkit::group> even;
+  if (me % 2 == 0) even = jobkit::make_group(even_ranks);
+  std::optional<jobkit::group> leaders;
+  if (id.local_rank == 0) leaders = jobkit::node_leaders_group();
+  // Each group with a number of its own, so that every member derives the same test data.
+  std::vector<std::pair<int, jobkit::group*>> groups{{0, &jobkit::world()}, {1, &jobkit::node_group()}};
+  if (leaders) groups.emplace_back(2, &*leaders);
+  if (even) groups.emplace_back(3, &*even);
+
+  checker check{me};
+  std::vector<std::uint32_t> buffer, all;  // reused, as a training loop would
+  // Elements: none, one, a slot's inline capacity and a little more, several bulk chunks and an odd tail.
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1792}, std::size_t{1793},
+                                  std::size_t{100'000}, std::size_t{786'433}}) {
+    for (const auto& [number, g] : groups) {
+      const std::uint64_t base = (count * 4 + static_cast<std::uint64_t>(number)) * 4096;
+      for (int root = 0; root < g->size(); ++root) {
+        const std::uint64_t i = base + static_cast<std::uint64_t>(root);
+        const int from = g->world_ranks()[static_cast<std::size_t>(root)];
+        buffer.assign(count, 0);
+        if (g->rank() == root) {
+          for (std::size_t k = 0; k < count; ++k) buffer[k] = element(i, from, k);
+        }
+        g->broadcast_into(buffer, root);
+        bool ok = buffer.size() == count;
+        for (std::size_t k = 0; ok && k < count; ++k) ok = buffer[k] == element(i, from, k);
+        check.expect(ok, i, "broadcast_into");
+        if (count > 100'000 && root >= 2) break;  // the largest from three roots only
+      }
+      const std::size_t piece = count / static_cast<std::size_t>(g->size()) + 1;
+      const auto gathered = [&](std::uint64_t i) {
+        for (int r = 0; r < g->size(); ++r) {
+          const int w = g->world_ranks()[static_cast<std::size_t>(r)];
+          for (std::size_t k = 0; k < piece; ++k) {
+            if (all[static_cast<std::size_t>(r) * piece + k] != element(i, w, k)) return false;
+          }
+        }
+        return true;
+      };
+      std::vector<std::uint32_t> mine(piece);
+      for (std::size_t k = 0; k < piece; ++k) mine[k] = element(base + 4000, me, k);
+      all.assign(piece * static_cast<std::size_t>(g->size()), 0);
+      g->all_gather_into(mine, all);
+      check.expect(gathered(base + 4000), base + 4000, "all_gather_into");
+      // In place: this rank's part of `all` is its contribution.
+      std::span<std::uint32_t> own(all.data() + static_cast<std::size_t>(g->rank()) * piece, piece);
+      for (std::size_t k = 0; k < piece; ++k) own[k] = element(base + 4001, me, k);
+      g->all_gather_into(own, all);
+      check.expect(gathered(base + 4001), base + 4001, "all_gather_into in place");
+    }
+  }
+  // A value collective between bulk ones: the sequence stays in step.
+  check.expect(jobkit::all_reduce(1, jobkit::reduce_op::sum) == id.world_size, 0, "all_reduce after bulk");
+  std::printf("rank %d: bulk %ld checks, %ld bad values\n", me, check.checked, check.bad);
+  return check.bad == 0 ? 0 : 1;
+}
+
 int groups() {
   const auto& id = jobkit::current_identity();
   const auto hosts = jobkit::all_gather(id.hostname);
@@ -243,6 +317,13 @@ int main(int argc, char** argv) {
     const int me = id.rank, last = id.world_size - 1;
     if (mode == "stress") return stress(std::stol(arg));
     if (mode == "groups") return groups();
+    if (mode == "bulk") return bulk();
+    if (mode == "bulk-sizes") {
+      std::vector<double> values(me == last ? 1001 : 1000, 1.0);
+      jobkit::broadcast_into(values, 0);
+      std::printf("rank %d: different sizes passed silently\n", me);
+      return 0;
+    }
     if (mode == "churn") return churn(std::stoi(arg));
     if (mode == "late") {
       jobkit::barrier();  // everyone connected: the lateness below is the only wait
@@ -297,6 +378,10 @@ int main(int argc, char** argv) {
         if (arg2 == "barrier") jobkit::barrier();
         if (arg2 == "broadcast") jobkit::broadcast(payload(0, static_cast<std::uint64_t>(i)), 0);
         if (arg2 == "all_gather") jobkit::all_gather(payload(me, static_cast<std::uint64_t>(i)));
+        if (arg2 == "broadcast_into") {
+          std::vector<char> buffer(3 << 20, static_cast<char>(i));
+          jobkit::broadcast_into(buffer, 0);
+        }
       }
       std::printf("rank %d: finished without noticing the death\n", me);
       return 0;

@@ -2,15 +2,18 @@
 // callables, failures, deadlines. The same code runs over TCP in tests/launched.
 #include "jobkit/collectives.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../catch.hpp"
@@ -266,4 +269,47 @@ TEST_CASE("JOBKIT_TIMEOUT is seconds, positive, and named when wrong", "[collect
     CHECK_THROWS_WITH(parse_timeout("JOBKIT_TIMEOUT", bad),
                       Catch::Contains(std::string("JOBKIT_TIMEOUT='") + bad + "'"));
   }
+}
+
+TEST_CASE("broadcast_into and all_gather_into write into the caller's buffers", "[collectives]") {
+  auto results = on_ranks(3, [](group& g) {
+    std::vector<double> buffer(5, g.rank() == 1 ? 1.5 : 0.0);
+    g.broadcast_into(buffer, 1);
+    std::array<int, 6> all{};
+    const std::vector<int> mine{g.rank(), 10 * g.rank()};
+    g.all_gather_into(mine, all);
+    std::array<int, 6> in_place{};
+    in_place[static_cast<std::size_t>(2 * g.rank())] = g.rank() + 100;
+    g.all_gather_into(std::span(in_place).subspan(static_cast<std::size_t>(2 * g.rank()), 2), in_place);
+    return std::make_tuple(buffer, all, in_place);
+  });
+  for (const auto& r : results) {
+    INFO(r.error);
+    REQUIRE(r.value);
+    CHECK(std::get<0>(*r.value) == std::vector<double>(5, 1.5));
+    CHECK(std::get<1>(*r.value) == std::array<int, 6>{0, 0, 1, 10, 2, 20});
+    CHECK(std::get<2>(*r.value) == std::array<int, 6>{100, 0, 101, 0, 102, 0});
+  }
+  const auto single = [] {
+    std::vector<char> buffer{'a', 'b'};
+    jobkit::broadcast_into(buffer);
+    return buffer;
+  }();
+  CHECK(single == std::vector<char>{'a', 'b'});
+}
+
+TEST_CASE("bulk collectives check their sizes, on every rank", "[collectives]") {
+  auto results = on_ranks(3, [](group& g) {
+    std::vector<char> buffer(g.rank() == 2 ? 8 : 4);
+    g.broadcast_into(buffer, 0);
+    return true;
+  });
+  for (const auto& r : results) {
+    CHECK_FALSE(r.value);
+    CHECK(r.code == jobkit::errc::invalid_argument);
+    CHECK(contains(r.error, "rank 0 passed a buffer of 4 bytes but rank 2 one of 8 bytes"));
+  }
+  std::vector<int> mine{1, 2}, all(3);
+  CHECK_THROWS_WITH(jobkit::all_gather_into(mine, all),
+                    Catch::Contains("all holds 12 bytes, not size() * mine = 1 * 8"));
 }

@@ -3,6 +3,9 @@
 // The templates of jobkit/collectives.hpp: each collective as one detail::exchange.
 
 #include <algorithm>
+#include <cstddef>
+#include <ranges>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -32,6 +35,38 @@ std::vector<std::byte> group::encode_result(F& fn, const detail::exchange& ex) {
   } catch (...) {
     fail_from_callable(ex);
   }
+}
+
+namespace detail {
+
+template <class R>
+std::span<const std::byte> bytes_of(const R& range) {
+  return {reinterpret_cast<const std::byte*>(std::ranges::data(range)),
+          std::ranges::size(range) * sizeof(std::ranges::range_value_t<R>)};
+}
+
+template <class R>
+std::span<std::byte> writable_bytes_of(R& range) {
+  return {reinterpret_cast<std::byte*>(std::ranges::data(range)),
+          std::ranges::size(range) * sizeof(std::ranges::range_value_t<R>)};
+}
+
+}  // namespace detail
+
+template <bulk_buffer B>
+void group::broadcast_into(B&& data, rooted_options options, std::source_location site) {
+  check_root("broadcast_into", options.root);
+  run_bulk("broadcast_into(root " + std::to_string(options.root) + ")", detail::writable_bytes_of(data), 0,
+           options.root, options.timeout, site);
+}
+
+template <class M, bulk_buffer B>
+requires bulk_source<M, B>
+void group::all_gather_into(const M& mine, B&& all, call_options options, std::source_location site) {
+  const auto bytes = detail::writable_bytes_of(all);
+  place_own_part(detail::bytes_of(mine), bytes, site);
+  run_bulk("all_gather_into", bytes, std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), -1,
+           options.timeout, site);
 }
 
 template <sendable T>
