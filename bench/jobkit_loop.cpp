@@ -1,13 +1,16 @@
 // jobkit's collectives timed with bench/peers/mpi_bench.c's loop, line for line, so that the two
 // are compared by one method and one statistic (bench/compare.sh runs both in one allocation).
 //
-//   usage: jobkit_loop [ITERS [WARMUP [LARGE_BYTES [LARGE_ITERS]]]]   (defaults: 2000, 100, 64 MiB, 5)
+//   usage: jobkit_loop [ITERS [WARMUP [LARGE_BYTES [LARGE_ITERS [values]]]]]
+//          (defaults: 2000, 100, 64 MiB, 5; "values" adds bcast_value and allgather_value)
 //   launch: srun --mpi=pmix -N3 -n24 build-dev/bench/jobkit_loop
 //
 // Ops, each: WARMUP untimed iterations (1 for large payloads), then ITERS timed ones, on the world:
 //   barrier, allreduce (one double, sum), bcast from rank 0 of 64 B and 1 KiB, allgather of 8 B
 //   per rank, then bcast of LARGE_BYTES and allgather of LARGE_BYTES / ranks per rank (LARGE_ITERS
-//   timed iterations). Rooted and large ops put an untimed barrier between iterations.
+//   timed iterations) into buffers allocated once, as mpi_bench does (broadcast_into,
+//   all_gather_into); with "values", the same through the value forms, whose results are new
+//   allocations. Rooted and large ops put an untimed barrier between iterations.
 // Every op's loop starts right after a barrier. Every rank times each iteration; iteration i's
 // time is the MAX over ranks; median_us / p99_us are over those maxima, rank0_median_us is rank
 // 0's own median, loop_avg_us the slowest rank's loop time over ITERS, cpu_pct the highest share
@@ -20,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
   const long warmup = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 100;
   const long large = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 64L << 20;
   const long large_iters = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 5;
+  const bool with_values = argc > 5 && std::string(argv[5]) == "values";
   try {
     const double t_start = now_us();
     const auto& id = jobkit::current_identity();
@@ -134,12 +139,23 @@ int main(int argc, char** argv) {
     }
 
     if (large > 0) {
-      const std::string big(static_cast<std::size_t>(large), 'b');
-      std::string got;
-      report("bcast", large, timed(large_iters, 1, true, [&] { got = jobkit::broadcast(big, 0); }), true);
-      if (got.size() != big.size()) throw std::runtime_error("large bcast delivered a wrong size");
-      const std::string part(static_cast<std::size_t>(large / n), 'g');
-      report("allgather", large / n * n, timed(large_iters, 1, true, [&] { all = jobkit::all_gather(part); }), true);
+      // As mpi_bench does: buffers allocated once, MPI_Bcast and MPI_Allgather's forms.
+      std::vector<unsigned char> big(static_cast<std::size_t>(large), id.rank == 0 ? 0xB5 : 0);
+      report("bcast", large, timed(large_iters, 1, true, [&] { jobkit::broadcast_into(big, 0); }), true);
+      if (big.back() != 0xB5) throw std::runtime_error("large bcast delivered wrong bytes");
+      const auto part = static_cast<std::size_t>(large / n);
+      std::vector<unsigned char> gathered(part * static_cast<std::size_t>(n));
+      report("allgather", large / n * n,
+             timed(large_iters, 1, true, [&] { jobkit::all_gather_into(std::span(big).first(part), gathered); }), true);
+      if (with_values) {  // the value forms, which allocate their results
+        const std::string text(static_cast<std::size_t>(large), 'b');
+        std::string got;
+        report("bcast_value", large, timed(large_iters, 1, true, [&] { got = jobkit::broadcast(text, 0); }), true);
+        if (got != text) throw std::runtime_error("large value bcast delivered wrong bytes");
+        const std::string piece(part, 'g');
+        report("allgather_value", large / n * n, timed(large_iters, 1, true, [&] { all = jobkit::all_gather(piece); }),
+               true);
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "jobkit_loop: %s\n", e.what());

@@ -330,6 +330,23 @@ shared_paths() {
   done | sort -u
 }
 
+# Slurm 22.05's mpi/pmix plugin names a step's directory and socket in the node's spool after the
+# job and step ids (pmix.JOB.STEP, stepd.slurm.pmix.JOB.STEP). When a step ends abnormally they
+# can stay behind, and the step of the same id in the job's next attempt (a requeue keeps the job
+# id) then fails to launch on that node: "pmixp_stepd_init() failed", which srun reports as
+# "task N launch failed: Unspecified error" (reproduced by leaving such a directory before a
+# step). Every attempt's end removes them; the job's processes are gone when the epilog runs.
+write_epilog() {
+  cat >"$dir/run/epilog.sh" <<EOF
+#!/bin/sh
+spool="$dir/spool/\$SLURMD_NODENAME"
+case "\$SLURM_JOB_ID" in *[!0-9]* | '') exit 0 ;; esac
+rm -rf "\$spool/pmix.\$SLURM_JOB_ID."* "\$spool/stepd.slurm.pmix.\$SLURM_JOB_ID."* 2>/dev/null
+exit 0
+EOF
+  chmod 755 "$dir/run/epilog.sh"
+}
+
 generate_conf() { # N net-mode node-cpus
   local n=$1 mode=$2 cpus=$3 i task hosts_note=
   # Part of the conf so that a change of it restarts the cluster.
@@ -390,6 +407,8 @@ PreemptMode=REQUEUE
 JobRequeue=1
 AuthInfo=cred_expire=5
 SchedulerParameters=sched_interval=2,bf_interval=1
+# Removes what Slurm's mpi/pmix plugin may leave of an attempt in the spool (see write_epilog).
+Epilog=$dir/run/epilog.sh
 EOF
   for ((i = 1; i <= n; i++)); do
     echo "NodeName=c$i NodeHostname=c$i NodeAddr=$(node_addr "$i" "$mode") Port=$((port_base + i))" \
@@ -665,6 +684,7 @@ cmd_start() {
   rm -rf "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node" "$dir/hosts"
   mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node"
   printf '%s\n' "$new_conf" >"$conf"
+  write_epilog
   printf '%s\n' "$shared" >"$dir/run/shared-paths"
   echo "$mode" >"$dir/run/net-mode"
   write_hosts "$n" "$mode"

@@ -71,8 +71,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
       if (slot.has_payload == 0 || piece.size() != bx.piece_size()) {
         fail(fmt::format("{} found a piece of {} bytes from {} in the node's shared memory during {} at {}, where {} "
                          "were due: a bug, memory corruption, or two jobkit builds in one step",
-                         describe(rank_), piece.size(), describe(node_members_[i]), ex.name, ex.site,
-                         bx.piece_size()),
+                         describe(rank_), piece.size(), describe(node_members_[i]), ex.name, ex.site, bx.piece_size()),
              rank_, errc::internal);
       }
       std::memcpy(bx.buffer.data() + bx.offset(node_members_[i]), piece.data(), piece.size());
@@ -194,9 +193,8 @@ void tcp_tree::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
       frame f = receive_frame_head(parent.fd, deadline);
       check_in_step(parent, f, ex, deadline);
       if (f.header.type != static_cast<std::uint32_t>(frame_type::down) || f.header.payload_size != size) {
-        throw protocol_violation{
-            fmt::format("a frame of type {} and {} bytes where the {}-byte result was due", f.header.type,
-                        f.header.payload_size, size)};
+        throw protocol_violation{fmt::format("a frame of type {} and {} bytes where the {}-byte result was due",
+                                             f.header.type, f.header.payload_size, size)};
       }
     } catch (const protocol_violation& v) {
       broke_protocol(parent, v, ex);

@@ -50,6 +50,9 @@ wait_done() {
   [[ $state == COMPLETED ]] || {
     cat "$work"/job-*.out
     scancel "$job" 2>/dev/null
+    # What the nodes said of it: a step that failed to launch is explained only there.
+    echo "slurmd errors for job $job:"
+    grep -h "\[$job\.[^]]*\] error\|error.*StepId=$job\." "$(dirname "$SLURM_CONF")"/log/slurmd-*.log | tail -20
     fail "job $job ended $state"
   }
 }
