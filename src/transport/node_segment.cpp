@@ -42,6 +42,7 @@ struct node_segment::header {
   std::uint32_t members;
   alignas(64) std::uint32_t up_bell;
   std::uint32_t up_sleepers;
+  std::uint64_t arrivals;  // node-mates' contributions so far, over every exchange
   alignas(64) std::uint32_t down_bell;
   std::uint32_t down_sleepers;
   alignas(64) std::uint32_t result;
@@ -242,6 +243,10 @@ void node_segment::reserve(std::size_t size, const std::string& who) {
 std::span<std::byte> node_segment::data(std::size_t size, const std::string& who) {
   if (data_mapped_ < size) map_data(std::max(size, static_cast<std::size_t>(head().data_capacity)), who);
   return {data_, data_mapped_};
+}
+
+std::uint64_t node_segment::arrive() noexcept {
+  return std::atomic_ref<std::uint64_t>(head().arrivals).fetch_add(1, std::memory_order_acq_rel) + 1;
 }
 
 void node_segment::set_result_size(std::uint64_t size) noexcept { head().result_size = size; }

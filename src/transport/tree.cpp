@@ -609,7 +609,9 @@ void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::
   const bool large = mine.size() > node_segment::inline_capacity;
   if (!large && !mine.empty()) std::memcpy(slot.payload, mine.data(), mine.size());
   segment.store(slot.arrived, seq);
-  segment.ring(node_segment::bell::up);
+  // One wake-up of the leader per exchange, by the last to arrive: on a node with more ranks
+  // than cores each wake-up is a context switch.
+  if (segment.arrive() == sequence_ * (node_members_.size() - 1)) segment.ring(node_segment::bell::up);
   if (!large) return;
   wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
   try {
