@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # jobkit's collectives against Open MPI, the raw PMIx fence and torch.distributed gloo, all in one
 # Slurm allocation on the dev cluster. Sections (SECTIONS, default all three, in this order):
-#   same_loop  jobkit (bench/jobkit_loop) and Open MPI (bench/peers/mpi_bench) timed by one loop and
-#              one statistic, alternately, ROUNDS times, on 1 x 4, 3 x 8 and 3 x 24, 64 MiB
-#              bcast/allgather included, with the CPU share of the waiting ranks
+#   same_loop  jobkit (bench/jobkit_loop), Open MPI (bench/peers/mpi_bench), the collecting PMIx
+#              fence (bench/peers/pmix_floor) and torch gloo (bench/peers/torch_gloo.py) timed by
+#              one loop and one statistic, alternately, ROUNDS times, on 1 x 4, 3 x 8 and 3 x 24,
+#              64 MiB bcast/allgather included, with the CPU share of the waiting ranks
 #   peers      jobkit bench (paired with the PMIx fence) and bench/peers/run_all.sh, 1 x 4 and 3 x 24
 #   growth     barrier and all_reduce from 2 to 64 ranks, each paired with the PMIx fence
 #   setup      time to a usable world on 1 x 4 and 3 x 24: jobkit (identity and the data path's
@@ -14,7 +15,8 @@
 #
 #   bench/compare.sh [OUT_DIR [BUILD_DIR]]     (defaults: bench/results, build-test)
 # Environment: ITERS (jobkit and C peers, default 1000), TORCH_ITERS (default 200), SECTIONS,
-# ROUNDS (default 2), LARGE_BYTES (default 64 MiB), LARGE_ITERS (default 5).
+# ROUNDS (default 2), LARGE_BYTES (default 64 MiB), LARGE_ITERS (default 5), LAYOUTS (same_loop's,
+# default "1x4 3x8 3x24").
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -43,18 +45,23 @@ section() { [[ " $sections " == *" $1 "* ]]; }
 
 # Open MPI yields when idle, as the nodes are oversubscribed; the same loop and statistic for both.
 if section same_loop; then
-  for layout in "1 4" "3 8" "3 24"; do
-    read -r nodes ranks <<<"$layout"
+  for layout in ${LAYOUTS:-1x4 3x8 3x24}; do
+    nodes=${layout%x*} ranks=${layout#*x}
     for round in $(seq "${ROUNDS:-2}"); do
-      for impl in jobkit mpi; do
+      for impl in jobkit mpi fence torch; do
         echo "compare: same loop, $impl, $nodes x $ranks, round $round" >&2
-        if [[ $impl == jobkit ]]; then
-          binary=$build/bench/jobkit_loop
-        else
-          binary=$build/bench/peers/mpi_bench
-        fi
-        OMPI_MCA_mpi_yield_when_idle=1 step -N"$nodes" -n"$ranks" "$binary" "$iters" 100 \
-          "${LARGE_BYTES:-67108864}" "${LARGE_ITERS:-5}" | sed "s/^{/{\"series\":\"same_loop\",\"round\":$round,/" | record
+        case $impl in
+          jobkit | mpi)
+            binary=$build/bench/jobkit_loop
+            [[ $impl == mpi ]] && binary=$build/bench/peers/mpi_bench
+            OMPI_MCA_mpi_yield_when_idle=1 step -N"$nodes" -n"$ranks" "$binary" "$iters" 100 \
+              "${LARGE_BYTES:-67108864}" "${LARGE_ITERS:-5}" ;;
+          fence) step -N"$nodes" -n"$ranks" "$build/bench/peers/pmix_floor" "$iters" 100 ;;
+          torch)
+            port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])')
+            step -N"$nodes" -n"$ranks" "$here/peers/run_torch_gloo.sh" "$port" "$torch_iters" 20 \
+              "$((torch_iters / 5 > 0 ? torch_iters / 5 : 1))" "${LARGE_BYTES:-67108864}" "${LARGE_ITERS:-5}" ;;
+        esac | sed "s/^{/{\"series\":\"same_loop\",\"round\":$round,/" | record
       done
     done
   done

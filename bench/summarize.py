@@ -33,30 +33,42 @@ def main():
     out = []
     same = [r for r in rows if r.get("series") == "same_loop"]
     for nodes, ranks in sorted({(r["nodes"], r["ranks"]) for r in same}):
-        out.append(f"### Same loop, same statistic: jobkit against Open MPI, {nodes} node(s) x {ranks} ranks\n")
-        out.append("bench/jobkit_loop and bench/peers/mpi_bench, alternating steps of one allocation. median: over "
-                   "iterations of the slowest rank's time (us); loop avg: the slowest rank's loop time per "
-                   "operation (us); CPU: the highest share of a core a rank used during the loop; each cell "
-                   "lists every round.\n")
-        out.append("| operation | bytes | jobkit median | MPI median | jobkit / MPI | jobkit loop avg | MPI loop avg | "
-                   "jobkit MB/s | MPI MB/s | jobkit CPU % | MPI CPU % |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append(f"### Same loop, same statistic: {nodes} node(s) x {ranks} ranks\n")
+        out.append("bench/jobkit_loop, bench/peers/mpi_bench, bench/peers/pmix_floor (collecting fence) and "
+                   "bench/peers/torch_gloo.py, alternating steps of one allocation. median: over iterations of "
+                   "the slowest rank's time (us); loop avg: the slowest rank's loop time per operation (us); "
+                   "CPU: the highest share of a core a rank used during the loop; each cell lists every round.\n")
+        out.append("| operation | bytes | jobkit median | MPI median | jobkit / MPI | fence median | torch median | "
+                   "torch / jobkit | jobkit loop avg | MPI loop avg | jobkit MB/s | MPI MB/s | torch MB/s | "
+                   "jobkit CPU % | MPI CPU % | torch CPU % |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         keys = []
         for r in same:
-            if (r["nodes"], r["ranks"]) == (nodes, ranks) and (r["op"], r["bytes"]) not in keys and r["op"] != "init":
+            if (r["nodes"], r["ranks"]) == (nodes, ranks) and r["impl"] == "jobkit" and r["op"] != "init" \
+                    and (r["op"], r["bytes"]) not in keys:
                 keys.append((r["op"], r["bytes"]))
+        # The peers' names for jobkit_loop's operations.
+        torch_op = {"barrier": "barrier", "allreduce": "all_reduce", "bcast": "broadcast", "allgather": "all_gather"}
         for op, size in keys:
-            def of(impl):
+            def of(impl, name=op):
                 return [r for r in same if r["impl"] == impl and (r["nodes"], r["ranks"], r["op"], r["bytes"]) ==
-                        (nodes, ranks, op, size)]
+                        (nodes, ranks, name, size)]
             mine, mpi = of("jobkit"), of("mpi")
+            fence = of("pmix", "fence_collect") if op == "barrier" else []
+            torch = of("torch_gloo", torch_op[op]) if op in torch_op else []
             def cells(rs, key, fmt):
                 return ", ".join(fmt.format(r[key]) for r in rs if key in r) or "-"
-            ratios = ", ".join(f"{a['median_us'] / b['median_us']:.2f}" for a, b in zip(mine, mpi)) or "-"
+            def ratios(a_rows, b_rows):
+                return ", ".join(f"{a['median_us'] / b['median_us']:.2f}" for a, b in zip(a_rows, b_rows)
+                                 if b["median_us"] > 0) or "-"
             out.append(f"| {op} | {size} | {cells(mine, 'median_us', '{:.0f}')} | {cells(mpi, 'median_us', '{:.0f}')} "
-                       f"| {ratios} | {cells(mine, 'loop_avg_us', '{:.0f}')} | {cells(mpi, 'loop_avg_us', '{:.0f}')} "
+                       f"| {ratios(mine, mpi)} | {cells(fence, 'median_us', '{:.0f}')} "
+                       f"| {cells(torch, 'median_us', '{:.0f}')} | {ratios(torch, mine)} "
+                       f"| {cells(mine, 'loop_avg_us', '{:.0f}')} | {cells(mpi, 'loop_avg_us', '{:.0f}')} "
                        f"| {cells(mine, 'mb_per_s', '{:.0f}')} | {cells(mpi, 'mb_per_s', '{:.0f}')} "
-                       f"| {cells(mine, 'cpu_pct', '{:.0f}')} | {cells(mpi, 'cpu_pct', '{:.0f}')} |")
+                       f"| {cells(torch, 'mb_per_s', '{:.0f}')} "
+                       f"| {cells(mine, 'cpu_pct', '{:.0f}')} | {cells(mpi, 'cpu_pct', '{:.0f}')} "
+                       f"| {cells(torch, 'cpu_pct', '{:.0f}')} |")
         out.append("")
     setup = [r for r in rows if r.get("series") == "setup"]
     if setup:

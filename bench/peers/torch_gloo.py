@@ -5,23 +5,29 @@ Rendezvous is env:// ONLY: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must be
 environment (under srun, bench/peers/run_torch_gloo.sh derives them from Slurm; later jobkit will
 set them itself). Run with Debian's /usr/bin/python3 (python3-torch 1.13).
 
-    usage: torch_gloo.py [ITERS [WARMUP [OBJ_ITERS]]]   (defaults: 500, 20, ITERS // 5 but >= 1)
+    usage: torch_gloo.py [ITERS [WARMUP [OBJ_ITERS [LARGE_BYTES [LARGE_ITERS]]]]]
+           (defaults: 500, 20, ITERS // 5 but >= 1, 0: no large payloads, 3)
 
 Ops (each: WARMUP untimed iterations, then ITERS timed ones; all_gather_object uses OBJ_ITERS
 timed ones after min(WARMUP, max(1, OBJ_ITERS // 10)) untimed ones: it is slow):
   init_process_group  wall time of init_process_group("gloo", init_method="env://") (iters 1,
                       rank 0's own time, "timing":"rank0")
   barrier             dist.barrier()
-  all_reduce          all_reduce (SUM) of a 1-element float32 tensor            bytes = 4
+  all_reduce          all_reduce (SUM) of a 1-element float64 tensor            bytes = 8
   broadcast_object_list  broadcast_object_list([small dict]) from rank 0        bytes = pickled size
   all_gather_object   all_gather_object of a small dict                         bytes = pickled size
   broadcast           broadcast of a uint8 tensor of 64 B and of 1 KiB from rank 0
+  all_gather          all_gather of a 1-element int64 tensor per rank           bytes = 8
+  broadcast, all_gather of LARGE_BYTES (all_gather: LARGE_BYTES / ranks per rank) into tensors
+                      allocated once, 1 warmup and LARGE_ITERS timed iterations, barrier-separated
 
 A barrier precedes each op's loop (synchronised start). Rooted ops (broadcast, broadcast_object_list)
 have an untimed barrier after every iteration ("iter_sep":"barrier"), otherwise the root runs ahead.
 Every rank times every iteration (time.perf_counter_ns); iteration i's time is the MAX over ranks
 (all_reduce MAX of the time vectors, after the loop); median_us / p99_us are over those maxima,
-rank0_median_us is rank 0's own median. Rank 0 prints one JSON object per op on stdout, e.g.
+rank0_median_us is rank 0's own median, loop_avg_us the slowest rank's timed loop over ITERS, cpu_pct
+the highest share of a core a rank's process used during its timed loop (getrusage), as
+bench/peers/mpi_bench.c and bench/jobkit_loop.cpp report them. Rank 0 prints one JSON object per op on stdout, e.g.
   {"impl":"torch_gloo","op":"barrier","ranks":24,"nodes":3,"bytes":0,"iters":500,
    "median_us":...,"p99_us":...,"rank0_median_us":...,"timing":"max_over_ranks"}
 "nodes" = number of distinct socket.gethostname() values among the ranks.
@@ -30,6 +36,7 @@ import json
 import math
 import os
 import pickle
+import resource
 import socket
 import sys
 import time
@@ -51,8 +58,10 @@ def main():
     iters = args[0] if len(args) > 0 else 500
     warmup = args[1] if len(args) > 1 else 20
     obj_iters = args[2] if len(args) > 2 else max(1, iters // 5)
-    if iters < 1 or warmup < 0 or obj_iters < 1:
-        sys.exit("usage: torch_gloo.py [ITERS>=1 [WARMUP>=0 [OBJ_ITERS>=1]]]")
+    large = args[3] if len(args) > 3 else 0
+    large_iters = args[4] if len(args) > 4 else 3
+    if iters < 1 or warmup < 0 or obj_iters < 1 or large < 0 or large_iters < 1:
+        sys.exit("usage: torch_gloo.py [ITERS>=1 [WARMUP>=0 [OBJ_ITERS>=1 [LARGE_BYTES>=0 [LARGE_ITERS>=1]]]]]")
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         sys.exit("torch_gloo.py: env:// rendezvous needs %s in the environment "
@@ -89,25 +98,35 @@ def main():
             if sep:
                 dist.barrier()
         times = [0.0] * n
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        loop0 = time.perf_counter_ns()
         for i in range(n):
             a = time.perf_counter_ns()
             fn()
             times[i] = (time.perf_counter_ns() - a) / 1e3
             if sep:
                 dist.barrier()
+        loop_us = (time.perf_counter_ns() - loop0) / 1e3
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_us = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) * 1e6
         if check is not None:
             check()
-        own = torch.tensor(times, dtype=torch.float64)
+        own = torch.tensor(times + [loop_us, 100.0 * cpu_us / loop_us], dtype=torch.float64)
         mx = own.clone()
         dist.all_reduce(mx, op=dist.ReduceOp.MAX)
-        extra = {"rank0_median_us": round(median(times), 1), "timing": "max_over_ranks"}
+        loop_max, cpu_max = mx[-2].item(), mx[-1].item()
+        mx = mx[:-2]
+        extra = {"rank0_median_us": round(median(times), 1), "timing": "max_over_ranks",
+                 "loop_avg_us": round(loop_max / n, 1), "cpu_pct": round(cpu_max, 1)}
+        if nbytes >= 1 << 20:
+            extra["mb_per_s"] = round(nbytes / median(mx.tolist()), 1)
         if sep:
             extra["iter_sep"] = "barrier"
         emit(op, nbytes, n, median(mx.tolist()), p99(mx.tolist()), extra)
 
     bench("barrier", 0, dist.barrier, iters)
 
-    x = torch.zeros(1, dtype=torch.float32)
+    x = torch.zeros(1, dtype=torch.float64)
 
     def all_reduce():
         x.fill_(1.0)
@@ -116,7 +135,7 @@ def main():
     def check_all_reduce():
         assert x.item() == float(world), x.item()
 
-    bench("all_reduce", 4, all_reduce, iters, check=check_all_reduce)
+    bench("all_reduce", 8, all_reduce, iters, check=check_all_reduce)
 
     small = {"op": "step", "seq": 12345, "ok": True, "name": "rank0", "vals": [1.5, 2.5, 3.5]}
     obj_bytes = len(pickle.dumps(small))
@@ -155,6 +174,27 @@ def main():
             assert bool((buf == 0xA5).all()), "broadcast payload wrong"
 
         bench("broadcast", nb, bcast, iters, sep=True, check=check_bcast)
+
+    one = torch.tensor([1000003 * rank], dtype=torch.int64)
+    ones = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+
+    def check_all_gather():
+        assert [t.item() for t in ones] == [1000003 * r for r in range(world)], ones
+
+    bench("all_gather", 8, lambda: dist.all_gather(ones, one), iters, check=check_all_gather)
+
+    if large > 0:
+        big = torch.full((large,), 0xB5 if rank == 0 else 0, dtype=torch.uint8)
+
+        def check_big():
+            assert big[-1].item() == 0xB5, "large broadcast payload wrong"
+
+        bench("broadcast", large, lambda: dist.broadcast(big, src=0), large_iters, sep=True, check=check_big,
+              nwarm=1)
+        part = large // world
+        piece = big[:part].clone()
+        pieces = [torch.zeros(part, dtype=torch.uint8) for _ in range(world)]
+        bench("all_gather", part * world, lambda: dist.all_gather(pieces, piece), large_iters, sep=True, nwarm=1)
 
     dist.barrier()
     dist.destroy_process_group()
