@@ -36,14 +36,10 @@ constexpr std::uintmax_t max_manifest_bytes = std::uintmax_t{1} << 30;
 /// (path relative to the part, size, CRC-32C) of one file of a part.
 using part_file = std::tuple<std::string, std::uint64_t, std::uint32_t>;
 /// What a rank reports at commit: (its error, or empty; its host; its files).
-using part_report = std::tuple<std::string, std::string, std::vector<part_file>>;
+/// (error, host, files, step): what a rank tells rank 0 when it commits.
+using part_report = std::tuple<std::string, std::string, std::vector<part_file>, std::int64_t>;
 
 std::string part_name(int rank) { return fmt::format("rank-{}", rank); }
-
-std::string here() {
-  const auto& id = current_identity();
-  return detail::rank_label(id.rank, id.hostname);
-}
 
 /// Every rank's error text, or empty: throws the same jobkit::error on every rank when any is set.
 void agree(const std::vector<std::string>& errors, std::string_view what) {
@@ -209,7 +205,8 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
   std::string problem;
   std::error_code ec;
   fs::create_directories(root_, ec);
-  if (ec) problem = fmt::format("{}: cannot create root='{}': {}", here(), root_.string(), ec.message());
+  if (ec)
+    problem = fmt::format("{}: cannot create root='{}': {}", detail::describe_self(), root_.string(), ec.message());
   agree(g.all_gather(problem, call, site), "checkpoints");
 
   const int fs_rank = fs_local_rank(root_, call);
@@ -236,7 +233,7 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
     try {
       retired = retire_unwanted(false, false);
     } catch (const std::exception& e) {
-      problem = fmt::format("{}: {}", here(), e.what());
+      problem = fmt::format("{}: {}", detail::describe_self(), e.what());
     }
   }
   agree(g.all_gather(problem, call, site), fmt::format("checkpoints under '{}'", root_.string()));
@@ -288,7 +285,7 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
     try {
       std::get<2>(mine) = complete_steps(root_);
     } catch (const std::exception& e) {
-      std::get<0>(mine) = fmt::format("{}: {}", here(), e.what());
+      std::get<0>(mine) = fmt::format("{}: {}", detail::describe_self(), e.what());
     }
   }
   auto& g = world();
@@ -348,7 +345,7 @@ void checkpoints::verify(std::int64_t step, std::source_location site) {
   } catch (const std::exception& e) {
     problems = e.what();
   }
-  if (!problems.empty()) problems = fmt::format("{}: {}", here(), problems);
+  if (!problems.empty()) problems = fmt::format("{}: {}", detail::describe_self(), problems);
   agree(world().all_gather(problems, call, site),
         fmt::format("checkpoint step {} under '{}' is damaged", step, root_.string()));
 }
@@ -378,17 +375,16 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
   auto& g = world();
   const std::int64_t step = begun.value_or(-1);
 
-  part_report mine{"", id.hostname, {}};
+  part_report mine{"", id.hostname, {}, step};
   if (step < 0) {
-    std::get<0>(mine) = fmt::format("{}: commit() without begin()", here());
+    std::get<0>(mine) = fmt::format("{}: commit() without begin()", detail::describe_self());
   } else {
     try {
       std::get<2>(mine) = flush_part(staging(step) / part_name(id.rank));
     } catch (const std::exception& e) {
-      std::get<0>(mine) = fmt::format("{}: {}", here(), e.what());
+      std::get<0>(mine) = fmt::format("{}: {}", detail::describe_self(), e.what());
     }
   }
-  const auto steps = g.all_gather(step, call, site);
   const auto reports = g.gather(mine, {.root = 0, .timeout = call.timeout}, site);
 
   // Rank 0 decides and hands every committer the manifest of its file system.
@@ -399,9 +395,9 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
     for (std::size_t r = 0; r < reports.size(); ++r) {
       const auto& problem = std::get<0>(reports[r]);
       if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
-      if (problem.empty() && steps[r] != step) {
+      if (const auto theirs = std::get<3>(reports[r]); problem.empty() && theirs != step) {
         problems +=
-            fmt::format("{}rank {} commits step {}, rank 0 step {}", problems.empty() ? "" : "; ", r, steps[r], step);
+            fmt::format("{}rank {} commits step {}, rank 0 step {}", problems.empty() ? "" : "; ", r, theirs, step);
       }
     }
     orders.resize(reports.size(), {problems, ""});
@@ -449,7 +445,7 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
       }
       fsync_path(root_, true);
     } catch (const std::exception& e) {
-      failed = fmt::format("{}: {}", here(), e.what());
+      failed = fmt::format("{}: {}", detail::describe_self(), e.what());
     }
     // Before the others return: none of them may begin() a save that this would take for stale.
     if (failed.empty()) {
