@@ -143,7 +143,7 @@ case $mode in
     check_result "$job"
     grep -q 'crashing on purpose at the save of step 20' <<<"$out" || fail "rank 3 did not crash"
     grep -q 'attempt 1: resuming from step 10 ' <<<"$out" || fail "the second attempt did not resume from step 10"
-    (($(count 'ERROR: rank 3 (c2) .*during all_gather at train_requeue.cpp') == 5)) ||
+    (($(count 'ERROR: rank 3 (c2) .*during gather(root 0) at train_requeue.cpp') == 5)) ||
       fail "not every survivor named rank 3 and the call site" ;;
   one-rank)
     # SIGUSR1 to rank 4's process alone: every rank stops at the same step.
