@@ -6,7 +6,8 @@
 #              one loop and one statistic, alternately, ROUNDS times, on 1 x 4, 3 x 8 and 3 x 24,
 #              64 MiB bcast/allgather included, with the CPU share of the waiting ranks
 #   peers      jobkit bench (paired with the PMIx fence) and bench/peers/run_all.sh, 1 x 4 and 3 x 24
-#   growth     barrier and all_reduce from 2 to 64 ranks, each paired with the PMIx fence
+#   growth     barrier, all_reduce and all_gather (8 B) from 2 to 64 ranks, each paired with the
+#              PMIx fence, and the time to a usable world at each size
 #   setup      time to a usable world on 1 x 4 and 3 x 24: jobkit (identity and the data path's
 #              setup: jobkit_loop's "init"), MPI_Init (mpi_bench) and torch's init_process_group
 #              (gloo, env://), ROUNDS times
@@ -95,7 +96,8 @@ if section growth; then
   for ranks in 2 4 8 16 32 64; do
     nodes=$((ranks < 3 ? ranks : 3))
     echo "compare: growth, $nodes x $ranks" >&2
-    step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce --max-bytes 8 |
-      sed 's/^{/{"series":"growth",/' | record
+    step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce,all_gather \
+      --max-bytes 8 | sed 's/^{/{"series":"growth",/' | record
+    step -N"$nodes" -n"$ranks" "$build/bench/jobkit_loop" 1 0 0 | grep '"init"' | sed 's/^{/{"series":"growth",/' | record
   done
 fi

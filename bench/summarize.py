@@ -135,15 +135,39 @@ def main():
     if growth:
         top = max(r["ranks"] for r in growth)
         out.append(f"### Growth from 2 to {top} ranks (3 nodes from 3 ranks on; more than 24 ranks overcommit 24 CPUs)\n")
-        out.append("| ranks | nodes | barrier | fence (paired) | ratio | all_reduce 8 B | fence (paired) | ratio |")
-        out.append("|---|---|---|---|---|---|---|---|")
-        for ranks in sorted({r["ranks"] for r in growth}):
-            b = next(r for r in growth if r["ranks"] == ranks and r["op"] == "barrier")
-            a = next((r for r in growth if r["ranks"] == ranks and r["op"] == "all_reduce" and r["bytes"] == 8), None)
-            cells = [str(ranks), str(b["nodes"]), f"{b['median_us']:.0f}", f"{b['fence_median_us']:.0f}",
-                     f"{b['ratio_to_fence']:.2f}"]
-            cells += [f"{a['median_us']:.0f}", f"{a['fence_median_us']:.0f}", f"{a['ratio_to_fence']:.2f}"] if a else ["-"] * 3
+        out.append("Median of the slowest rank per iteration (us), each operation alternating with a collecting "
+                   "PMIx fence timed the same way; setup: jobkit_loop's time to a usable world (slowest rank, ms). "
+                   "Growth: the value at the largest size over the value at the smallest.\n")
+        ops = [("barrier", 0), ("all_reduce", 8), ("all_gather", 8)]
+        head = "| ranks | nodes |"
+        for op, size in ops:
+            head += f" {op}{' ' + str(size) + ' B' if size else ''} | fence (paired) | ratio |"
+        out.append(head + " setup ms |")
+        out.append("|---|---|" + "---|---|---|" * len(ops) + "---|")
+        sizes = sorted({r["ranks"] for r in growth})
+        def find_op(ranks, op, size):
+            return next((r for r in growth if r["ranks"] == ranks and r["op"] == op and r["bytes"] == size
+                         and "fence_median_us" in r), None)
+        for ranks in sizes:
+            nodes = next(r["nodes"] for r in growth if r["ranks"] == ranks)
+            cells = [str(ranks), str(nodes)]
+            for op, size in ops:
+                r = find_op(ranks, op, size)
+                cells += [f"{r['median_us']:.0f}", f"{r['fence_median_us']:.0f}", f"{r['ratio_to_fence']:.2f}"] \
+                    if r else ["-"] * 3
+            init = next((r for r in growth if r["ranks"] == ranks and r["op"] == "init"), None)
+            cells.append(f"{init['median_us'] / 1000:.0f}" if init else "-")
             out.append("| " + " | ".join(cells) + " |")
+        first, last = sizes[0], sizes[-1]
+        cells = ["growth", f"{first} to {last}"]
+        for op, size in ops:
+            a, b = find_op(first, op, size), find_op(last, op, size)
+            cells += [f"{b['median_us'] / a['median_us']:.1f}x", f"{b['fence_median_us'] / a['fence_median_us']:.1f}x",
+                      ""] if a and b else ["-"] * 3
+        ia = next((r for r in growth if r["ranks"] == first and r["op"] == "init"), None)
+        ib = next((r for r in growth if r["ranks"] == last and r["op"] == "init"), None)
+        cells.append(f"{ib['median_us'] / ia['median_us']:.1f}x" if ia and ib else "-")
+        out.append("| " + " | ".join(cells) + " |")
         out.append("")
     print("\n".join(out))
 
