@@ -588,3 +588,35 @@ TEST_CASE("bulk exchanges: a size that differs on one rank fails every rank, nam
     }
   }
 }
+
+TEST_CASE("bulk exchanges: out of step with a value collective, and a late rank, are named", "[transport]") {
+  const auto results = on_tcp_ranks({0, 0, 1}, [](tcp_fabric&, jobkit::group& g) {
+    std::vector<char> buffer(64);
+    if (g.rank() == 1) {
+      g.barrier();
+    } else {
+      g.broadcast_into(buffer, 0);
+    }
+    return true;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "collectives out of step"));
+    CHECK(contains(o.error, "barrier"));
+    CHECK(contains(o.error, "broadcast_into(root 0)"));
+  }
+  const auto late = on_tcp_ranks({0, 1, 1}, [](tcp_fabric&, jobkit::group& g) {
+    std::vector<int> all(3);
+    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
+    g.all_gather_into(std::vector<int>{g.rank()}, all, {.timeout = 500ms});
+    return true;
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = late[static_cast<std::size_t>(r)];
+    INFO(o.error);
+    CHECK(o.code == jobkit::errc::timeout);
+    CHECK(contains(o.error, "all_gather_into at"));
+  }
+  CHECK(contains(late[0].error + late[1].error, "rank(s) 2 never arrived"));
+}
