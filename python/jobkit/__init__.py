@@ -147,6 +147,19 @@ def all_gather_object(obj, timeout=None):
     return [_pickle.loads(b) for b in _jobkit.all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), timeout)]
 
 
+def broadcast_into(buffer, src=0, timeout=None):
+    """src's bytes into every rank's buffer, in place: a writable, C-contiguous buffer of the same
+    size on every rank (bytearray, memoryview, array.array, a numpy array, a CPU tensor's numpy()).
+    No pickling and no allocation: for arrays, where broadcast_object is for objects."""
+    _jobkit.broadcast_into(buffer, src, timeout)
+
+
+def all_gather_into(mine, all, timeout=None):
+    """Every rank's mine, in rank order, into every rank's all (world_size() times mine's bytes);
+    mine may be this rank's own part of all."""
+    _jobkit.all_gather_into(mine, all, timeout)
+
+
 def gather_object(obj, dst=0, timeout=None):
     """Every rank's obj, in rank order, on dst; None on the other ranks."""
     parts = _jobkit.gather_bytes(_pickle.dumps(obj, _PROTOCOL), dst, timeout)
@@ -562,7 +575,7 @@ __all__ = [
     "NcclError", "CudaError", "IoError", "SchedulerError", "InternalError", "Identity", "identity", "rank",
     "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes", "is_main_process",
     "is_local_main_process", "is_distributed", "rank_prefixed_message", "RankFilter", "RankFormatter",
-    "install_logging", "barrier", "broadcast_object", "all_gather_object", "gather_object", "scatter_object",
+    "install_logging", "barrier", "broadcast_object", "all_gather_object", "broadcast_into", "all_gather_into", "gather_object", "scatter_object",
     "all_reduce", "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
     "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
     "fs_local_rank", "Workspace", "node_local_gather", "__version__",

@@ -351,6 +351,23 @@ void define_collectives(py::module_& m) {
     const std::string mine = data.is_none() ? std::string() : bytes_of(data);
     return py::bytes(blocking([&] { return jobkit::world().broadcast(mine, src, call_of(timeout)); }));
   });
+  // Bulk data in the caller's buffers (bytearray, memoryview, array, numpy, a CPU tensor's numpy()).
+  const auto writable = [](const py::buffer& b, const char* name) {
+    const auto info = b.request(true);
+    if (!PyBuffer_IsContiguous(info.view(), 'C')) {
+      throw jobkit::error(jobkit::errc::invalid_argument, std::string(name) + " must be a C-contiguous buffer");
+    }
+    return std::span<std::byte>(static_cast<std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize));
+  };
+  m.def("broadcast_into", [writable](const py::buffer& buffer, int src, opt_seconds timeout) {
+    const auto bytes = writable(buffer, "buffer");
+    blocking([&] { jobkit::world().broadcast_into(bytes, src, call_of(timeout)); });
+  });
+  m.def("all_gather_into", [writable](const py::buffer& mine, const py::buffer& all, opt_seconds timeout) {
+    const auto from = writable(mine, "mine");
+    const auto to = writable(all, "all");
+    blocking([&] { jobkit::world().all_gather_into(from, to, call_of(timeout)); });
+  });
   m.def("all_gather_bytes", [](const py::bytes& data, opt_seconds timeout) {
     const auto mine = std::string(data);
     return to_list(blocking([&] { return jobkit::world().all_gather(mine, call_of(timeout)); }));

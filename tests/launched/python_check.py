@@ -10,6 +10,7 @@ usage: python_check.py MODE [DIR]
   interrupt       SIGINT (rank 0) and SIGTERM with a handler (rank 1) end their waits at once
   torch           jobkit.torch.init_process_group("gloo") and an all_reduce; nccl fails cleanly
 """
+import array
 import os
 import signal
 import socket
@@ -80,6 +81,13 @@ def collectives():
     expect(jobkit.all_reduce(0.5, "prod") == 0.5 ** world, "all_reduce prod")
     expect(jobkit.compute_and_broadcast(lambda: me.hostname) == jobkit.broadcast_object(me.hostname), "c&b")
     expect(jobkit.reduce_and_broadcast(lambda: me.rank, sorted) == list(range(world)), "reduce_and_broadcast")
+    # Bulk data in the caller's buffers: 3 MiB from the last rank, then each rank's 4 integers.
+    big = bytearray(bytes(range(256)) * (3 * 4096) if me.rank == world - 1 else 3 << 20)
+    jobkit.broadcast_into(big, src=world - 1)
+    expect(big == bytes(range(256)) * (3 * 4096), "broadcast_into")
+    parts = array.array("q", [0] * (4 * world))
+    jobkit.all_gather_into(array.array("q", [me.rank * 4 + k for k in range(4)]), parts)
+    expect(list(parts) == list(range(4 * world)), "all_gather_into")
 
 
 def gil_released():

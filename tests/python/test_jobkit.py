@@ -1,5 +1,6 @@
 """The Python module without a launcher: single-rank defaults, every call's local behaviour,
 errors as jobkit.Error subclasses naming the rank, host and the Python call site."""
+import array
 import dataclasses
 import datetime
 import io
@@ -84,6 +85,19 @@ def test_object_collectives_on_one_rank():
     assert jobkit.compute_and_broadcast(lambda: {"x": 1}) == {"x": 1}
     assert jobkit.gather_from_all_ranks(lambda: 5) == [5]
     assert jobkit.reduce_and_broadcast(lambda: 2, lambda parts: sum(parts) * 10) == 20
+
+
+def test_bulk_collectives_write_into_buffers():
+    buffer = bytearray(b"abc")
+    jobkit.broadcast_into(buffer)
+    assert buffer == b"abc"
+    mine, every = array.array("i", [7, 8]), array.array("i", [0, 0])
+    jobkit.all_gather_into(mine, every)
+    assert list(every) == [7, 8]
+    with pytest.raises(jobkit.InvalidArgumentError, match="all holds 4 bytes"):
+        jobkit.all_gather_into(mine, array.array("i", [0]))
+    with pytest.raises(BufferError):
+        jobkit.broadcast_into(b"read-only")
 
 
 def test_all_reduce():
