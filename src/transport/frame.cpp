@@ -147,6 +147,42 @@ std::vector<rank_bytes> parse_entries(std::span<const std::byte> in, int group_s
   return entries;
 }
 
+std::uint64_t read_bulk_pieces(const std::function<void(void*, std::size_t)>& take, std::uint64_t payload_size,
+                               const bulk_exchange& bx, int group_size, const std::function<bool(int)>& due) {
+  std::uint64_t left = payload_size;
+  const auto read = [&](void* to, std::size_t n) {
+    if (n > left) throw protocol_violation{"a truncated payload"};
+    take(to, n);
+    left -= n;
+  };
+  std::uint64_t size = 0;
+  read(&size, sizeof size);
+  if (size != bx.buffer.size()) return size;
+  std::uint32_t count = 0;
+  read(&count, sizeof count);
+  std::size_t expected = 0;
+  for (int r = 0; r < group_size; ++r) expected += due(r) ? 1 : 0;
+  if (count != expected) throw protocol_violation{fmt::format("{} pieces where {} are due", count, expected)};
+  std::vector<bool> got(static_cast<std::size_t>(group_size), false);
+  for (std::uint32_t k = 0; k < count; ++k) {
+    std::uint32_t r = 0;
+    std::uint64_t n = 0;
+    read(&r, sizeof r);
+    read(&n, sizeof n);
+    const int rank = static_cast<int>(std::min<std::uint32_t>(r, static_cast<std::uint32_t>(group_size)));
+    if (rank >= group_size || !due(rank) || got[static_cast<std::size_t>(rank)]) {
+      throw protocol_violation{fmt::format("a piece for rank {}, which is not one due in this frame", r)};
+    }
+    if (n != bx.piece_size()) {
+      throw protocol_violation{fmt::format("a piece of {} bytes where {} were due", n, bx.piece_size())};
+    }
+    got[static_cast<std::size_t>(rank)] = true;
+    read(bx.buffer.data() + bx.offset(rank), n);
+  }
+  if (left != 0) throw protocol_violation{fmt::format("{} bytes after the last piece", left)};
+  return size;
+}
+
 std::optional<abort_notice> abort_in(const frame& f) {
   if (f.header.type != static_cast<std::uint32_t>(frame_type::abort)) return std::nullopt;
   int code = -1;

@@ -76,8 +76,8 @@ class tcp_tree final : public transport {
   void contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
                           std::uint64_t bulk_size);
   void bulk_as_node_mate(const bulk_exchange& bx);
-  /// Child i's pieces, straight into the buffer; got marks the ranks whose piece arrived.
-  void receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline, std::vector<bool>& got);
+  /// Child i's pieces, straight into the buffer.
+  void receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline);
   void send_up_bulk(const bulk_exchange& bx, time_point deadline);
   /// Receives the whole buffer from the parent (unless rank 0) and sends it on to the children,
   /// one chunk at a time.

@@ -22,9 +22,6 @@ using clock = steady_clock;
 /// calls to be few, small enough that every level of the tree works at once.
 constexpr std::size_t bulk_chunk = std::size_t{1} << 20;
 
-/// [u32 rank][u64 size], the head of one piece in an up frame.
-constexpr std::size_t piece_head_size = sizeof(std::uint32_t) + sizeof(std::uint64_t);
-
 }  // namespace
 
 void tcp_tree::check_in_step(const link& l, frame& f, const exchange& ex, time_point deadline) {
@@ -56,10 +53,9 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
   ++sequence_;
   if (node_index_ > 0) return bulk_as_node_mate(bx);
   const auto deadline = clock::now() + ex.timeout;
-  std::vector<bool> got(members_.size(), false);
   std::vector<bool> done(children_.size(), false);
   std::size_t pending = children_.size();
-  const take_child take = [&](std::size_t i) { receive_child_bulk(i, bx, deadline, got); };
+  const take_child take = [&](std::size_t i) { receive_child_bulk(i, bx, deadline); };
   if (node_leader()) {
     const auto used = await_node(ex, deadline, take, done, pending);
     for (std::size_t i = 1; i < node_members_.size(); ++i) {
@@ -93,7 +89,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
   segment_->ring(node_segment::bell::down);
 }
 
-void tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline, std::vector<bool>& got) {
+void tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline) {
   const auto& ex = bx.base;
   const auto& child = children_[i];
   try {
@@ -102,39 +98,11 @@ void tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_p
     if (f.header.type != static_cast<std::uint32_t>(frame_type::up)) {
       throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f.header.type)};
     }
-    std::uint64_t left = f.header.payload_size;
-    const auto take = [&](void* to, std::size_t n) {
-      if (n > left) throw protocol_violation{"a truncated payload"};
-      receive_all(child.fd, to, n, deadline);
-      left -= n;
-    };
-    std::uint64_t size = 0;
-    take(&size, sizeof size);
+    const auto size = read_bulk_pieces(
+        [&](void* to, std::size_t n) { receive_all(child.fd, to, n, deadline); }, f.header.payload_size, bx,
+        static_cast<int>(members_.size()),
+        [&](int g) { return child_of_[static_cast<std::size_t>(g)] == static_cast<int>(i) && bx.contributes(g); });
     if (size != bx.buffer.size()) sizes_differ(ex, child.peer, size, bx.buffer.size());
-    std::uint32_t count = 0;
-    take(&count, sizeof count);
-    const auto& under = subtree_[i];
-    const auto due = std::count_if(under.begin(), under.end(), [&](int g) { return bx.contributes(g); });
-    if (count != static_cast<std::uint64_t>(due)) {
-      throw protocol_violation{fmt::format("{} pieces where its subtree holds {}", count, due)};
-    }
-    for (std::uint32_t k = 0; k < count; ++k) {
-      std::uint32_t r = 0;
-      std::uint64_t n = 0;
-      take(&r, sizeof r);
-      take(&n, sizeof n);
-      const auto g = static_cast<std::size_t>(r);
-      if (g >= members_.size() || child_of_[g] != static_cast<int>(i) || !bx.contributes(static_cast<int>(r)) ||
-          got[g]) {
-        throw protocol_violation{fmt::format("a piece for rank {}, which is not one due from its subtree", r)};
-      }
-      if (n != bx.piece_size()) {
-        throw protocol_violation{fmt::format("a piece of {} bytes where {} were due", n, bx.piece_size())};
-      }
-      got[g] = true;
-      take(bx.buffer.data() + bx.offset(static_cast<int>(r)), n);
-    }
-    if (left != 0) throw protocol_violation{fmt::format("{} bytes after the last piece", left)};
   } catch (const protocol_violation& v) {
     broke_protocol(child, v, ex);
   } catch (const socket_closed& e) {
@@ -159,20 +127,20 @@ void tcp_tree::send_up_bulk(const bulk_exchange& bx, time_point deadline) {
   }
   const std::uint64_t size = bx.buffer.size();
   const auto count = static_cast<std::uint32_t>(pieces.size());
-  std::vector<std::byte> heads(sizeof size + sizeof count + pieces.size() * piece_head_size);
+  std::vector<std::byte> heads(bulk_head_size + pieces.size() * bulk_piece_head_size);
   std::memcpy(heads.data(), &size, sizeof size);
   std::memcpy(heads.data() + sizeof size, &count, sizeof count);
-  std::vector<iovec> parts{{heads.data(), sizeof size + sizeof count}};
+  std::vector<iovec> parts{{heads.data(), bulk_head_size}};
   std::uint64_t payload_size = parts.front().iov_len;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
-    auto* head = heads.data() + sizeof size + sizeof count + k * piece_head_size;
+    auto* head = heads.data() + bulk_head_size + k * bulk_piece_head_size;
     const auto r = static_cast<std::uint32_t>(pieces[k]);
     const std::uint64_t n = bx.piece_size();
     std::memcpy(head, &r, sizeof r);
     std::memcpy(head + sizeof r, &n, sizeof n);
-    parts.push_back({head, piece_head_size});
+    parts.push_back({head, bulk_piece_head_size});
     parts.push_back({bx.buffer.data() + bx.offset(pieces[k]), n});
-    payload_size += piece_head_size + n;
+    payload_size += bulk_piece_head_size + n;
   }
   check_size(payload_size, ex);
   try {

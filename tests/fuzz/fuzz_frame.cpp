@@ -1,5 +1,6 @@
 // The frames of an established link: a header (checked before any allocation), the rest of the
-// frame received through a real socket, and the entries of a payload.
+// frame received through a real socket, the entries of a payload, and the pieces of a bulk
+// exchange's up frame read straight into a buffer.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "transport/frame.hpp"
 
@@ -44,6 +46,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     append_entries(again, pointers);
     if (again.size() != size - 1 || std::memcmp(again.data(), data + 1, again.size()) != 0) {
       std::fprintf(stderr, "parse_entries then append_entries does not give the input back\n");
+      std::abort();
+    }
+  } catch (const protocol_violation&) {
+  }
+  if (size < 4) return 0;
+  // A bulk up frame from a child whose subtree holds the ranks of one parity: a group of up to 16,
+  // a root or none, pieces of up to 63 bytes; the rest of the input is the payload.
+  const int ranks = data[1] % 16 + 1;
+  bulk_exchange bx;
+  bx.root = data[2] % 32 < ranks ? data[2] % 32 : -1;
+  bx.piece = data[3] % 64;
+  std::vector<std::byte> buffer(bx.root >= 0 ? bx.piece : bx.piece * static_cast<std::size_t>(ranks));
+  bx.buffer = buffer;
+  const auto payload = input.subspan(4);
+  std::size_t at = 0;
+  const auto take = [&](void* to, std::size_t n) {
+    if (n > payload.size() - at) throw protocol_violation{"the input ended"};
+    std::memcpy(to, payload.data() + at, n);
+    at += n;
+  };
+  const auto due = [&](int r) { return r % 2 == data[0] % 2 && bx.contributes(r); };
+  try {
+    const auto announced = read_bulk_pieces(take, payload.size(), bx, ranks, due);
+    if (announced == buffer.size() && at != payload.size()) {
+      std::fprintf(stderr, "read_bulk_pieces accepted a frame without reading all of it\n");
       std::abort();
     }
   } catch (const protocol_violation&) {
