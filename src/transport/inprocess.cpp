@@ -150,7 +150,7 @@ class inprocess_transport final : public transport {
       }
     }
     for (const auto& e : entries) {
-      if (!bx.contributes(e.rank)) continue;
+      if (!bx.contributes(e.rank) || bx.piece_size() == 0) continue;
       std::memcpy(bx.buffer.data() + bx.offset(e.rank), e.bytes.data() + sizeof size, bx.piece_size());
     }
   }

@@ -70,7 +70,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
                          describe(rank_), piece.size(), describe(node_members_[i]), ex.name, ex.site, bx.piece_size()),
              rank_, errc::internal);
       }
-      std::memcpy(bx.buffer.data() + bx.offset(node_members_[i]), piece.data(), piece.size());
+      if (!piece.empty()) std::memcpy(bx.buffer.data() + bx.offset(node_members_[i]), piece.data(), piece.size());
     }
   }
   await_children(ex, deadline, take, done, pending);

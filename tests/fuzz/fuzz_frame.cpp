@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::size_t at = 0;
   const auto take = [&](void* to, std::size_t n) {
     if (n > payload.size() - at) throw protocol_violation{"the input ended"};
-    std::memcpy(to, payload.data() + at, n);
+    if (n > 0) std::memcpy(to, payload.data() + at, n);
     at += n;
   };
   const auto due = [&](int r) { return r % 2 == data[0] % 2 && bx.contributes(r); };
