@@ -42,7 +42,7 @@ struct node_segment::header {
   std::uint32_t members;
   alignas(64) std::uint32_t up_bell;
   std::uint32_t up_sleepers;
-  std::uint64_t arrivals;  // node-mates' contributions so far, over every exchange
+  std::uint64_t arrivals;  // members' arrivals so far, over every exchange
   alignas(64) std::uint32_t down_bell;
   std::uint32_t down_sleepers;
   alignas(64) std::uint32_t result;
@@ -247,6 +247,10 @@ std::span<std::byte> node_segment::data(std::size_t size, const std::string& who
 
 std::uint64_t node_segment::arrive() noexcept {
   return std::atomic_ref<std::uint64_t>(head().arrivals).fetch_add(1, std::memory_order_acq_rel) + 1;
+}
+
+std::uint64_t node_segment::arrivals() const noexcept {
+  return std::atomic_ref<std::uint64_t>(head().arrivals).load(std::memory_order_acquire);
 }
 
 void node_segment::set_result_size(std::uint64_t size) noexcept { head().result_size = size; }

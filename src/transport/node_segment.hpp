@@ -75,9 +75,11 @@ class node_segment {
   /// then sleeps. True when a signal ended the sleep (for detail::interruption_point).
   bool wait(bell b, std::uint32_t seen, steady_clock::time_point until, bool spin) noexcept;
 
-  /// Counts one node-mate's contribution; returns the count over every exchange so far, so that
-  /// only the last node-mate of an exchange rings the leader's bell.
+  /// Counts one member's arrival (each member, the leader included, once per exchange); returns
+  /// the count over every exchange so far, so that only the last to arrive rings a bell.
   std::uint64_t arrive() noexcept;
+  /// The count arrive() reached so far.
+  std::uint64_t arrivals() const noexcept;
   /// Posts an abort unless one is there already; rings both bells.
   void post_abort(int origin, errc code, const std::string& reason) noexcept;
   std::optional<notice> abort_notice() const;

@@ -402,7 +402,13 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
   auto& segment = *segment_;
   const auto seq = low_bits(sequence_);
   const auto count = node_members_.size();
-  segment.store(segment.member(0).arrived, seq);  // for the messages of node-mates that time out
+  // For the messages of node-mates that time out or find themselves out of step.
+  auto& own = segment.member(0);
+  own.sequence = sequence_;
+  copy_text(own.name, own.name_size, ex.name);
+  copy_text(own.site, own.site_size, ex.site);
+  segment.store(own.arrived, seq);
+  segment.arrive();
   // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
   const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
     auto waiting = static_cast<std::size_t>(std::count(in.begin(), in.end(), false));
@@ -609,9 +615,9 @@ void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::
   const bool large = mine.size() > node_segment::inline_capacity;
   if (!large && !mine.empty()) std::memcpy(slot.payload, mine.data(), mine.size());
   segment.store(slot.arrived, seq);
-  // One wake-up of the leader per exchange, by the last to arrive: on a node with more ranks
-  // than cores each wake-up is a context switch.
-  if (segment.arrive() == sequence_ * (node_members_.size() - 1)) segment.ring(node_segment::bell::up);
+  // One wake-up of the leader per exchange, by the last to arrive (the leader counts itself too):
+  // on a node with more ranks than cores each wake-up is a context switch.
+  if (segment.arrive() == sequence_ * node_members_.size()) segment.ring(node_segment::bell::up);
   if (!large) return;
   wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
   try {
@@ -622,6 +628,48 @@ void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::
   }
   segment.store(slot.filled, seq);
   segment.ring(node_segment::bell::up);
+}
+
+void tcp_tree::barrier_on_node(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto deadline = clock::now() + ex.timeout;
+  const auto seq = low_bits(sequence_);
+  const auto target = sequence_ * node_members_.size();
+  check_node(ex, false);
+  auto& slot = segment.member(node_index_);
+  slot.sequence = sequence_;
+  slot.size = 0;
+  slot.has_payload = 0;
+  slot.bulk_size = 0;
+  copy_text(slot.name, slot.name_size, ex.name);
+  copy_text(slot.site, slot.site_size, ex.site);
+  segment.store(slot.arrived, seq);
+  // The last to arrive releases the others: one hop, where a leader in the middle takes two.
+  const auto release = [&] {
+    for (std::size_t i = 0; i < node_members_.size(); ++i) {
+      const auto& other = segment.member(static_cast<int>(i));
+      const std::string_view name(other.name, other.name_size);
+      if (other.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+        fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
+                         describe(node_members_[i]), name, other.sequence,
+                         std::string_view(other.site, other.site_size), describe(rank_), ex.name, sequence_, ex.site),
+             rank_);
+      }
+    }
+    segment.set_result_size(0);
+    segment.store(segment.result_word(), seq);
+    segment.ring(node_segment::bell::down);
+  };
+  if (segment.arrive() == target) return release();
+  // A node-mate in another collective may be the last: it rings only the leader's bell, so the
+  // leader, which looks again at least every check_interval, finds that out.
+  bool all_in = false;
+  wait_for_leader(ex, deadline, [&] {
+    if (segment.load(segment.result_word()) == seq) return true;
+    all_in = node_index_ == 0 && segment.arrivals() >= target;
+    return all_in;
+  });
+  if (all_in && segment.load(segment.result_word()) != seq) release();
 }
 
 std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
@@ -657,6 +705,10 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
           fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name, ex.site, broken_));
   }
   ++sequence_;
+  if (segment_ && node_members_.size() == members_.size() && !ex.mine && !ex.fold && !ex.finish) {
+    barrier_on_node(ex);
+    return {};
+  }
   if (node_index_ > 0) return run_as_node_mate(ex);
   auto entries = gather_up(ex);
   if (ex.fold && !entries.empty()) {

@@ -72,6 +72,8 @@ class tcp_tree final : public transport {
   [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
   void publish_to_node(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
   std::vector<rank_bytes> run_as_node_mate(const exchange& ex);
+  /// A barrier of a group on one node: every member counts itself in, and the last releases all.
+  void barrier_on_node(const exchange& ex);
   /// A node-mate's contribution into its slot (large ones into the data region once granted).
   void contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
                           std::uint64_t bulk_size);

@@ -620,3 +620,49 @@ TEST_CASE("bulk exchanges: out of step with a value collective, and a late rank,
   }
   CHECK(contains(late[0].error + late[1].error, "rank(s) 2 never arrived"));
 }
+
+TEST_CASE("a barrier on one node: the last to arrive releases the others; mismatch and lateness named", "[transport]") {
+  const auto results = on_tcp_ranks({0, 0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    int sum = 0;
+    for (int i = 0; i < 300; ++i) {
+      if (g.rank() == i % 4) std::this_thread::yield();  // a different rank arrives last each time
+      g.barrier();
+      if (i % 50 == 0) sum += g.all_reduce(g.rank() + i, jobkit::reduce_op::sum);
+    }
+    return sum;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 6 * 6 + 4 * (0 + 50 + 100 + 150 + 200 + 250));
+  }
+  for (const int odd : {0, 2}) {  // the leader, then a node-mate, in another collective
+    const auto mismatched = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+      g.barrier();
+      if (g.rank() == odd) {
+        g.broadcast(1, 0);
+      } else {
+        g.barrier();
+      }
+      return true;
+    });
+    for (const auto& o : mismatched) {
+      INFO("odd " << odd << ": " << o.error);
+      CHECK_FALSE(o.value);
+      CHECK(contains(o.error, "collectives out of step"));
+      CHECK(contains(o.error, "broadcast(root 0)"));
+    }
+  }
+  const auto late = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
+    g.barrier({.timeout = 500ms});
+    return true;
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = late[static_cast<std::size_t>(r)];
+    INFO(o.error);
+    CHECK(o.code == jobkit::errc::timeout);
+    CHECK(contains(o.error, "rank(s) 2 never arrived"));
+  }
+}
