@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 
 #include "jobkit/error.hpp"
 
@@ -63,13 +65,58 @@ std::vector<int> parse_rank_list(const char* text) {
   return ranks;
 }
 
+/// PMIx_Init picks the store through which its server hands it the job's data and the other ranks'
+/// values from PMIX_GDS_MODULE, the list the launcher offers (Slurm 22.05: "ds21,ds12,hash"). With
+/// a shared-memory store (ds21, ds12), each node's server creates and zero-fills two 4 MiB files in
+/// its spool directory when the step's first client asks for its job data, and every client of the
+/// node waits for it: measured on the dev cluster, PMIx_Init took 40 ms alone, 8 ms with "hash",
+/// which has the server send the job data in its reply instead. So jobkit asks for "hash" where the
+/// launcher offers it, unless JOBKIT_PMIX_GDS=launcher. The variable is changed for the duration of
+/// PMIx_Init only and only where the launcher set it (an in-place replacement, never a new entry),
+/// and not at all when PMIx is already initialised in this process (by MPI, say).
+class gds_choice {
+ public:
+  gds_choice() {
+    static constexpr const char* name = "PMIX_GDS_MODULE";
+    const char* mode = std::getenv("JOBKIT_PMIX_GDS");
+    const std::string_view wanted = mode == nullptr || *mode == '\0' ? "hash" : mode;
+    if (wanted != "hash" && wanted != "launcher") {
+      throw error(errc::invalid_environment, fmt::format("JOBKIT_PMIX_GDS='{}' is not one of hash, launcher", wanted));
+    }
+    const char* offered = std::getenv(name);
+    if (wanted == "launcher" || offered == nullptr || PMIx_Initialized()) return;
+    std::string_view rest = offered;
+    bool listed = false;
+    while (!rest.empty() && !listed) {
+      const auto comma = rest.find(',');
+      listed = rest.substr(0, comma) == wanted;
+      rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+    }
+    if (!listed || std::string_view(offered) == wanted) return;
+    original_ = offered;
+    ::setenv(name, std::string(wanted).c_str(), 1);
+  }
+  ~gds_choice() {
+    if (original_) ::setenv("PMIX_GDS_MODULE", original_->c_str(), 1);
+  }
+  gds_choice(const gds_choice&) = delete;
+  gds_choice& operator=(const gds_choice&) = delete;
+
+ private:
+  std::optional<std::string> original_;
+};
+
 }  // namespace
 
 std::string pmix_status_text(pmix_status_t status) { return fmt::format("{} ({})", PMIx_Error_string(status), status); }
 
 pmix_session::pmix_session() {
   std::memset(&self_, 0, sizeof self_);
-  pmix_status_t status = PMIx_Init(&self_, nullptr, 0);
+  pmix_status_t status = PMIX_SUCCESS;
+  {
+    const gds_choice choice;
+    status = PMIx_Init(&self_, nullptr, 0);
+  }
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix,
                 fmt::format("PMIx_Init failed: {}; the environment advertises a PMIx server "
