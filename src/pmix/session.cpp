@@ -1,6 +1,7 @@
 #include "pmix/session.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -234,8 +235,9 @@ struct probe_wait {
 struct probe_call {
   std::shared_ptr<probe_wait> wait;
   int rank;
-  static void on_value(pmix_status_t status, pmix_value_t*, void* data) {
+  static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
     auto* call = static_cast<probe_call*>(data);
+    const value_ptr owned(value);  // PMIx hands the value over to the callback
     {
       std::lock_guard lock(call->wait->mutex);
       call->wait->status[static_cast<std::size_t>(call->rank)] = status;
@@ -298,6 +300,91 @@ std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
   }
   const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
   return {begin, begin + value->data.bo.size};
+}
+
+namespace {
+
+/// The answers to get_all's PMIx_Get_nb calls; outlives the caller when PMIx answers late.
+struct values_wait {
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::vector<std::optional<std::vector<std::byte>>> values;  // per rank, empty until answered
+  std::vector<pmix_status_t> status;                          // per rank
+  int pending = 0;
+};
+
+struct value_call {
+  std::shared_ptr<values_wait> wait;
+  int rank;
+  static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
+    auto* call = static_cast<value_call*>(data);
+    const value_ptr owned(value);  // PMIx hands the value over to the callback
+    {
+      std::lock_guard lock(call->wait->mutex);
+      const auto r = static_cast<std::size_t>(call->rank);
+      if (status == PMIX_SUCCESS && (value == nullptr || value->type != PMIX_BYTE_OBJECT))
+        status = PMIX_ERR_TYPE_MISMATCH;
+      call->wait->status[r] = status;
+      if (status == PMIX_SUCCESS) {
+        const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
+        call->wait->values[r].emplace(begin, begin + value->data.bo.size);
+      }
+      --call->wait->pending;
+    }
+    call->wait->answered.notify_all();
+    delete call;
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key, int world_size,
+                                                          std::chrono::milliseconds timeout) {
+  auto wait = std::make_shared<values_wait>();
+  const auto n = static_cast<std::size_t>(world_size);
+  wait->values.resize(n);
+  wait->status.assign(n, PMIX_ERR_TIMEOUT);
+  for (int r = 0; r < world_size; ++r) {
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(r));
+    auto* call = new value_call{wait, r};
+    {
+      std::lock_guard lock(wait->mutex);
+      ++wait->pending;
+    }
+    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), nullptr, 0, &value_call::on_value, call);
+        status != PMIX_SUCCESS) {
+      std::lock_guard lock(wait->mutex);
+      wait->status[static_cast<std::size_t>(r)] = status;
+      --wait->pending;
+      delete call;
+    }
+  }
+  std::unique_lock lock(wait->mutex);
+  wait->answered.wait_until(lock, std::chrono::steady_clock::now() + timeout, [&] { return wait->pending == 0; });
+  std::vector<int> late;
+  for (int r = 0; r < world_size; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (wait->values[i]) continue;
+    if (wait->status[i] == PMIX_ERR_TIMEOUT) {
+      late.push_back(r);
+    } else if (wait->status[i] == PMIX_ERR_TYPE_MISMATCH) {
+      throw error(errc::pmix, fmt::format("PMIx key {} of rank {} is not a byte object", key, r));
+    } else {
+      throw error(errc::pmix,
+                  fmt::format("PMIx_Get({}) of rank {} failed: {}", key, r, pmix_status_text(wait->status[i])),
+                  wait->status[i]);
+    }
+  }
+  if (!late.empty()) {
+    throw timeout_error(fmt::format("PMIx_Get({}) of rank(s) {} gave no answer within {} ms", key,
+                                    fmt::join(late, ", "), timeout.count()),
+                        PMIX_ERR_TIMEOUT);
+  }
+  std::vector<std::vector<std::byte>> values;
+  values.reserve(n);
+  for (auto& v : wait->values) values.push_back(std::move(*v));
+  return values;
 }
 
 pmix_facts pmix_session::query_facts() const {
