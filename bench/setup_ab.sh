@@ -8,7 +8,8 @@
 # load hits every side alike; compare medians over ROUNDS.
 #
 #   bench/setup_ab.sh OUT_DIR BASE_BUILD NEW_BUILD
-# Environment: ROUNDS (default 5), LAYOUTS (default "1x4 3x24"), TORCH (default 1; 0 skips torch).
+# Environment: ROUNDS (default 5), LAYOUTS (default "1x4 3x24"), TORCH (default 1; 0 skips torch),
+# EXTRA_BUILD (a third build, side "extra", e.g. one configured with -Dnccl=disabled -Dcuda=disabled).
 # Writes OUT_DIR/setup_ab.jsonl and prints the medians (bench/setup_ab_summary.py).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -43,6 +44,9 @@ for layout in ${LAYOUTS:-1x4 3x24}; do
     step -N"$nodes" -n"$ranks" "$new/bench/jobkit_loop" 1 0 0 | grep '"init"' | record new "$round"
     JOBKIT_PMIX_GDS=launcher step -N"$nodes" -n"$ranks" "$new/bench/jobkit_loop" 1 0 0 | grep '"init"' |
       record new-launcher-gds "$round"
+    if [[ -n ${EXTRA_BUILD:-} ]]; then
+      step -N"$nodes" -n"$ranks" "$EXTRA_BUILD/bench/jobkit_loop" 1 0 0 | grep '"init"' | record extra "$round"
+    fi
     if [[ ${TORCH:-1} != 0 ]]; then
       PEERS=torch TORCH_ITERS=1 "$here/peers/run_all.sh" "$nodes" "$ranks" 1 "$new" 2>/dev/null |
         grep '"init_process_group"' | record torch "$round"

@@ -36,7 +36,7 @@ for nodes, ranks in sorted({(k[0], k[1]) for k in rows}, key=lambda k: k[1]):
     torch = rows.get((nodes, ranks, "torch"), {}).get("rank0", [])
     if not torch:
         continue
-    for side in ("base", "new", "new-launcher-gds"):
+    for side in ("base", "new", "new-launcher-gds", "extra"):
         mine = rows.get((nodes, ranks, side), {}).get("rank0", [])
         if mine:
             ratio = statistics.median(torch) / statistics.median(mine)
