@@ -71,23 +71,31 @@ std::vector<int> parse_rank_list(const char* text) {
 /// a shared-memory store (ds21, ds12), each node's server creates and zero-fills two 4 MiB files in
 /// its spool directory when the step's first client asks for its job data, and every client of the
 /// node waits for it: measured on the dev cluster, PMIx_Init took 40 ms alone, 8 ms with "hash",
-/// which has the server send the job data in its reply instead. So jobkit asks for "hash" where the
-/// launcher offers it, unless JOBKIT_PMIX_GDS=launcher. The variable is changed for the duration of
-/// PMIx_Init only and only where the launcher set it (an in-place replacement, never a new entry),
-/// and not at all when PMIx is already initialised in this process (by MPI, say).
+/// which has the server send the job data in its reply instead. But with "hash" every other rank's
+/// value is a request to the server (3 nodes x 24 ranks: 16-24 ms for the endpoint records, against
+/// 1-5 ms read in place), a cost that grows with the job while the saving is fixed. So by default
+/// (JOBKIT_PMIX_GDS=auto) jobkit asks for "hash" where the launcher offers it and the step has at
+/// most small_step_ranks ranks by the launcher's own count (SLURM_STEP_NUM_TASKS, or
+/// OMPI_COMM_WORLD_SIZE under mpirun); "hash" asks for it whatever the size, "launcher" never. The
+/// variable is changed for the duration of PMIx_Init only and only where the launcher set it (an
+/// in-place replacement, never a new entry), and not at all when PMIx is already initialised in this
+/// process (by MPI, say).
 class gds_choice {
  public:
   gds_choice() {
     static constexpr const char* name = "PMIX_GDS_MODULE";
     const char* mode = std::getenv("JOBKIT_PMIX_GDS");
-    const std::string_view wanted = mode == nullptr || *mode == '\0' ? "hash" : mode;
-    if (wanted != "hash" && wanted != "launcher") {
-      throw error(errc::invalid_environment, fmt::format("JOBKIT_PMIX_GDS='{}' is not one of hash, launcher", wanted));
+    const std::string_view setting = mode == nullptr || *mode == '\0' ? "auto" : mode;
+    if (setting != "auto" && setting != "hash" && setting != "launcher") {
+      throw error(errc::invalid_environment,
+                  fmt::format("JOBKIT_PMIX_GDS='{}' is not one of auto, hash, launcher", setting));
     }
+    const std::string_view wanted = "hash";
     const char* offered = std::getenv(name);
     if (PMIx_Initialized()) return;
-    hash_ = offered != nullptr && std::string_view(offered) == "hash";
-    if (wanted == "launcher" || offered == nullptr) return;
+    hash_ = offered != nullptr && std::string_view(offered) == wanted;
+    if (setting == "launcher" || offered == nullptr) return;
+    if (setting == "auto" && !small_step()) return;
     std::string_view rest = offered;
     bool listed = false;
     while (!rest.empty() && !listed) {
@@ -102,6 +110,7 @@ class gds_choice {
   }
   /// Whether this PMIx_Init asks the server for the hash store.
   bool hash() const noexcept { return hash_; }
+  static constexpr long small_step_ranks = 16;
   ~gds_choice() {
     if (original_) ::setenv("PMIX_GDS_MODULE", original_->c_str(), 1);
   }
@@ -109,6 +118,19 @@ class gds_choice {
   gds_choice& operator=(const gds_choice&) = delete;
 
  private:
+  /// Whether the launcher says this step has at most small_step_ranks ranks (unknown: no).
+  static bool small_step() {
+    for (const char* variable : {"SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"}) {
+      const char* value = std::getenv(variable);
+      if (value == nullptr) continue;
+      long ranks = 0;
+      const std::string_view text = value;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ranks);
+      return ec == std::errc{} && end == text.data() + text.size() && ranks >= 1 && ranks <= small_step_ranks;
+    }
+    return false;
+  }
+
   std::optional<std::string> original_;
   bool hash_ = false;
 };
