@@ -1,6 +1,7 @@
 #include "pmix/session.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -9,6 +10,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 
 #include "jobkit/error.hpp"
 
@@ -63,13 +66,87 @@ std::vector<int> parse_rank_list(const char* text) {
   return ranks;
 }
 
+/// PMIx_Init picks the store through which its server hands it the job's data and the other ranks'
+/// values from PMIX_GDS_MODULE, the list the launcher offers (Slurm 22.05: "ds21,ds12,hash"). With
+/// a shared-memory store (ds21, ds12), each node's server creates and zero-fills two 4 MiB files in
+/// its spool directory when the step's first client asks for its job data, and every client of the
+/// node waits for it: measured on the dev cluster, PMIx_Init took 40 ms alone, 8 ms with "hash",
+/// which has the server send the job data in its reply instead. But with "hash" every other rank's
+/// value is a request to the server (3 nodes x 24 ranks: 16-24 ms for the endpoint records, against
+/// 1-5 ms read in place), a cost that grows with the job while the saving is fixed. So by default
+/// (JOBKIT_PMIX_GDS=auto) jobkit asks for "hash" where the launcher offers it and the step has at
+/// most small_step_ranks ranks by the launcher's own count (SLURM_STEP_NUM_TASKS, or
+/// OMPI_COMM_WORLD_SIZE under mpirun); "hash" asks for it whatever the size, "launcher" never. The
+/// variable is changed for the duration of PMIx_Init only and only where the launcher set it (an
+/// in-place replacement, never a new entry), and not at all when PMIx is already initialised in this
+/// process (by MPI, say).
+class gds_choice {
+ public:
+  gds_choice() {
+    static constexpr const char* name = "PMIX_GDS_MODULE";
+    const char* mode = std::getenv("JOBKIT_PMIX_GDS");
+    const std::string_view setting = mode == nullptr || *mode == '\0' ? "auto" : mode;
+    if (setting != "auto" && setting != "hash" && setting != "launcher") {
+      throw error(errc::invalid_environment,
+                  fmt::format("JOBKIT_PMIX_GDS='{}' is not one of auto, hash, launcher", setting));
+    }
+    const std::string_view wanted = "hash";
+    const char* offered = std::getenv(name);
+    if (PMIx_Initialized()) return;
+    hash_ = offered != nullptr && std::string_view(offered) == wanted;
+    if (setting == "launcher" || offered == nullptr) return;
+    if (setting == "auto" && !small_step()) return;
+    std::string_view rest = offered;
+    bool listed = false;
+    while (!rest.empty() && !listed) {
+      const auto comma = rest.find(',');
+      listed = rest.substr(0, comma) == wanted;
+      rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+    }
+    if (!listed || hash_) return;
+    original_ = offered;
+    ::setenv(name, std::string(wanted).c_str(), 1);
+    hash_ = true;
+  }
+  /// Whether this PMIx_Init asks the server for the hash store.
+  bool hash() const noexcept { return hash_; }
+  static constexpr long small_step_ranks = 16;
+  ~gds_choice() {
+    if (original_) ::setenv("PMIX_GDS_MODULE", original_->c_str(), 1);
+  }
+  gds_choice(const gds_choice&) = delete;
+  gds_choice& operator=(const gds_choice&) = delete;
+
+ private:
+  /// Whether the launcher says this step has at most small_step_ranks ranks (unknown: no).
+  static bool small_step() {
+    for (const char* variable : {"SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"}) {
+      const char* value = std::getenv(variable);
+      if (value == nullptr) continue;
+      long ranks = 0;
+      const std::string_view text = value;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ranks);
+      return ec == std::errc{} && end == text.data() + text.size() && ranks >= 1 && ranks <= small_step_ranks;
+    }
+    return false;
+  }
+
+  std::optional<std::string> original_;
+  bool hash_ = false;
+};
+
 }  // namespace
 
 std::string pmix_status_text(pmix_status_t status) { return fmt::format("{} ({})", PMIx_Error_string(status), status); }
 
 pmix_session::pmix_session() {
   std::memset(&self_, 0, sizeof self_);
-  pmix_status_t status = PMIx_Init(&self_, nullptr, 0);
+  pmix_status_t status = PMIX_SUCCESS;
+  {
+    const gds_choice choice;
+    status = PMIx_Init(&self_, nullptr, 0);
+    hash_store_ = choice.hash();
+  }
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix,
                 fmt::format("PMIx_Init failed: {}; the environment advertises a PMIx server "
@@ -187,8 +264,9 @@ struct probe_wait {
 struct probe_call {
   std::shared_ptr<probe_wait> wait;
   int rank;
-  static void on_value(pmix_status_t status, pmix_value_t*, void* data) {
+  static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
     auto* call = static_cast<probe_call*>(data);
+    const value_ptr owned(value);  // PMIx hands the value over to the callback
     {
       std::lock_guard lock(call->wait->mutex);
       call->wait->status[static_cast<std::size_t>(call->rank)] = status;
@@ -251,6 +329,94 @@ std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
   }
   const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
   return {begin, begin + value->data.bo.size};
+}
+
+namespace {
+
+/// The answers to get_all's PMIx_Get_nb calls; outlives the caller when PMIx answers late.
+struct values_wait {
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::vector<std::optional<std::vector<std::byte>>> values;  // per rank, empty until answered
+  std::vector<pmix_status_t> status;                          // per rank
+  int pending = 0;
+};
+
+struct value_call {
+  std::shared_ptr<values_wait> wait;
+  int rank;
+  static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
+    auto* call = static_cast<value_call*>(data);
+    const value_ptr owned(value);  // PMIx hands the value over to the callback
+    {
+      std::lock_guard lock(call->wait->mutex);
+      const auto r = static_cast<std::size_t>(call->rank);
+      if (status == PMIX_SUCCESS && (value == nullptr || value->type != PMIX_BYTE_OBJECT))
+        status = PMIX_ERR_TYPE_MISMATCH;
+      call->wait->status[r] = status;
+      if (status == PMIX_SUCCESS) {
+        const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
+        call->wait->values[r].emplace(begin, begin + value->data.bo.size);
+      }
+      --call->wait->pending;
+    }
+    call->wait->answered.notify_all();
+    delete call;
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key, int world_size,
+                                                          std::chrono::milliseconds timeout) {
+  // With the hash store every value is a request to the server: all of them in flight at once
+  // took 45 ms on 1 node x 4 ranks (one after another: 1 to 9 ms).
+  if (hash_store_) return rendezvous::get_all(key, world_size, timeout);
+  auto wait = std::make_shared<values_wait>();
+  const auto n = static_cast<std::size_t>(world_size);
+  wait->values.resize(n);
+  wait->status.assign(n, PMIX_ERR_TIMEOUT);
+  for (int r = 0; r < world_size; ++r) {
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(r));
+    auto* call = new value_call{wait, r};
+    {
+      std::lock_guard lock(wait->mutex);
+      ++wait->pending;
+    }
+    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), nullptr, 0, &value_call::on_value, call);
+        status != PMIX_SUCCESS) {
+      std::lock_guard lock(wait->mutex);
+      wait->status[static_cast<std::size_t>(r)] = status;
+      --wait->pending;
+      delete call;
+    }
+  }
+  std::unique_lock lock(wait->mutex);
+  wait->answered.wait_until(lock, std::chrono::steady_clock::now() + timeout, [&] { return wait->pending == 0; });
+  std::vector<int> late;
+  for (int r = 0; r < world_size; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (wait->values[i]) continue;
+    if (wait->status[i] == PMIX_ERR_TIMEOUT) {
+      late.push_back(r);
+    } else if (wait->status[i] == PMIX_ERR_TYPE_MISMATCH) {
+      throw error(errc::pmix, fmt::format("PMIx key {} of rank {} is not a byte object", key, r));
+    } else {
+      throw error(errc::pmix,
+                  fmt::format("PMIx_Get({}) of rank {} failed: {}", key, r, pmix_status_text(wait->status[i])),
+                  wait->status[i]);
+    }
+  }
+  if (!late.empty()) {
+    throw timeout_error(fmt::format("PMIx_Get({}) of rank(s) {} gave no answer within {} ms", key,
+                                    fmt::join(late, ", "), timeout.count()),
+                        PMIX_ERR_TIMEOUT);
+  }
+  std::vector<std::vector<std::byte>> values;
+  values.reserve(n);
+  for (auto& v : wait->values) values.push_back(std::move(*v));
+  return values;
 }
 
 pmix_facts pmix_session::query_facts() const {

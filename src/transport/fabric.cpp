@@ -160,7 +160,10 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
                         rank_label(self.rank, self.hostname), e.what(), who),
             e.native_status());
     }
-    for (int r = 0; r < self.world_size; ++r) endpoints_.push_back(decode_endpoint(rv.get(r, key), r));
+    const auto records = rv.get_all(key, self.world_size, timeout);
+    for (int r = 0; r < self.world_size; ++r) {
+      endpoints_.push_back(decode_endpoint(records[static_cast<std::size_t>(r)], r));
+    }
   } catch (...) {
     ::close(listen_fd_);
     throw;

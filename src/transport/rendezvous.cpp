@@ -44,6 +44,14 @@ void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::func
   }
 }
 
+std::vector<std::vector<std::byte>> rendezvous::get_all(const std::string& key, int world_size,
+                                                        std::chrono::milliseconds) {
+  std::vector<std::vector<std::byte>> values;
+  values.reserve(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) values.push_back(get(r, key));
+  return values;
+}
+
 std::vector<std::byte> memory_rendezvous::get(int rank, const std::string& key) {
   std::lock_guard lock(store_->mutex_);
   const auto it = store_->visible_.find({rank, key});

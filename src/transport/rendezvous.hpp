@@ -30,6 +30,12 @@ class rendezvous {
   virtual void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) = 0;
   /// A key that `rank` put before the last fence. @throws jobkit::error when it is missing
   virtual std::vector<std::byte> get(int rank, const std::string& key) = 0;
+  /// The key of every rank from 0 to world_size - 1, in rank order, each put before the last fence.
+  /// This one reads them one by one; the PMIx session asks for all of them at once.
+  /// @throws jobkit::error when one is missing, jobkit::timeout_error naming the ranks whose value
+  /// did not come within timeout
+  virtual std::vector<std::vector<std::byte>> get_all(const std::string& key, int world_size,
+                                                      std::chrono::milliseconds timeout);
   /// After a failed fence: which ranks could be asked whether they put `key` (under Slurm 22.05,
   /// only those of this node answer while a fence is pending), and which of them have not.
   struct roll_call {
