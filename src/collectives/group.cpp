@@ -197,6 +197,7 @@ void group::setup(call_options options, std::source_location site) {
 
 void group::barrier(call_options options, std::source_location site) {
   auto ex = make_exchange("barrier", options.timeout, site);
+  ex.synchronize_only = true;
   run(ex);
 }
 

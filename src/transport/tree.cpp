@@ -705,7 +705,7 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
           fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name, ex.site, broken_));
   }
   ++sequence_;
-  if (segment_ && node_members_.size() == members_.size() && !ex.mine && !ex.fold && !ex.finish) {
+  if (segment_ && node_members_.size() == members_.size() && ex.synchronize_only) {
     barrier_on_node(ex);
     return {};
   }

@@ -628,6 +628,10 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
       if (g.rank() == i % 4) std::this_thread::yield();  // a different rank arrives last each time
       g.barrier();
       if (i % 50 == 0) sum += g.all_reduce(g.rank() + i, jobkit::reduce_op::sum);
+      if (i % 100 == 1) {  // collectives where only some ranks contribute take the leader's way
+        sum += g.broadcast(i, {.root = 3}) - i;
+        sum += static_cast<int>(g.gather(g.rank(), {.root = 2}).size()) - (g.rank() == 2 ? 4 : 0);
+      }
     }
     return sum;
   });

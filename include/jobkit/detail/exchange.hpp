@@ -39,6 +39,8 @@ struct exchange {
   std::function<std::vector<rank_bytes>(std::vector<rank_bytes>&)> finish;
   delivery to = delivery::everyone;
   int target = 0;
+  /// No member contributes and none receives anything: a barrier.
+  bool synchronize_only = false;
 };
 
 struct group_state;
