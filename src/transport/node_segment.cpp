@@ -43,6 +43,7 @@ struct node_segment::header {
   alignas(64) std::uint32_t up_bell;
   std::uint32_t up_sleepers;
   std::uint64_t arrivals;  // members' arrivals so far, over every exchange
+  std::uint32_t claim;     // the exchange whose release a member has taken on
   alignas(64) std::uint32_t down_bell;
   std::uint32_t down_sleepers;
   alignas(64) std::uint32_t result;
@@ -247,6 +248,15 @@ std::span<std::byte> node_segment::data(std::size_t size, const std::string& who
 
 std::uint64_t node_segment::arrive() noexcept {
   return std::atomic_ref<std::uint64_t>(head().arrivals).fetch_add(1, std::memory_order_acq_rel) + 1;
+}
+
+bool node_segment::claim(std::uint32_t exchange) noexcept {
+  std::atomic_ref<std::uint32_t> word(head().claim);
+  auto current = word.load(std::memory_order_acquire);
+  while (current != exchange) {
+    if (word.compare_exchange_weak(current, exchange, std::memory_order_acq_rel)) return true;
+  }
+  return false;
 }
 
 std::uint64_t node_segment::arrivals() const noexcept {

@@ -80,6 +80,8 @@ class node_segment {
   std::uint64_t arrive() noexcept;
   /// The count arrive() reached so far.
   std::uint64_t arrivals() const noexcept;
+  /// True for the one caller that takes on this exchange (its low 32 bits), false for the others.
+  bool claim(std::uint32_t exchange) noexcept;
   /// Posts an abort unless one is there already; rings both bells.
   void post_abort(int origin, errc code, const std::string& reason) noexcept;
   std::optional<notice> abort_notice() const;

@@ -660,16 +660,18 @@ void tcp_tree::barrier_on_node(const exchange& ex) {
     segment.store(segment.result_word(), seq);
     segment.ring(node_segment::bell::down);
   };
-  if (segment.arrive() == target) return release();
+  // One member checks and releases (the claim), before anyone can leave and sign its slot anew.
+  const auto try_release = [&] {
+    if (segment.claim(seq)) release();
+  };
+  if (segment.arrive() == target) try_release();
   // A node-mate in another collective may be the last: it rings only the leader's bell, so the
   // leader, which looks again at least every check_interval, finds that out.
-  bool all_in = false;
   wait_for_leader(ex, deadline, [&] {
     if (segment.load(segment.result_word()) == seq) return true;
-    all_in = node_index_ == 0 && segment.arrivals() >= target;
-    return all_in;
+    if (node_index_ == 0 && segment.arrivals() >= target) try_release();
+    return segment.load(segment.result_word()) == seq;
   });
-  if (all_in && segment.load(segment.result_word()) != seq) release();
 }
 
 std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {

@@ -670,3 +670,56 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
     CHECK(contains(o.error, "rank(s) 2 never arrived"));
   }
 }
+
+TEST_CASE("a broadcast on one node: the source publishes without waiting; back to back, growing, checked",
+          "[transport]") {
+  const auto results = on_tcp_ranks({0, 0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    const auto text = [](int i) {
+      return std::string(static_cast<std::size_t>(i % 7 == 0 ? 70'000 + i : i), 'a' + i % 26);
+    };
+    int right = 0;
+    // No barrier between them: a source may run ahead while the others still read the last result.
+    for (int i = 0; i < 400; ++i) {
+      const int root = i % 4;
+      right += g.broadcast(g.rank() == root ? text(i) : std::string(), root) == text(i);
+      if (i % 97 == 0) right += g.all_gather(g.rank()).size() == 4;  // the leader's way in between
+    }
+    return right;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 400 + 5);
+  }
+  for (const int odd : {0, 1, 3}) {  // the source, a receiver, the leader as receiver
+    // The source does not wait for the others, so some ranks may learn of it only at their next
+    // collective; every rank must, and none may pair the two silently.
+    const auto mismatched = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+      g.barrier();
+      if (g.rank() == odd) {
+        g.barrier();
+      } else {
+        g.broadcast(7, 0);
+      }
+      g.barrier({.timeout = 10s});
+      return true;
+    });
+    for (const auto& o : mismatched) {
+      INFO("odd " << odd << ": " << o.error);
+      CHECK_FALSE(o.value);
+      CHECK(contains(o.error, "out of step"));
+    }
+  }
+  const auto late = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
+    g.broadcast(1, {.root = 2, .timeout = 500ms});
+    return true;
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = late[static_cast<std::size_t>(r)];
+    INFO(o.error);
+    CHECK(o.code == jobkit::errc::timeout);
+    CHECK(contains(o.error, "rank(s) 2 never arrived"));
+  }
+}
