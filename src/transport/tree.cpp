@@ -345,6 +345,21 @@ void tcp_tree::time_out(const exchange& ex, const std::vector<bool>& done, std::
        rank_, errc::timeout);
 }
 
+void tcp_tree::result_failed(const link& parent, const exchange& ex) {
+  try {
+    throw;
+  } catch (const protocol_violation& v) {
+    broke_protocol(parent, v, ex);
+  } catch (const socket_closed& e) {
+    lost(parent, e.why, ex);
+  } catch (const socket_timeout&) {
+    fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+                     "this rank's subtree never arrived",
+                     ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(parent.peer)),
+         rank_, errc::timeout);
+  }
+}
+
 void tcp_tree::parent_spoke(const exchange& ex, time_point deadline) {
   const auto& parent = parent_link_.front();
   try {
@@ -731,15 +746,8 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
       if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
       entries = parse_entries(f.payload, static_cast<int>(members_.size()));
       if (ex.to == delivery::everyone) everyone = std::move(f.payload);
-    } catch (const protocol_violation& v) {
-      broke_protocol(parent, v, ex);
-    } catch (const socket_closed& e) {
-      lost(parent, e.why, ex);
-    } catch (const socket_timeout&) {
-      fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
-                       "this rank's subtree never arrived",
-                       ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(parent.peer)),
-           rank_, errc::timeout);
+    } catch (...) {
+      result_failed(parent, ex);
     }
   } else {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });

@@ -69,6 +69,9 @@ class tcp_tree final : public transport {
                    std::size_t& pending);
   void receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
   [[noreturn]] void parent_spoke(const exchange& ex, time_point deadline);
+  /// In a catch block around the wait for the parent's result: fails the group as the exception
+  /// says (a broken protocol, a closed link, the deadline), or lets it pass (already failed).
+  [[noreturn]] void result_failed(const link& parent, const exchange& ex);
   [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
   void publish_to_node(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
   std::vector<rank_bytes> run_as_node_mate(const exchange& ex);

@@ -164,15 +164,8 @@ void tcp_tree::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
         throw protocol_violation{fmt::format("a frame of type {} and {} bytes where the {}-byte result was due",
                                              f.header.type, f.header.payload_size, size)};
       }
-    } catch (const protocol_violation& v) {
-      broke_protocol(parent, v, ex);
-    } catch (const socket_closed& e) {
-      lost(parent, e.why, ex);
-    } catch (const socket_timeout&) {
-      fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
-                       "this rank's subtree never arrived",
-                       ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(parent.peer)),
-           rank_, errc::timeout);
+    } catch (...) {
+      result_failed(parent, ex);
     }
   }
   const auto to_children = [&](const iovec* part) {
