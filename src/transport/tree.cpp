@@ -345,6 +345,18 @@ void tcp_tree::time_out(const exchange& ex, const std::vector<bool>& done, std::
        rank_, errc::timeout);
 }
 
+void tcp_tree::message_failed(const link& l, const exchange& ex) {
+  try {
+    throw;
+  } catch (const protocol_violation& v) {
+    broke_protocol(l, v, ex);
+  } catch (const socket_closed& e) {
+    lost(l, e.why, ex);
+  } catch (const socket_timeout&) {
+    fail(fmt::format("{} stalled mid-message during {} at {}", describe(l.peer), ex.name, ex.site), l.peer);
+  }
+}
+
 void tcp_tree::result_failed(const link& parent, const exchange& ex) {
   try {
     throw;
@@ -368,12 +380,8 @@ void tcp_tree::parent_spoke(const exchange& ex, time_point deadline) {
     fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", describe(parent.peer), f.name,
                      f.header.sequence, describe(rank_), ex.name, sequence_),
          rank_, errc::internal);
-  } catch (const protocol_violation& v) {
-    broke_protocol(parent, v, ex);
-  } catch (const socket_closed& e) {
-    lost(parent, e.why, ex);
-  } catch (const socket_timeout&) {
-    fail(fmt::format("{} stalled mid-message during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+  } catch (...) {
+    message_failed(parent, ex);
   }
 }
 
@@ -384,12 +392,8 @@ void tcp_tree::receive_child(std::size_t i, const exchange& ex, time_point deadl
     frame f = receive_frame(child.fd, deadline);
     check_in_step(child, f, ex, deadline);
     under = parse_entries(f.payload, static_cast<int>(members_.size()));
-  } catch (const protocol_violation& v) {
-    broke_protocol(child, v, ex);
-  } catch (const socket_closed& e) {
-    lost(child, e.why, ex);
-  } catch (const socket_timeout&) {
-    fail(fmt::format("{} stalled mid-message during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+  } catch (...) {
+    message_failed(child, ex);
   }
   std::move(under.begin(), under.end(), std::back_inserter(entries));
 }

@@ -69,6 +69,9 @@ class tcp_tree final : public transport {
                    std::size_t& pending);
   void receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
   [[noreturn]] void parent_spoke(const exchange& ex, time_point deadline);
+  /// In a catch block around reading a message of link l: fails the group as the exception says
+  /// (a broken protocol, a closed link, a stall mid-message), or lets it pass (already failed).
+  [[noreturn]] void message_failed(const link& l, const exchange& ex);
   /// In a catch block around the wait for the parent's result: fails the group as the exception
   /// says (a broken protocol, a closed link, the deadline), or lets it pass (already failed).
   [[noreturn]] void result_failed(const link& parent, const exchange& ex);

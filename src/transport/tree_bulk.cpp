@@ -103,12 +103,8 @@ void tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_p
         static_cast<int>(members_.size()),
         [&](int g) { return child_of_[static_cast<std::size_t>(g)] == static_cast<int>(i) && bx.contributes(g); });
     if (size != bx.buffer.size()) sizes_differ(ex, child.peer, size, bx.buffer.size());
-  } catch (const protocol_violation& v) {
-    broke_protocol(child, v, ex);
-  } catch (const socket_closed& e) {
-    lost(child, e.why, ex);
-  } catch (const socket_timeout&) {
-    fail(fmt::format("{} stalled mid-message during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+  } catch (...) {
+    message_failed(child, ex);
   }
 }
 
