@@ -345,6 +345,22 @@ void tcp_tree::time_out(const exchange& ex, const std::vector<bool>& done, std::
        rank_, errc::timeout);
 }
 
+void tcp_tree::out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
+                           const exchange& ex) {
+  fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}", describe(group_rank),
+                   name, sequence, site, describe(rank_), ex.name, sequence_, ex.site),
+       rank_);
+}
+
+void tcp_tree::check_slot_in_step(int index, const exchange& ex) {
+  const auto& slot = segment_->member(index);
+  const std::string_view name(slot.name, slot.name_size);
+  if (slot.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+    out_of_step(node_members_[static_cast<std::size_t>(index)], name, slot.sequence,
+                std::string_view(slot.site, slot.site_size), ex);
+  }
+}
+
 void tcp_tree::message_failed(const link& l, const exchange& ex) {
   try {
     throw;
@@ -360,15 +376,13 @@ void tcp_tree::message_failed(const link& l, const exchange& ex) {
 void tcp_tree::result_failed(const link& parent, const exchange& ex) {
   try {
     throw;
-  } catch (const protocol_violation& v) {
-    broke_protocol(parent, v, ex);
-  } catch (const socket_closed& e) {
-    lost(parent, e.why, ex);
   } catch (const socket_timeout&) {
     fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
                      "this rank's subtree never arrived",
                      ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(parent.peer)),
          rank_, errc::timeout);
+  } catch (...) {
+    message_failed(parent, ex);
   }
 }
 
@@ -422,11 +436,7 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
   const auto seq = low_bits(sequence_);
   const auto count = node_members_.size();
   // For the messages of node-mates that time out or find themselves out of step.
-  auto& own = segment.member(0);
-  own.sequence = sequence_;
-  copy_text(own.name, own.name_size, ex.name);
-  copy_text(own.site, own.site_size, ex.site);
-  segment.store(own.arrived, seq);
+  sign_slot(ex, {}, false, 0);
   segment.arrive();
   // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
   const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
@@ -439,13 +449,7 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
         if (in[i]) continue;
         auto& slot = segment.member(static_cast<int>(i));
         if (segment.load(word_of(slot)) != seq) continue;
-        const std::string_view name(slot.name, slot.name_size);
-        if (slot.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
-          fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                           describe(node_members_[i]), name, slot.sequence, std::string_view(slot.site, slot.site_size),
-                           describe(rank_), ex.name, sequence_, ex.site),
-               rank_);
-        }
+        check_slot_in_step(static_cast<int>(i), ex);
         in[i] = true;
         --waiting;
       }
@@ -620,20 +624,28 @@ void tcp_tree::wait_for_result(const exchange& ex, time_point deadline) {
   wait_for_leader(ex, deadline, [&] { return segment_->load(segment_->result_word()) == seq; });
 }
 
-void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine,
-                                  bool has_payload, std::uint64_t bulk_size) {
-  auto& segment = *segment_;
-  const auto seq = low_bits(sequence_);
-  auto& slot = segment.member(node_index_);
+void tcp_tree::sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload,
+                         std::uint64_t bulk_size) {
+  auto& slot = segment_->member(node_index_);
   slot.sequence = sequence_;
   slot.size = mine.size();
   slot.has_payload = has_payload ? 1 : 0;
   slot.bulk_size = bulk_size;
   copy_text(slot.name, slot.name_size, ex.name);
   copy_text(slot.site, slot.site_size, ex.site);
+  if (!mine.empty() && mine.size() <= node_segment::inline_capacity) {
+    std::memcpy(slot.payload, mine.data(), mine.size());
+  }
+  segment_->store(slot.arrived, low_bits(sequence_));
+}
+
+void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine,
+                                  bool has_payload, std::uint64_t bulk_size) {
+  auto& segment = *segment_;
+  const auto seq = low_bits(sequence_);
+  auto& slot = segment.member(node_index_);
+  sign_slot(ex, mine, has_payload, bulk_size);
   const bool large = mine.size() > node_segment::inline_capacity;
-  if (!large && !mine.empty()) std::memcpy(slot.payload, mine.data(), mine.size());
-  segment.store(slot.arrived, seq);
   // One wake-up of the leader per exchange, by the last to arrive (the leader counts itself too):
   // on a node with more ranks than cores each wake-up is a context switch.
   if (segment.arrive() == sequence_ * node_members_.size()) segment.ring(node_segment::bell::up);
@@ -655,26 +667,10 @@ void tcp_tree::barrier_on_node(const exchange& ex) {
   const auto seq = low_bits(sequence_);
   const auto target = sequence_ * node_members_.size();
   check_node(ex, false);
-  auto& slot = segment.member(node_index_);
-  slot.sequence = sequence_;
-  slot.size = 0;
-  slot.has_payload = 0;
-  slot.bulk_size = 0;
-  copy_text(slot.name, slot.name_size, ex.name);
-  copy_text(slot.site, slot.site_size, ex.site);
-  segment.store(slot.arrived, seq);
+  sign_slot(ex, {}, false, 0);
   // The last to arrive releases the others: one hop, where a leader in the middle takes two.
   const auto release = [&] {
-    for (std::size_t i = 0; i < node_members_.size(); ++i) {
-      const auto& other = segment.member(static_cast<int>(i));
-      const std::string_view name(other.name, other.name_size);
-      if (other.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
-        fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                         describe(node_members_[i]), name, other.sequence,
-                         std::string_view(other.site, other.site_size), describe(rank_), ex.name, sequence_, ex.site),
-             rank_);
-      }
-    }
+    for (std::size_t i = 0; i < node_members_.size(); ++i) check_slot_in_step(static_cast<int>(i), ex);
     segment.set_result_size(0);
     segment.store(segment.result_word(), seq);
     segment.ring(node_segment::bell::down);
@@ -720,12 +716,16 @@ std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
   return entries;
 }
 
-std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
+void tcp_tree::begin_exchange(const exchange& ex) {
   if (!broken_.empty()) {
     raise(broken_code_,
           fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name, ex.site, broken_));
   }
   ++sequence_;
+}
+
+std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
+  begin_exchange(ex);
   if (segment_ && node_members_.size() == members_.size() && ex.synchronize_only) {
     barrier_on_node(ex);
     return {};

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -77,7 +78,16 @@ class tcp_tree final : public transport {
   [[noreturn]] void result_failed(const link& parent, const exchange& ex);
   [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
   void publish_to_node(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
+  /// Fails on a group that failed before; else starts the next exchange (its sequence number).
+  void begin_exchange(const exchange& ex);
   std::vector<rank_bytes> run_as_node_mate(const exchange& ex);
+  /// This member's slot for the current exchange: number, name, call site, its contribution when
+  /// it fits in place, then the arrival word.
+  void sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload, std::uint64_t bulk_size);
+  /// Fails unless node-mate `index` signed its slot for this exchange (number and name).
+  void check_slot_in_step(int index, const exchange& ex);
+  [[noreturn]] void out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
+                                const exchange& ex);
   /// A barrier of a group on one node: every member counts itself in, and the last releases all.
   void barrier_on_node(const exchange& ex);
   /// A node-mate's contribution into its slot (large ones into the data region once granted).

@@ -30,11 +30,7 @@ void tcp_tree::check_in_step(const link& l, frame& f, const exchange& ex, time_p
     const auto notice = abort_in(f);
     fail(notice->reason, notice->origin, notice->code);
   }
-  if (f.header.sequence != sequence_ || f.name != ex.name) {
-    fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}", describe(l.peer),
-                     f.name, f.header.sequence, f.site, describe(rank_), ex.name, sequence_, ex.site),
-         rank_);
-  }
+  if (f.header.sequence != sequence_ || f.name != ex.name) out_of_step(l.peer, f.name, f.header.sequence, f.site, ex);
 }
 
 void tcp_tree::sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine) {
@@ -46,11 +42,7 @@ void tcp_tree::sizes_differ(const exchange& ex, int group_rank, std::uint64_t th
 
 void tcp_tree::run_bulk(const bulk_exchange& bx) {
   const auto& ex = bx.base;
-  if (!broken_.empty()) {
-    raise(broken_code_,
-          fmt::format("{} at {}: this group is unusable after an earlier failure: {}", ex.name, ex.site, broken_));
-  }
-  ++sequence_;
+  begin_exchange(ex);
   if (node_index_ > 0) return bulk_as_node_mate(bx);
   const auto deadline = clock::now() + ex.timeout;
   std::vector<bool> done(children_.size(), false);
