@@ -253,23 +253,29 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
 
 namespace {
 
-/// The answers to several PMIx_Get_nb calls; outlives the caller when PMIx answers late.
-struct probe_wait {
+/// The answers to several PMIx_Get_nb calls for one key; outlives the caller when PMIx answers late.
+struct gets_wait {
   std::mutex mutex;
   std::condition_variable answered;
-  std::vector<pmix_status_t> status;  // per rank; PMIX_ERR_TIMEOUT until answered
+  std::vector<pmix_status_t> status;                         // per rank; PMIX_ERR_TIMEOUT until answered
+  std::vector<std::optional<std::vector<std::byte>>> bytes;  // per rank, when the answer is a byte object
   int pending = 0;
 };
 
-struct probe_call {
-  std::shared_ptr<probe_wait> wait;
+struct get_call {
+  std::shared_ptr<gets_wait> wait;
   int rank;
   static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
-    auto* call = static_cast<probe_call*>(data);
+    auto* call = static_cast<get_call*>(data);
     const value_ptr owned(value);  // PMIx hands the value over to the callback
     {
       std::lock_guard lock(call->wait->mutex);
-      call->wait->status[static_cast<std::size_t>(call->rank)] = status;
+      const auto r = static_cast<std::size_t>(call->rank);
+      call->wait->status[r] = status;
+      if (status == PMIX_SUCCESS && value != nullptr && value->type == PMIX_BYTE_OBJECT) {
+        const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
+        call->wait->bytes[r].emplace(begin, begin + value->data.bo.size);
+      }
       --call->wait->pending;
     }
     call->wait->answered.notify_all();
@@ -277,40 +283,68 @@ struct probe_call {
   }
 };
 
+/// What get_each found: per rank of the world, the status (PMIX_ERR_TIMEOUT when no answer came,
+/// PMIX_SUCCESS for ranks not asked) and the bytes of a byte-object answer.
+struct gets {
+  std::vector<pmix_status_t> status;
+  std::vector<std::optional<std::vector<std::byte>>> bytes;
+};
+
+/// Asks for `key` of every rank in `ranks` at once (PMIx_Get_nb, with `info`), and waits until
+/// all answered or until `until`.
+gets get_each(const char* nspace, const std::string& key, const std::vector<int>& ranks, int world_size,
+              const pmix_info_t* info, std::size_t ninfo, std::chrono::steady_clock::time_point until) {
+  auto wait = std::make_shared<gets_wait>();
+  const auto n = static_cast<std::size_t>(world_size);
+  wait->status.assign(n, PMIX_SUCCESS);
+  wait->bytes.resize(n);
+  for (const int r : ranks) wait->status[static_cast<std::size_t>(r)] = PMIX_ERR_TIMEOUT;
+  for (const int r : ranks) {
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, nspace, static_cast<pmix_rank_t>(r));
+    auto* call = new get_call{wait, r};
+    {
+      std::lock_guard lock(wait->mutex);
+      ++wait->pending;
+    }
+    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), info, ninfo, &get_call::on_value, call);
+        status != PMIX_SUCCESS) {
+      std::lock_guard lock(wait->mutex);
+      wait->status[static_cast<std::size_t>(r)] = status;
+      --wait->pending;
+      delete call;
+    }
+  }
+  std::unique_lock lock(wait->mutex);
+  wait->answered.wait_until(lock, until, [&] { return wait->pending == 0; });
+  // A late answer writes only its own rank's entries, which are still empty: the others can move.
+  gets found{wait->status, {}};
+  found.bytes.resize(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (wait->bytes[r]) found.bytes[r] = std::move(wait->bytes[r]);
+  }
+  return found;
+}
+
 }  // namespace
 
 rendezvous::roll_call pmix_session::ranks_without(const std::string& key, int world_size,
                                                   std::chrono::milliseconds probe) {
   roll_call call;
   call.asked = query_facts().local_peers;
-  auto wait = std::make_shared<probe_wait>();
-  wait->status.assign(static_cast<std::size_t>(world_size), PMIX_ERR_TIMEOUT);
-  wait->status[self_.rank] = PMIX_SUCCESS;
+  std::vector<int> others;
+  for (const int r : call.asked) {
+    if (r != static_cast<int>(self_.rank) && r >= 0 && r < world_size) others.push_back(r);
+  }
   int seconds = static_cast<int>(std::max<long long>(1, (probe.count() + 999) / 1000));
   pmix_info_t info;
   PMIX_INFO_CONSTRUCT(&info);
   PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
-  for (const int r : call.asked) {
-    if (r == static_cast<int>(self_.rank) || r < 0 || r >= world_size) continue;
-    pmix_proc_t proc;
-    PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(r));
-    auto* call = new probe_call{wait, r};
-    {
-      std::lock_guard lock(wait->mutex);
-      ++wait->pending;
-    }
-    if (PMIx_Get_nb(&proc, key.c_str(), &info, 1, &probe_call::on_value, call) != PMIX_SUCCESS) {
-      std::lock_guard lock(wait->mutex);
-      --wait->pending;
-      delete call;
-    }
-  }
+  const auto found = get_each(self_.nspace, key, others, world_size, &info, 1,
+                              std::chrono::steady_clock::now() + probe + std::chrono::seconds(1));
   PMIX_INFO_DESTRUCT(&info);
-  std::unique_lock lock(wait->mutex);
-  wait->answered.wait_until(lock, std::chrono::steady_clock::now() + probe + std::chrono::seconds(1),
-                            [&] { return wait->pending == 0; });
   for (const int r : call.asked) {
-    if (r >= 0 && r < world_size && wait->status[static_cast<std::size_t>(r)] != PMIX_SUCCESS) call.absent.push_back(r);
+    if (r >= 0 && r < world_size && found.status[static_cast<std::size_t>(r)] != PMIX_SUCCESS) call.absent.push_back(r);
   }
   return call;
 }
@@ -331,81 +365,27 @@ std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
   return {begin, begin + value->data.bo.size};
 }
 
-namespace {
-
-/// The answers to get_all's PMIx_Get_nb calls; outlives the caller when PMIx answers late.
-struct values_wait {
-  std::mutex mutex;
-  std::condition_variable answered;
-  std::vector<std::optional<std::vector<std::byte>>> values;  // per rank, empty until answered
-  std::vector<pmix_status_t> status;                          // per rank
-  int pending = 0;
-};
-
-struct value_call {
-  std::shared_ptr<values_wait> wait;
-  int rank;
-  static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
-    auto* call = static_cast<value_call*>(data);
-    const value_ptr owned(value);  // PMIx hands the value over to the callback
-    {
-      std::lock_guard lock(call->wait->mutex);
-      const auto r = static_cast<std::size_t>(call->rank);
-      if (status == PMIX_SUCCESS && (value == nullptr || value->type != PMIX_BYTE_OBJECT))
-        status = PMIX_ERR_TYPE_MISMATCH;
-      call->wait->status[r] = status;
-      if (status == PMIX_SUCCESS) {
-        const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
-        call->wait->values[r].emplace(begin, begin + value->data.bo.size);
-      }
-      --call->wait->pending;
-    }
-    call->wait->answered.notify_all();
-    delete call;
-  }
-};
-
-}  // namespace
-
 std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key, int world_size,
                                                           std::chrono::milliseconds timeout) {
   // With the hash store every value is a request to the server: all of them in flight at once
   // took 45 ms on 1 node x 4 ranks (one after another: 1 to 9 ms).
   if (hash_store_) return rendezvous::get_all(key, world_size, timeout);
-  auto wait = std::make_shared<values_wait>();
-  const auto n = static_cast<std::size_t>(world_size);
-  wait->values.resize(n);
-  wait->status.assign(n, PMIX_ERR_TIMEOUT);
-  for (int r = 0; r < world_size; ++r) {
-    pmix_proc_t proc;
-    PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(r));
-    auto* call = new value_call{wait, r};
-    {
-      std::lock_guard lock(wait->mutex);
-      ++wait->pending;
-    }
-    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), nullptr, 0, &value_call::on_value, call);
-        status != PMIX_SUCCESS) {
-      std::lock_guard lock(wait->mutex);
-      wait->status[static_cast<std::size_t>(r)] = status;
-      --wait->pending;
-      delete call;
-    }
-  }
-  std::unique_lock lock(wait->mutex);
-  wait->answered.wait_until(lock, std::chrono::steady_clock::now() + timeout, [&] { return wait->pending == 0; });
+  std::vector<int> everyone(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) everyone[static_cast<std::size_t>(r)] = r;
+  auto found =
+      get_each(self_.nspace, key, everyone, world_size, nullptr, 0, std::chrono::steady_clock::now() + timeout);
   std::vector<int> late;
   for (int r = 0; r < world_size; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    if (wait->values[i]) continue;
-    if (wait->status[i] == PMIX_ERR_TIMEOUT) {
+    if (found.bytes[i]) continue;
+    if (found.status[i] == PMIX_ERR_TIMEOUT) {
       late.push_back(r);
-    } else if (wait->status[i] == PMIX_ERR_TYPE_MISMATCH) {
+    } else if (found.status[i] == PMIX_SUCCESS) {
       throw error(errc::pmix, fmt::format("PMIx key {} of rank {} is not a byte object", key, r));
     } else {
       throw error(errc::pmix,
-                  fmt::format("PMIx_Get({}) of rank {} failed: {}", key, r, pmix_status_text(wait->status[i])),
-                  wait->status[i]);
+                  fmt::format("PMIx_Get({}) of rank {} failed: {}", key, r, pmix_status_text(found.status[i])),
+                  found.status[i]);
     }
   }
   if (!late.empty()) {
@@ -414,8 +394,8 @@ std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key
                         PMIX_ERR_TIMEOUT);
   }
   std::vector<std::vector<std::byte>> values;
-  values.reserve(n);
-  for (auto& v : wait->values) values.push_back(std::move(*v));
+  values.reserve(found.bytes.size());
+  for (auto& v : found.bytes) values.push_back(std::move(*v));
   return values;
 }
 
