@@ -97,6 +97,27 @@ int connect_loopback(int port) {
 
 void send_text(int fd, std::string_view text) { REQUIRE(::send(fd, text.data(), text.size(), MSG_NOSIGNAL) >= 0); }
 
+/// Rank 2 of these pretend nodes comes 1.5 s late to call(g), whose deadline is 500 ms: what ranks
+/// 0 and 1 got, after checking that both timed out and that `what` is in each message.
+template <class Call>
+std::string late_rank_2(const std::vector<int>& nodes, Call call, const std::string& what) {
+  const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
+    call(g);
+    return true;
+  });
+  std::string errors;
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = results[static_cast<std::size_t>(r)];
+    INFO(o.error);
+    CHECK(o.code == jobkit::errc::timeout);
+    CHECK(contains(o.error, what));
+    errors += o.error;
+  }
+  return errors;
+}
+
 }  // namespace
 
 TEST_CASE("the tree: node leaders in a binomial tree, the others under their node's leader", "[transport]") {
@@ -606,19 +627,14 @@ TEST_CASE("bulk exchanges: out of step with a value collective, and a late rank,
     CHECK(contains(o.error, "barrier"));
     CHECK(contains(o.error, "broadcast_into(root 0)"));
   }
-  const auto late = on_tcp_ranks({0, 1, 1}, [](tcp_fabric&, jobkit::group& g) {
-    std::vector<int> all(3);
-    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
-    g.all_gather_into(std::vector<int>{g.rank()}, all, {.timeout = 500ms});
-    return true;
-  });
-  for (int r = 0; r < 2; ++r) {
-    const auto& o = late[static_cast<std::size_t>(r)];
-    INFO(o.error);
-    CHECK(o.code == jobkit::errc::timeout);
-    CHECK(contains(o.error, "all_gather_into at"));
-  }
-  CHECK(contains(late[0].error + late[1].error, "rank(s) 2 never arrived"));
+  const auto late = late_rank_2(
+      {0, 1, 1},
+      [](jobkit::group& g) {
+        std::vector<int> all(3);
+        g.all_gather_into(std::vector<int>{g.rank()}, all, {.timeout = 500ms});
+      },
+      "all_gather_into at");
+  CHECK(contains(late, "rank(s) 2 never arrived"));
 }
 
 TEST_CASE("a barrier on one node: the last to arrive releases the others; mismatch and lateness named", "[transport]") {
@@ -657,28 +673,18 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
       CHECK(contains(o.error, "broadcast(root 0)"));
     }
   }
-  const auto late = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
-    g.barrier();
-    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
-    g.barrier({.timeout = 500ms});
-    return true;
-  });
-  for (int r = 0; r < 2; ++r) {
-    const auto& o = late[static_cast<std::size_t>(r)];
-    INFO(o.error);
-    CHECK(o.code == jobkit::errc::timeout);
-    CHECK(contains(o.error, "rank(s) 2 never arrived"));
-  }
+  late_rank_2(
+      {0, 0, 0}, [](jobkit::group& g) { g.barrier({.timeout = 500ms}); }, "rank(s) 2 never arrived");
 }
 
-TEST_CASE("a broadcast on one node: the source publishes without waiting; back to back, growing, checked",
+TEST_CASE("broadcasts on one node: back to back from every root, growing payloads, mismatch, a late root",
           "[transport]") {
   const auto results = on_tcp_ranks({0, 0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     const auto text = [](int i) {
       return std::string(static_cast<std::size_t>(i % 7 == 0 ? 70'000 + i : i), 'a' + i % 26);
     };
     int right = 0;
-    // No barrier between them: a source may run ahead while the others still read the last result.
+    // No barrier between them; payloads past the data region's first size make it grow.
     for (int i = 0; i < 400; ++i) {
       const int root = i % 4;
       right += g.broadcast(g.rank() == root ? text(i) : std::string(), root) == text(i);
@@ -691,9 +697,8 @@ TEST_CASE("a broadcast on one node: the source publishes without waiting; back t
     REQUIRE(o.value);
     CHECK(*o.value == 400 + 5);
   }
-  for (const int odd : {0, 1, 3}) {  // the source, a receiver, the leader as receiver
-    // The source does not wait for the others, so some ranks may learn of it only at their next
-    // collective; every rank must, and none may pair the two silently.
+  for (const int odd : {0, 1, 3}) {  // the root (the leader), then two node-mates
+    // Every rank must learn of it (in this collective or at its next one); none may pair the two.
     const auto mismatched = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
       g.barrier();
       if (g.rank() == odd) {
@@ -710,16 +715,6 @@ TEST_CASE("a broadcast on one node: the source publishes without waiting; back t
       CHECK(contains(o.error, "out of step"));
     }
   }
-  const auto late = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
-    g.barrier();
-    if (g.rank() == 2) std::this_thread::sleep_for(1500ms);
-    g.broadcast(1, {.root = 2, .timeout = 500ms});
-    return true;
-  });
-  for (int r = 0; r < 2; ++r) {
-    const auto& o = late[static_cast<std::size_t>(r)];
-    INFO(o.error);
-    CHECK(o.code == jobkit::errc::timeout);
-    CHECK(contains(o.error, "rank(s) 2 never arrived"));
-  }
+  late_rank_2(
+      {0, 0, 0}, [](jobkit::group& g) { g.broadcast(1, {.root = 2, .timeout = 500ms}); }, "rank(s) 2 never arrived");
 }
