@@ -19,7 +19,7 @@ namespace jobkit::detail {
 /// node's leader (its first member) creates and unlinks as soon as every node-mate has mapped it,
 /// so that no exit, SIGKILL included, can leave it behind afterwards. It holds one slot per
 /// member (its contribution, up to inline_capacity bytes in place), the result going down, a data
-/// region that grows for large payloads, mailboxes for one-way broadcasts, and an abort notice. Waiting spins for a bounded time
+/// region that grows for large payloads, and an abort notice. Waiting spins for a bounded time
 /// (JOBKIT_SHM_SPIN_US) and then sleeps on a futex.
 class node_segment {
  public:
