@@ -81,7 +81,7 @@ node_segment::node_segment(const std::string& name, int members, const std::stri
   fd_ = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd_ < 0) io_failure(who, "cannot create the shared memory segment " + name, errno);
   try {
-    fixed_size_ = round_up(sizeof(header), page) + round_up(sizeof(slot) * static_cast<std::size_t>(members), page);
+    fixed_size_ = fixed_size(members);
     // Allocated now: a full /dev/shm is an error here, not a SIGBUS at the first write.
     if (const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(fixed_size_ + initial_data)); rc != 0) {
       io_failure(who,
@@ -106,7 +106,7 @@ node_segment::node_segment(attach_t, const std::string& name, int members, const
   fd_ = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd_ < 0) io_failure(who, "cannot open the shared memory segment " + name + " of its node's leader", errno);
   try {
-    fixed_size_ = round_up(sizeof(header), page) + round_up(sizeof(slot) * static_cast<std::size_t>(members), page);
+    fixed_size_ = fixed_size(members);
     struct stat info {};
     if (::fstat(fd_, &info) != 0) io_failure(who, "cannot read the size of " + name, errno);
     if (static_cast<std::size_t>(info.st_size) < fixed_size_) {
@@ -157,8 +157,18 @@ void node_segment::unlink() noexcept {
 
 node_segment::header& node_segment::head() const noexcept { return *reinterpret_cast<header*>(fixed_); }
 
+std::size_t node_segment::fixed_size(int members) {
+  return round_up(sizeof(header), page) + round_up(sizeof(mail) * mailboxes, page) +
+         round_up(sizeof(slot) * static_cast<std::size_t>(members), page);
+}
+
+node_segment::mail& node_segment::mail_for(std::uint64_t sequence) noexcept {
+  return reinterpret_cast<mail*>(fixed_ + round_up(sizeof(header), page))[sequence % mailboxes];
+}
+
 node_segment::slot& node_segment::member(int index) noexcept {
-  return reinterpret_cast<slot*>(fixed_ + round_up(sizeof(header), page))[index];
+  return reinterpret_cast<slot*>(fixed_ + round_up(sizeof(header), page) +
+                                 round_up(sizeof(mail) * mailboxes, page))[index];
 }
 
 std::uint32_t node_segment::load(const std::uint32_t& word) const noexcept {
@@ -167,6 +177,22 @@ std::uint32_t node_segment::load(const std::uint32_t& word) const noexcept {
 
 void node_segment::store(std::uint32_t& word, std::uint32_t value) noexcept {
   std::atomic_ref<std::uint32_t>(word).store(value, std::memory_order_release);
+}
+
+std::uint64_t node_segment::load(const std::uint64_t& word) const noexcept {
+  return std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(word)).load(std::memory_order_acquire);
+}
+
+void node_segment::store(std::uint64_t& word, std::uint64_t value) noexcept {
+  std::atomic_ref<std::uint64_t>(word).store(value, std::memory_order_release);
+}
+
+bool node_segment::exchange_word(std::uint64_t& word, std::uint64_t expected, std::uint64_t desired) noexcept {
+  return std::atomic_ref<std::uint64_t>(word).compare_exchange_strong(expected, desired, std::memory_order_acq_rel);
+}
+
+std::uint32_t node_segment::count_down(std::uint32_t& word) noexcept {
+  return std::atomic_ref<std::uint32_t>(word).fetch_sub(1, std::memory_order_acq_rel) - 1;
 }
 
 std::uint32_t node_segment::bell_value(bell b) const noexcept {
@@ -246,8 +272,8 @@ std::span<std::byte> node_segment::data(std::size_t size, const std::string& who
   return {data_, data_mapped_};
 }
 
-std::uint64_t node_segment::arrive() noexcept {
-  return std::atomic_ref<std::uint64_t>(head().arrivals).fetch_add(1, std::memory_order_acq_rel) + 1;
+std::uint64_t node_segment::arrive(std::uint64_t count) noexcept {
+  return std::atomic_ref<std::uint64_t>(head().arrivals).fetch_add(count, std::memory_order_acq_rel) + count;
 }
 
 bool node_segment::claim(std::uint32_t exchange) noexcept {

@@ -19,8 +19,8 @@ namespace jobkit::detail {
 /// node's leader (its first member) creates and unlinks as soon as every node-mate has mapped it,
 /// so that no exit, SIGKILL included, can leave it behind afterwards. It holds one slot per
 /// member (its contribution, up to inline_capacity bytes in place), the result going down, a data
-/// region that grows for large payloads, and an abort notice. Waiting spins for a bounded time
-/// (JOBKIT_SHM_SPIN_US) and then sleeps on a futex.
+/// region that grows for large payloads, mailboxes for one-way broadcasts, and an abort notice. Waiting spins for a
+/// bounded time (JOBKIT_SHM_SPIN_US) and then sleeps on a futex.
 class node_segment {
  public:
   static constexpr std::size_t inline_capacity = 7 * 1024;
@@ -36,12 +36,27 @@ class node_segment {
     std::uint64_t size;         // contribution bytes
     std::uint64_t data_offset;  // where the leader wants a large contribution
     std::uint64_t bulk_size;    // a bulk exchange's buffer size on this member
+    std::uint64_t taken;        // sequence number of the last mail it took
     std::uint32_t has_payload;
     std::uint32_t name_size, site_size;
     char name[text_capacity];
     char site[text_capacity];
     std::byte payload[inline_capacity];
   };
+  /// A broadcast's bytes, posted by its source for the other members to take (see mail_for).
+  struct mail {
+    std::uint64_t claimed;       // sequence number of the broadcast that owns it (set first, by CAS)
+    std::uint32_t posted;        // low 32 bits of that number, once everything below is written
+    std::uint32_t readers_left;  // members that have not taken it yet
+    std::int32_t source;         // group rank
+    std::uint32_t too_large;     // the bytes did not fit: the members run the ordinary exchange
+    std::uint32_t name_size, site_size;
+    std::uint64_t size;
+    char name[text_capacity];
+    char site[text_capacity];
+    std::byte payload[inline_capacity];
+  };
+  static constexpr std::size_t mailboxes = 8;
   struct notice {
     int origin;
     errc code;
@@ -75,9 +90,20 @@ class node_segment {
   /// then sleeps. True when a signal ended the sleep (for detail::interruption_point).
   bool wait(bell b, std::uint32_t seen, steady_clock::time_point until, bool spin) noexcept;
 
-  /// Counts one member's arrival (each member, the leader included, once per exchange); returns
-  /// the count over every exchange so far, so that only the last to arrive rings a bell.
-  std::uint64_t arrive() noexcept;
+  /// The mail of the broadcast with this sequence number: mailboxes in turn, so that a source may
+  /// post up to `mailboxes` broadcasts before the members take the first.
+  mail& mail_for(std::uint64_t sequence) noexcept;
+  std::uint64_t load(const std::uint64_t& word) const noexcept;
+  void store(std::uint64_t& word, std::uint64_t value) noexcept;
+  /// Sets word from expected to desired; false when it held something else.
+  bool exchange_word(std::uint64_t& word, std::uint64_t expected, std::uint64_t desired) noexcept;
+  /// Takes one from word and returns what is left.
+  std::uint32_t count_down(std::uint32_t& word) noexcept;
+
+  /// Counts arrivals (each member, the leader included, once per exchange; a broadcast's source
+  /// for everyone); returns the count over every exchange so far, so that only the last to arrive
+  /// rings a bell.
+  std::uint64_t arrive(std::uint64_t count = 1) noexcept;
   /// The count arrive() reached so far.
   std::uint64_t arrivals() const noexcept;
   /// True for the one caller that takes on this exchange (its low 32 bits), false for the others.
@@ -98,6 +124,8 @@ class node_segment {
  private:
   struct header;
   header& head() const noexcept;
+  /// Bytes of the header, the mailboxes and the slots, in whole pages.
+  static std::size_t fixed_size(int members);
   void map_fixed(const std::string& who);
   void map_data(std::size_t size, const std::string& who);
 

@@ -254,7 +254,7 @@ void tcp_tree::check_peers(const std::string& during) {
   if (!broken_.empty()) raise(broken_code_, broken_);
   exchange context;
   context.name = during;
-  if (segment_) check_node(context, true);
+  if (segment_) check_members(context, true);
   std::vector<pollfd> fds;
   std::vector<const link*> links;
   for (const auto* all : {&children_, &parent_link_}) {
@@ -269,21 +269,36 @@ void tcp_tree::check_peers(const std::string& during) {
   }
 }
 
-void tcp_tree::check_node(const exchange& ex, bool deaths) {
+void tcp_tree::check_node(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
+  check_members(ex, deaths, excused);
+  check_mail_in_step(ex);
+}
+
+void tcp_tree::check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
   if (auto notice = segment_->abort_notice()) fail(notice->reason, notice->origin, notice->code);
   const auto during = [&] { return fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site); };
   for (std::size_t i = 0; i < watched_.size(); ++i) {
     const int index = watched_members_[i];
     const int g = node_members_[static_cast<std::size_t>(index)];
-    if (segment_->load(segment_->member(index).left) != 0) {
+    const bool left = segment_->load(segment_->member(index).left) != 0;
+    const bool ended = !left && deaths && watched_[i].ended();
+    if ((!left && !ended) || (excused && excused())) continue;
+    if (left) {
       fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting", describe(g), during()),
            g);
     }
-    if (deaths && watched_[i].ended()) {
-      fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)", describe(g), during()),
-           g);
-    }
+    fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)", describe(g), during()),
+         g);
   }
+}
+
+void tcp_tree::check_mail_in_step(const exchange& ex) {
+  auto& mail = segment_->mail_for(sequence_);
+  if (segment_->load(mail.posted) != low_bits(sequence_) || segment_->load(mail.claimed) != sequence_) return;
+  const std::string_view name(mail.name, mail.name_size);
+  // The same broadcast, too large for mail: the ordinary exchange follows it.
+  if (name == std::string_view(ex.name).substr(0, node_segment::text_capacity)) return;
+  out_of_step(mail.source, name, sequence_, std::string_view(mail.site, mail.site_size), ex);
 }
 
 void tcp_tree::lost(const link& l, const std::string& why, const exchange& ex) {
@@ -585,38 +600,47 @@ void tcp_tree::publish_to_node(const exchange& ex, const std::vector<rank_bytes>
   segment_->ring(node_segment::bell::down);
 }
 
-template <class Ready>
-void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready) {
-  using bell = node_segment::bell;
+template <class Ready, class TimedOut>
+void tcp_tree::wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline, Ready&& ready,
+                               TimedOut&& timed_out) {
+  const std::function<bool()> excused = [&] { return ready(); };
   auto next_check = clock::now() + check_interval;
   std::uint32_t last = 0;
   for (bool first = true;; first = false) {
-    const auto seen = segment_->bell_value(bell::down);
+    const auto seen = segment_->bell_value(b);
     if (ready()) return;
     const auto now = clock::now();
     const bool tick = now >= next_check;
-    check_node(ex, tick);
-    if (now >= deadline) {
-      std::vector<int> missing;
-      for (std::size_t i = 0; i < node_members_.size(); ++i) {
-        if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(sequence_))
-          missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
-      }
-      if (!missing.empty()) {
-        fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
-                         "is late, stuck or in another collective)",
-                         ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
-             rank_, errc::timeout);
-      }
-      fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
-                       "this rank's node never arrived",
-                       ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(node_members_.front())),
-           rank_, errc::timeout);
-    }
+    check_node(ex, tick, excused);
+    if (now >= deadline) timed_out();
     if (tick) next_check = now + check_interval;
-    if (segment_->wait(bell::down, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
+    // Spins only after something happened, not after a wake-up for the checks.
+    if (segment_->wait(b, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
     last = seen;
   }
+}
+
+void tcp_tree::never_arrived(const exchange& ex, const std::vector<int>& missing) {
+  fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
+                   "is late, stuck or in another collective)",
+                   ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", ")),
+       rank_, errc::timeout);
+}
+
+template <class Ready>
+void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready) {
+  wait_in_segment(node_segment::bell::down, ex, deadline, ready, [&] {
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < node_members_.size(); ++i) {
+      if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(sequence_))
+        missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+    }
+    if (!missing.empty()) never_arrived(ex, missing);
+    fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+                     "this rank's node never arrived",
+                     ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(node_members_.front())),
+         rank_, errc::timeout);
+  });
 }
 
 void tcp_tree::wait_for_result(const exchange& ex, time_point deadline) {
@@ -670,6 +694,7 @@ void tcp_tree::barrier_on_node(const exchange& ex) {
   sign_slot(ex, {}, false, 0);
   // The last to arrive releases the others: one hop, where a leader in the middle takes two.
   const auto release = [&] {
+    check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
     for (std::size_t i = 0; i < node_members_.size(); ++i) check_slot_in_step(static_cast<int>(i), ex);
     segment.set_result_size(0);
     segment.store(segment.result_word(), seq);
@@ -716,6 +741,106 @@ std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
   return entries;
 }
 
+std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_on_node(const exchange& ex) {
+  const auto deadline = clock::now() + ex.timeout;
+  // A source that posted its last broadcast may have left the group already: the others look
+  // for the mail before they look at the node.
+  if (ex.source != rank_) return take_mail(ex, deadline);
+  check_node(ex, false);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (!post_mail(ex, deadline, mine)) return std::nullopt;
+  return std::vector<rank_bytes>{rank_bytes{rank_, {mine.begin(), mine.end()}}};
+}
+
+bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> mine) {
+  auto& segment = *segment_;
+  auto& mail = segment.mail_for(sequence_);
+  // The mailbox's last broadcast must have been taken by every member before it is reused.
+  wait_in_segment(
+      node_segment::bell::up, ex, deadline, [&] { return segment.load(mail.readers_left) == 0; },
+      [&] { mail_not_taken(ex, mail); });
+  if (!segment.exchange_word(mail.claimed, segment.load(mail.claimed), sequence_)) {
+    // Another member posts a broadcast with this number: it believes itself the source.
+    wait_in_segment(
+        node_segment::bell::down, ex, deadline, [&] { return segment.load(mail.posted) == low_bits(sequence_); },
+        [&] {
+          fail(fmt::format("{} at {} timed out after {} ms on {}: another rank claimed #{} for a broadcast and never "
+                           "posted it",
+                           ex.name, ex.site, ex.timeout.count(), describe(rank_), sequence_),
+               rank_, errc::timeout);
+        });
+    out_of_step(mail.source, std::string_view(mail.name, mail.name_size), sequence_,
+                std::string_view(mail.site, mail.site_size), ex);
+  }
+  const bool fits = mine.size() <= node_segment::inline_capacity;
+  mail.source = rank_;
+  mail.too_large = fits ? 0 : 1;
+  mail.size = fits ? mine.size() : 0;
+  copy_text(mail.name, mail.name_size, ex.name);
+  copy_text(mail.site, mail.site_size, ex.site);
+  if (fits && !mine.empty()) std::memcpy(mail.payload, mine.data(), mine.size());
+  segment.store(mail.readers_left, static_cast<std::uint32_t>(node_members_.size() - 1));
+  // Every member's arrival at once: the counts of the exchanges after this one stay right.
+  if (fits) segment.arrive(node_members_.size());
+  segment.store(mail.posted, low_bits(sequence_));
+  segment.ring(node_segment::bell::down);
+  return fits;
+}
+
+void tcp_tree::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
+  const auto earlier = segment_->load(mail.claimed);
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < node_members_.size(); ++i) {
+    if (node_members_[i] != mail.source && segment_->load(segment_->member(static_cast<int>(i)).taken) < earlier)
+      missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+  }
+  fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never took {} #{} at {}, whose mailbox {} "
+                   "needs for #{} (at least one of them is late, stuck or in another collective)",
+                   ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", "),
+                   std::string_view(mail.name, mail.name_size), earlier, std::string_view(mail.site, mail.site_size),
+                   describe(ex.source), sequence_),
+       rank_, errc::timeout);
+}
+
+std::optional<std::vector<rank_bytes>> tcp_tree::take_mail(const exchange& ex, time_point deadline) {
+  auto& segment = *segment_;
+  auto& mail = segment.mail_for(sequence_);
+  const auto source =
+      static_cast<int>(std::find(node_members_.begin(), node_members_.end(), ex.source) - node_members_.begin());
+  const auto& source_slot = segment.member(source);
+  wait_in_segment(
+      node_segment::bell::down, ex, deadline,
+      [&] {
+        if (segment.load(mail.posted) == low_bits(sequence_) && segment.load(mail.claimed) == sequence_) return true;
+        // The source signs its slot only in other collectives, which cannot end without this member.
+        if (segment.load(source_slot.arrived) == low_bits(sequence_)) check_slot_in_step(source, ex);
+        return false;
+      },
+      [&] {
+        // The source may be waiting for a member that has not taken an earlier broadcast.
+        if (segment.load(mail.claimed) < sequence_ && segment.load(mail.readers_left) != 0) mail_not_taken(ex, mail);
+        never_arrived(ex, {members_[static_cast<std::size_t>(ex.source)]});
+      });
+  const std::string_view name(mail.name, mail.name_size);
+  if (name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+    out_of_step(mail.source, name, sequence_, std::string_view(mail.site, mail.site_size), ex);
+  }
+  std::optional<std::vector<rank_bytes>> entries;
+  if (mail.too_large == 0) {
+    if (mail.size > node_segment::inline_capacity) {
+      fail(fmt::format("{} found a broadcast of {} bytes in the node's shared memory during {} at {}: a bug, memory "
+                       "corruption, or two jobkit builds in one step",
+                       describe(rank_), mail.size, ex.name, ex.site),
+           rank_, errc::internal);
+    }
+    entries.emplace();
+    entries->push_back(rank_bytes{mail.source, {mail.payload, mail.payload + mail.size}});
+  }
+  segment.store(segment.member(node_index_).taken, sequence_);
+  if (segment.count_down(mail.readers_left) == 0) segment.ring(node_segment::bell::up);
+  return entries;
+}
+
 void tcp_tree::begin_exchange(const exchange& ex) {
   if (!broken_.empty()) {
     raise(broken_code_,
@@ -726,9 +851,14 @@ void tcp_tree::begin_exchange(const exchange& ex) {
 
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   begin_exchange(ex);
-  if (segment_ && node_members_.size() == members_.size() && ex.synchronize_only) {
-    barrier_on_node(ex);
-    return {};
+  if (segment_ && node_members_.size() == members_.size()) {
+    if (ex.synchronize_only) {
+      barrier_on_node(ex);
+      return {};
+    }
+    if (ex.source >= 0) {
+      if (auto entries = broadcast_on_node(ex)) return std::move(*entries);
+    }
   }
   if (node_index_ > 0) return run_as_node_mate(ex);
   auto entries = gather_up(ex);

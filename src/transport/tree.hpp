@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,8 +64,25 @@ class tcp_tree final : public transport {
   /// Waits for the children not done yet, and takes each contribution as it arrives.
   void await_children(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
                       std::size_t& pending);
-  /// Fails on an abort posted in the segment, or when a watched node-mate left or ended.
-  void check_node(const exchange& ex, bool deaths);
+  /// Fails on an abort posted in the segment, when a watched node-mate left or ended, or when a
+  /// broadcast's source posted mail for this exchange's number while this member is in another
+  /// collective. A departure is excused when `excused` (if set) then holds: what the member owed
+  /// is there.
+  void check_node(const exchange& ex, bool deaths, const std::function<bool()>& excused = {});
+  /// check_node without the mail: outside an exchange.
+  void check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused = {});
+  void check_mail_in_step(const exchange& ex);
+  /// A broadcast of a group on one node, as MPI_Bcast does it: the source posts its bytes as mail
+  /// in the segment and goes on; each other member takes them. Empty when they were too large for
+  /// mail, so that every member runs the ordinary exchange instead.
+  std::optional<std::vector<rank_bytes>> broadcast_on_node(const exchange& ex);
+  /// Returns whether the bytes fit in the mail.
+  bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
+  std::optional<std::vector<rank_bytes>> take_mail(const exchange& ex, time_point deadline);
+  [[noreturn]] void never_arrived(const exchange& ex, const std::vector<int>& missing);
+  /// The deadline of a broadcast whose mailbox still holds an earlier broadcast that some member
+  /// has not taken: names them.
+  [[noreturn]] void mail_not_taken(const exchange& ex, node_segment::mail& mail);
   /// Between node waits: fails on an abort from the parent or a child that closed.
   void check_links(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
                    std::size_t& pending);
@@ -108,6 +126,11 @@ class tcp_tree final : public transport {
   /// A node-mate's wait for its leader until ready() holds.
   template <class Ready>
   void wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready);
+  /// Waits on a bell of the segment until ready() holds, checking the node meanwhile (a departure
+  /// excused when ready() then holds); calls timed_out, which must throw, at the deadline.
+  template <class Ready, class TimedOut>
+  void wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline, Ready&& ready,
+                       TimedOut&& timed_out);
   /// Runs fold or finish; an exception reaches every member as an abort and is rethrown here.
   template <class Step>
   std::vector<rank_bytes> user_step(const exchange& ex, Step&& step);

@@ -657,6 +657,7 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
     CHECK(*o.value == 6 * 6 + 4 * (0 + 50 + 100 + 150 + 200 + 250));
   }
   for (const int odd : {0, 2}) {  // the leader, then a node-mate, in another collective
+    // A broadcast's source does not wait for the others: it learns of it at its next collective.
     const auto mismatched = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
       g.barrier();
       if (g.rank() == odd) {
@@ -664,6 +665,7 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
       } else {
         g.barrier();
       }
+      g.barrier({.timeout = 10s});
       return true;
     });
     for (const auto& o : mismatched) {
@@ -717,4 +719,79 @@ TEST_CASE("broadcasts on one node: back to back from every root, growing payload
   }
   late_rank_2(
       {0, 0, 0}, [](jobkit::group& g) { g.broadcast(1, {.root = 2, .timeout = 500ms}); }, "rank(s) 2 never arrived");
+}
+
+TEST_CASE("a broadcast on one node does not wait for the others: the source runs ahead as far as its mail goes",
+          "[transport]") {
+  // Rank 3 starts reading only once the source posted node_segment::mailboxes (8) broadcasts; the
+  // source's 9th must wait until rank 3 took the 1st, so none is overwritten before it is taken.
+  std::atomic<bool> eight_posted{false};
+  std::atomic<bool> slow_reader_started{false};
+  bool saw_eight_posted = false;
+  bool ninth_waited = false;
+  const auto results = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 3) {
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!eight_posted && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      saw_eight_posted = eight_posted;
+      slow_reader_started = true;
+    }
+    long sum = 0;
+    for (int i = 0; i < 200; ++i) {
+      sum += g.broadcast(g.rank() == 0 ? i * 3 : -1, 0);
+      if (g.rank() == 0 && i == 7) eight_posted = true;
+      if (g.rank() == 0 && i == 8) ninth_waited = slow_reader_started;
+    }
+    return sum;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 3 * 199 * 200 / 2);
+  }
+  CHECK(saw_eight_posted);
+  CHECK(ninth_waited);
+
+  const auto never_taken = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) {
+      std::this_thread::sleep_for(2s);
+      return 0;
+    }
+    int last = 0;
+    for (int i = 0; i < 20; ++i) last = g.broadcast(i, {.root = 0, .timeout = 500ms});
+    return last;
+  });
+  for (int r = 0; r < 2; ++r) {  // the source, and a member whose next broadcast the source cannot post
+    const auto& o = never_taken[static_cast<std::size_t>(r)];
+    INFO(o.error);
+    CHECK(o.code == jobkit::errc::timeout);
+    CHECK(contains(o.error, "rank(s) 2 never took broadcast(root 0) #2 at test_transport.cpp:"));
+  }
+
+  // Two ranks that each believe themselves the root: never paired, named on every rank.
+  const auto two_sources = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    g.broadcast(g.rank(), g.rank() == 2 ? 2 : 0);
+    g.barrier({.timeout = 10s});
+    return true;
+  });
+  for (const auto& o : two_sources) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "collectives out of step"));
+  }
+
+  // The source's last call: it destroys its group (and its thread ends) before the others take it.
+  const auto source_left = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() != 1) std::this_thread::sleep_for(300ms);
+    return g.broadcast(g.rank() == 1 ? 42 : 0, 1);
+  });
+  for (const auto& o : source_left) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 42);
+  }
 }

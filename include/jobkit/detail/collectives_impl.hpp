@@ -73,6 +73,7 @@ template <sendable T>
 T group::broadcast(const T& value, rooted_options options, std::source_location site) {
   check_root("broadcast", options.root);
   auto ex = make_exchange("broadcast(root " + std::to_string(options.root) + ")", options.timeout, site);
+  ex.source = options.root;
   std::vector<std::byte> bytes;
   if (rank() == options.root) {
     bytes = to_bytes(value);
@@ -197,6 +198,7 @@ requires sendable<R> R group::compute_and_broadcast(F&& fn, rooted_options optio
   const int root = options.root;
   check_root("compute_and_broadcast", root);
   auto ex = make_exchange("compute_and_broadcast(root " + std::to_string(root) + ")", options.timeout, site);
+  ex.source = root;
   // Connected first: while fn runs, the others then wait in jobkit's data path with its deadline,
   // not in the setup's PMIx fence (bounded by the launcher's own timeout).
   connect(ex);

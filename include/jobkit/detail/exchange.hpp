@@ -41,6 +41,9 @@ struct exchange {
   int target = 0;
   /// No member contributes and none receives anything: a barrier.
   bool synchronize_only = false;
+  /// A broadcast: only this rank contributes and every rank receives its bytes as they are, so the
+  /// transport may let it go on without waiting for the others, as MPI_Bcast does. -1: none.
+  int source = -1;
 };
 
 struct group_state;
