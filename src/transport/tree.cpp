@@ -371,6 +371,18 @@ void tcp_tree::check_slot_in_step(int index, const exchange& ex) {
   const auto& slot = segment_->member(index);
   const std::string_view name(slot.name, slot.name_size);
   if (slot.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+    // A member behind this one may be behind because a source posted a broadcast with its number
+    // and went on: that broadcast, not the source's later collective, is the other call site.
+    const auto& mail = segment_->mail_for(slot.sequence);
+    if (slot.sequence < sequence_ && segment_->load(mail.claimed) == slot.sequence &&
+        segment_->load(mail.posted) == low_bits(slot.sequence) && std::string_view(mail.name, mail.name_size) != name) {
+      fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
+                       describe(node_members_[static_cast<std::size_t>(index)]), name, slot.sequence,
+                       std::string_view(slot.site, slot.site_size), describe(mail.source),
+                       std::string_view(mail.name, mail.name_size), slot.sequence,
+                       std::string_view(mail.site, mail.site_size)),
+           rank_);
+    }
     out_of_step(node_members_[static_cast<std::size_t>(index)], name, slot.sequence,
                 std::string_view(slot.site, slot.site_size), ex);
   }

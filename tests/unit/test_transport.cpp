@@ -656,11 +656,14 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
     REQUIRE(o.value);
     CHECK(*o.value == 6 * 6 + 4 * (0 + 50 + 100 + 150 + 200 + 250));
   }
-  for (const int odd : {0, 2}) {  // the leader, then a node-mate, in another collective
-    // A broadcast's source does not wait for the others: it learns of it at its next collective.
+  // The leader, then a node-mate, in another collective; then the leader as a late source, which
+  // reaches its next barrier and releases it while the others still wait in theirs. A broadcast's
+  // source does not wait for the others: it learns of it at its next collective.
+  for (const auto& [odd, late] : {std::pair{0, false}, std::pair{2, false}, std::pair{0, true}}) {
     const auto mismatched = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
       g.barrier();
       if (g.rank() == odd) {
+        if (late) std::this_thread::sleep_for(50ms);
         g.broadcast(1, 0);
       } else {
         g.barrier();
@@ -669,7 +672,7 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
       return true;
     });
     for (const auto& o : mismatched) {
-      INFO("odd " << odd << ": " << o.error);
+      INFO("odd " << odd << (late ? " (late)" : "") << ": " << o.error);
       CHECK_FALSE(o.value);
       CHECK(contains(o.error, "collectives out of step"));
       CHECK(contains(o.error, "broadcast(root 0)"));
