@@ -15,6 +15,7 @@
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
+#include "nccl/gpu_api.hpp"
 #include "runtime/access.hpp"
 
 namespace jobkit::nccl {
@@ -24,8 +25,8 @@ using clock = std::chrono::steady_clock;
 
 [[noreturn]] void throw_cuda(cudaError_t status, const std::string& call) {
   throw error(errc::cuda,
-              fmt::format("{} failed on {}: {} ({})", call, detail::describe_self(), cudaGetErrorName(status),
-                          cudaGetErrorString(status)),
+              fmt::format("{} failed on {}: {} ({})", call, detail::describe_self(),
+                          detail::cuda_api().cudaGetErrorName(status), detail::cuda_api().cudaGetErrorString(status)),
               static_cast<int>(status));
 }
 
@@ -50,11 +51,11 @@ std::chrono::microseconds since(clock::time_point start) {
 void wait_for_communicator(ncclComm_t& comm, clock::time_point deadline, const std::string& what) {
   ncclResult_t state = ncclInProgress;
   while (true) {
-    const ncclResult_t polled = ncclCommGetAsyncError(comm, &state);
+    const ncclResult_t polled = detail::nccl_api().ncclCommGetAsyncError(comm, &state);
     if (polled != ncclSuccess) state = polled;
     if (state != ncclInProgress) break;
     if (clock::now() >= deadline) {
-      ncclCommAbort(comm);
+      detail::nccl_api().ncclCommAbort(comm);
       comm = nullptr;
       throw timeout_error(fmt::format("{} timed out on {}: a rank never joined (it is late, stuck or dead); the "
                                       "communicator was aborted",
@@ -64,11 +65,12 @@ void wait_for_communicator(ncclComm_t& comm, clock::time_point deadline, const s
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (state != ncclSuccess) {
-    const std::string last = ncclGetLastError(comm);
-    ncclCommAbort(comm);
+    const std::string last = detail::nccl_api().ncclGetLastError(comm);
+    detail::nccl_api().ncclCommAbort(comm);
     comm = nullptr;
     throw error(errc::nccl,
-                fmt::format("{} failed on {}: {} ({})", what, detail::describe_self(), ncclGetErrorString(state), last),
+                fmt::format("{} failed on {}: {} ({})", what, detail::describe_self(),
+                            detail::nccl_api().ncclGetErrorString(state), last),
                 static_cast<int>(state));
   }
 }
@@ -105,7 +107,8 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
   std::vector<ncclUniqueId> ids(static_cast<std::size_t>(roots));
   for (int i = 0; i < roots; ++i) {
     if (root_rank(i) != id.rank) continue;
-    if (const auto result = ncclGetUniqueId(&ids[static_cast<std::size_t>(i)]); result != ncclSuccess) {
+    if (const auto result = detail::nccl_api().ncclGetUniqueId(&ids[static_cast<std::size_t>(i)]);
+        result != ncclSuccess) {
       throw_nccl_error(result, "ncclGetUniqueId", nullptr);
     }
     if (pmix)
@@ -131,7 +134,7 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
 void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm) {
   throw error(errc::nccl,
               fmt::format("{} failed on {}: {} (last NCCL error: '{}')", call, detail::describe_self(),
-                          ncclGetErrorString(result), ncclGetLastError(comm)),
+                          detail::nccl_api().ncclGetErrorString(result), detail::nccl_api().ncclGetLastError(comm)),
               static_cast<int>(result));
 }
 
@@ -148,18 +151,18 @@ ncclRedOp_t reduction_of(reduce_op op) {
 
 std::vector<device_info> visible_devices() {
   int count = 0;
-  if (const auto status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+  if (const auto status = detail::cuda_api().cudaGetDeviceCount(&count); status != cudaSuccess) {
     throw_cuda(status, fmt::format("cudaGetDeviceCount ({})", visible_devices_variable()));
   }
   std::vector<device_info> devices;
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp properties{};
-    if (const auto status = cudaGetDeviceProperties(&properties, i); status != cudaSuccess) {
-      throw_cuda(status, fmt::format("cudaGetDeviceProperties({})", i));
+    if (const auto status = detail::cuda_api().cudaGetDeviceProperties(&properties, i); status != cudaSuccess) {
+      throw_cuda(status, fmt::format("detail::cuda_api().cudaGetDeviceProperties({})", i));
     }
     char bus_id[32] = {};
-    if (const auto status = cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, i); status != cudaSuccess) {
-      throw_cuda(status, fmt::format("cudaDeviceGetPCIBusId({})", i));
+    if (const auto status = detail::cuda_api().cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, i); status != cudaSuccess) {
+      throw_cuda(status, fmt::format("detail::cuda_api().cudaDeviceGetPCIBusId({})", i));
     }
     devices.push_back({i, uuid_text(properties.uuid), bus_id, properties.name});
   }
@@ -219,8 +222,8 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
     throw error(errc::invalid_argument, fmt::format("communicator: device={} on {} which sees {} devices", device_,
                                                     detail::describe_self(), devices.size()));
   }
-  if (const auto status = cudaSetDevice(device_); status != cudaSuccess) {
-    throw_cuda(status, fmt::format("cudaSetDevice({})", device_));
+  if (const auto status = detail::cuda_api().cudaSetDevice(device_); status != cudaSuccess) {
+    throw_cuda(status, fmt::format("detail::cuda_api().cudaSetDevice({})", device_));
   }
   if (id.local_world_size > 1) {
     check_unique_devices(node_group(), {id.rank, id.local_rank, id.hostname, device_, devices[device_].uuid},
@@ -241,14 +244,14 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
   if (roots > 1) {
     auto shared = ids;  // NCCL takes a non-const array
-    result = ncclCommInitRankScalable(&comm_, n, id.rank, roots, shared.data(), &config);
+    result = detail::nccl_api().ncclCommInitRankScalable(&comm_, n, id.rank, roots, shared.data(), &config);
   } else
 #endif
   {
-    result = ncclCommInitRankConfig(&comm_, n, ids.front(), id.rank, &config);
+    result = detail::nccl_api().ncclCommInitRankConfig(&comm_, n, ids.front(), id.rank, &config);
   }
   if (result != ncclSuccess && result != ncclInProgress) {
-    if (comm_) ncclCommAbort(comm_);
+    if (comm_) detail::nccl_api().ncclCommAbort(comm_);
     comm_ = nullptr;
     throw_nccl_error(result, roots > 1 ? "ncclCommInitRankScalable" : "ncclCommInitRankConfig", nullptr);
   }
@@ -289,20 +292,20 @@ communicator& communicator::operator=(communicator&& other) noexcept {
 }
 
 void communicator::release() noexcept {
-  if (scratch_) cudaFree(scratch_);
+  if (scratch_) detail::cuda_api().cudaFree(scratch_);
   scratch_ = nullptr;
   if (!comm_) return;
   // During stack unwinding peers may be gone: finalising could wait for them forever.
   if (std::uncaught_exceptions() > uncaught_at_creation_) {
-    ncclCommAbort(comm_);
+    detail::nccl_api().ncclCommAbort(comm_);
   } else {
     try {
-      const ncclResult_t result = ncclCommFinalize(comm_);
+      const ncclResult_t result = detail::nccl_api().ncclCommFinalize(comm_);
       if (result == ncclSuccess || result == ncclInProgress) {
         wait_for_communicator(comm_, clock::now() + detail::default_timeout(), "ncclCommFinalize");
-        ncclCommDestroy(comm_);
+        detail::nccl_api().ncclCommDestroy(comm_);
       } else {
-        ncclCommAbort(comm_);
+        detail::nccl_api().ncclCommAbort(comm_);
       }
     } catch (...) {
       // wait_for_communicator aborted it and cleared comm_
@@ -312,7 +315,7 @@ void communicator::release() noexcept {
 }
 
 void communicator::abort() noexcept {
-  if (comm_) ncclCommAbort(comm_);
+  if (comm_) detail::nccl_api().ncclCommAbort(comm_);
   comm_ = nullptr;
 }
 
@@ -328,13 +331,13 @@ communicator communicator::split(int color, int key, call_options options) {
   communicator part{empty{}};
   part.device_ = device_;
   part.uncaught_at_creation_ = std::uncaught_exceptions();
-  const ncclResult_t result = ncclCommSplit(comm_, color, key, &part.comm_, &config);
+  const ncclResult_t result = detail::nccl_api().ncclCommSplit(comm_, color, key, &part.comm_, &config);
   if (result != ncclSuccess && result != ncclInProgress) throw_nccl_error(result, "ncclCommSplit", comm_);
   wait_for_communicator(comm_, start + timeout, "ncclCommSplit");
   if (part.comm_) {
     wait_for_communicator(part.comm_, start + timeout, "ncclCommSplit (new communicator)");
-    ncclCommUserRank(part.comm_, &part.rank_);
-    ncclCommCount(part.comm_, &part.size_);
+    detail::nccl_api().ncclCommUserRank(part.comm_, &part.rank_);
+    detail::nccl_api().ncclCommCount(part.comm_, &part.size_);
   }
   part.timing_.nccl_init = since(start);
   return part;
@@ -354,7 +357,7 @@ std::optional<communicator> communicator::split_one_per_node(call_options option
 
 void* communicator::scratch() {
   if (!scratch_) {
-    if (const auto status = cudaMalloc(&scratch_, sizeof(double) * 2); status != cudaSuccess) {
+    if (const auto status = detail::cuda_api().cudaMalloc(&scratch_, sizeof(double) * 2); status != cudaSuccess) {
       throw_cuda(status, "cudaMalloc (scalar scratch)");
     }
   }
@@ -362,16 +365,18 @@ void* communicator::scratch() {
 }
 
 void communicator::copy_to_device(void* device, const void* host, std::size_t bytes, cudaStream_t stream) {
-  if (const auto status = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream); status != cudaSuccess) {
+  if (const auto status = detail::cuda_api().cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream);
+      status != cudaSuccess) {
     throw_cuda(status, "cudaMemcpyAsync (to the device)");
   }
 }
 
 void communicator::copy_to_host(void* host, const void* device, std::size_t bytes, cudaStream_t stream) {
-  if (const auto status = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream); status != cudaSuccess) {
+  if (const auto status = detail::cuda_api().cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream);
+      status != cudaSuccess) {
     throw_cuda(status, "cudaMemcpyAsync (to the host)");
   }
-  if (const auto status = cudaStreamSynchronize(stream); status != cudaSuccess) {
+  if (const auto status = detail::cuda_api().cudaStreamSynchronize(stream); status != cudaSuccess) {
     throw_cuda(status, "cudaStreamSynchronize");
   }
 }

@@ -1,0 +1,68 @@
+#pragma once
+
+// The NCCL and CUDA runtime calls libjobkit makes, bound at first use: a program that never
+// touches <jobkit/nccl.hpp> does not load libnccl or libcudart (6-8 ms of every process's start,
+// and a library that would not load at all on a node without them).
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstddef>
+
+namespace jobkit::detail {
+
+// Each name goes through the CUDA headers' macros (cudaGetDeviceProperties is
+// cudaGetDeviceProperties_v2 in CUDA 12 and later): the member and the symbol looked up follow.
+#define JOBKIT_NCCL_CALLS(X)                                                                                        \
+  X(ncclGetUniqueId)                                                                                                \
+  X(ncclCommInitRankConfig)                                                                                         \
+  X(ncclCommGetAsyncError)                                                                                          \
+  X(ncclCommAbort)                                                                                                  \
+  X(ncclCommFinalize)                                                                                               \
+  X(ncclCommDestroy)                                                                                                \
+  X(ncclCommSplit)                                                                                                  \
+  X(ncclCommUserRank)                                                                                               \
+  X(ncclCommCount)                                                                                                  \
+  X(ncclGetErrorString)                                                                                             \
+  X(ncclGetLastError)                                                                                               \
+  X(ncclGetVersion)                                                                                                 \
+  JOBKIT_NCCL_SCALABLE_CALLS(X)
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+#define JOBKIT_NCCL_SCALABLE_CALLS(X) X(ncclCommInitRankScalable)
+#else
+#define JOBKIT_NCCL_SCALABLE_CALLS(X)
+#endif
+
+#define JOBKIT_CUDA_CALLS(X) \
+  X(cudaGetDeviceCount)      \
+  X(cudaGetDeviceProperties) \
+  X(cudaDeviceGetPCIBusId)   \
+  X(cudaSetDevice)           \
+  X(cudaGetErrorName)        \
+  X(cudaGetErrorString)      \
+  X(cudaFree)                \
+  X(cudaMemcpyAsync)         \
+  X(cudaStreamSynchronize)
+
+struct nccl_calls {
+#define JOBKIT_POINTER(name) decltype(&::name) name = nullptr;
+  JOBKIT_NCCL_CALLS(JOBKIT_POINTER)
+};
+struct cuda_calls {
+  JOBKIT_CUDA_CALLS(JOBKIT_POINTER)
+#undef JOBKIT_POINTER
+  cudaError_t (*cudaMalloc)(void**, std::size_t) = nullptr;  // cuda_runtime.h overloads it with a template
+};
+
+/// NCCL's calls, from libnccl.so.<major>: the copy already in the process when the program
+/// linked it, else where the dynamic loader finds it, else in the directories jobkit was built
+/// against. Bound once. @throws jobkit::error (nccl) naming the library, what was tried and what
+/// is missing
+const nccl_calls& nccl_api();
+
+/// The CUDA runtime's calls, found the same way (libcudart.so.<major>).
+/// @throws jobkit::error (cuda) as nccl_api
+const cuda_calls& cuda_api();
+
+}  // namespace jobkit::detail
