@@ -35,6 +35,9 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 double now_us() { return std::chrono::duration<double, std::micro>(clock_type::now().time_since_epoch()).count(); }
+double wall_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 double cpu_us() {
   rusage usage{};
@@ -107,12 +110,21 @@ int main(int argc, char** argv) {
     const int n = id.world_size;
     jobkit::barrier();  // the data path's setup
     const double own_setup = now_us() - t_start;
+    const double ready_wall = wall_us();
     const double setup = jobkit::all_reduce(own_setup, jobkit::reduce_op::max);
+    // From the process's start (bench/from_exec.sh: the wall clock just before exec), so that the
+    // dynamic loader's work before main counts too.
+    const char* exec_ns = std::getenv("JOBKIT_BENCH_EXEC_NS");
+    const double own_from_exec =
+        exec_ns ? ready_wall - static_cast<double>(std::strtoll(exec_ns, nullptr, 10)) / 1e3 : -1;
+    const double from_exec = jobkit::all_reduce(own_from_exec, jobkit::reduce_op::max);
     if (id.rank == 0) {
       std::printf(
           "{\"impl\":\"jobkit\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
-          "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\"}\n",
+          "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\"",
           n, id.num_nodes, setup, setup, own_setup);
+      if (exec_ns) std::printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", from_exec, own_from_exec);
+      std::printf("}\n");
     }
 
     report("barrier", 0, timed(iters, warmup, false, [] { jobkit::barrier(); }), false);

@@ -8,7 +8,10 @@
 # load hits every side alike; compare medians over ROUNDS.
 #
 #   bench/setup_ab.sh OUT_DIR BASE_BUILD NEW_BUILD
+# Every jobkit_loop runs through bench/from_exec.sh, so its lines also carry the time from the
+# process's start (from_exec_us, rank0_from_exec_us: the dynamic loader's work included).
 # Environment: ROUNDS (default 5), LAYOUTS (default "1x4 3x24"), TORCH (default 1; 0 skips torch),
+# LAUNCHER_GDS (default 1; 0 skips the JOBKIT_PMIX_GDS=launcher side),
 # EXTRA_BUILD (a third build, side "extra", e.g. one configured with -Dnccl=disabled -Dcuda=disabled).
 # Writes OUT_DIR/setup_ab.jsonl and prints the medians (bench/setup_ab_summary.py).
 set -euo pipefail
@@ -40,12 +43,15 @@ for layout in ${LAYOUTS:-1x4 3x24}; do
   nodes=${layout%x*} ranks=${layout#*x}
   for round in $(seq "${ROUNDS:-5}"); do
     echo "setup_ab: $nodes x $ranks, round $round" >&2
-    step -N"$nodes" -n"$ranks" "$base/bench/jobkit_loop" 1 0 0 | grep '"init"' | record base "$round"
-    step -N"$nodes" -n"$ranks" "$new/bench/jobkit_loop" 1 0 0 | grep '"init"' | record new "$round"
-    JOBKIT_PMIX_GDS=launcher step -N"$nodes" -n"$ranks" "$new/bench/jobkit_loop" 1 0 0 | grep '"init"' |
-      record new-launcher-gds "$round"
+    step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$base/bench/jobkit_loop" 1 0 0 | grep '"init"' | record base "$round"
+    step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$new/bench/jobkit_loop" 1 0 0 | grep '"init"' | record new "$round"
+    if [[ ${LAUNCHER_GDS:-1} != 0 ]]; then
+      JOBKIT_PMIX_GDS=launcher step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$new/bench/jobkit_loop" 1 0 0 |
+        grep '"init"' | record new-launcher-gds "$round"
+    fi
     if [[ -n ${EXTRA_BUILD:-} ]]; then
-      step -N"$nodes" -n"$ranks" "$EXTRA_BUILD/bench/jobkit_loop" 1 0 0 | grep '"init"' | record extra "$round"
+      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$EXTRA_BUILD/bench/jobkit_loop" 1 0 0 | grep '"init"' |
+        record extra "$round"
     fi
     if [[ ${TORCH:-1} != 0 ]]; then
       PEERS=torch TORCH_ITERS=1 "$here/peers/run_all.sh" "$nodes" "$ranks" 1 "$new" 2>/dev/null |

@@ -26,6 +26,9 @@ expect() {  # description, expected status, expected output pattern (grep -E), c
 }
 
 expect "--version" 0 '^jobkit [0-9]+\.[0-9]+\.[0-9]+$' "$jobkit" --version
+# libjobkit loads NCCL and the CUDA runtime at its first NCCL call (jobkit doctor's), not at start.
+expect "no NCCL or CUDA runtime among the libraries loaded at start" 0 '^none$' \
+  bash -c '! ldd "$1" | grep -E "libnccl|libcudart" && echo none' _ "$jobkit"
 expect "--help" 0 'usage: jobkit' "$jobkit" --help
 expect "info --help" 0 'usage: jobkit info' "$jobkit" info --help
 expect "info" 0 '^rank 0/1 local 0/1 node 0/1 host .+ \(default\)$' "$jobkit" info

@@ -84,6 +84,11 @@ struct communicator_options {
   int ranks_per_root = 128;
 };
 
+/// The version of the NCCL this process uses (ncclGetVersion: 22809 for 2.28.9). libjobkit loads
+/// libnccl at its first NCCL call, this one included. @throws jobkit::error (nccl) when no
+/// libnccl of jobkit's major version can be loaded, naming what was tried
+int runtime_version();
+
 /// Throws jobkit::error (nccl) with ncclGetErrorString, ncclGetLastError and what was called.
 [[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm);
 
@@ -148,32 +153,33 @@ class communicator {
   /// Aborts the communicator (ncclCommAbort): pending operations end, the object becomes empty.
   void abort() noexcept;
 
+  // The typed collectives enqueue on `stream` through the NCCL that libjobkit loaded (see
+  // runtime_version()): a program that calls NCCL only through them need not link NCCL itself.
   template <class T>
   void all_reduce(const T* send, T* recv, std::size_t count, reduce_op op, cudaStream_t stream) {
-    check(ncclAllReduce(send, recv, count, data_type_of<T>(), reduction_of(op), comm_, stream), "ncclAllReduce");
+    enqueue(operation::all_reduce, send, recv, count, data_type_of<T>(), op, 0, stream);
   }
   template <class T>
   void broadcast(const T* send, T* recv, std::size_t count, int root, cudaStream_t stream) {
-    check(ncclBroadcast(send, recv, count, data_type_of<T>(), root, comm_, stream), "ncclBroadcast");
+    enqueue(operation::broadcast, send, recv, count, data_type_of<T>(), reduce_op::sum, root, stream);
   }
   /// recv holds size() * send_count elements.
   template <class T>
   void all_gather(const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
-    check(ncclAllGather(send, recv, send_count, data_type_of<T>(), comm_, stream), "ncclAllGather");
+    enqueue(operation::all_gather, send, recv, send_count, data_type_of<T>(), reduce_op::sum, 0, stream);
   }
   /// send holds size() * recv_count elements.
   template <class T>
   void reduce_scatter(const T* send, T* recv, std::size_t recv_count, reduce_op op, cudaStream_t stream) {
-    check(ncclReduceScatter(send, recv, recv_count, data_type_of<T>(), reduction_of(op), comm_, stream),
-          "ncclReduceScatter");
+    enqueue(operation::reduce_scatter, send, recv, recv_count, data_type_of<T>(), op, 0, stream);
   }
   template <class T>
   void send(const T* data, std::size_t count, int peer, cudaStream_t stream) {
-    check(ncclSend(data, count, data_type_of<T>(), peer, comm_, stream), "ncclSend");
+    enqueue(operation::send, data, nullptr, count, data_type_of<T>(), reduce_op::sum, peer, stream);
   }
   template <class T>
   void recv(T* data, std::size_t count, int peer, cudaStream_t stream) {
-    check(ncclRecv(data, count, data_type_of<T>(), peer, comm_, stream), "ncclRecv");
+    enqueue(operation::recv, nullptr, data, count, data_type_of<T>(), reduce_op::sum, peer, stream);
   }
 
   /// The scalar helpers of <jobkit/collectives.hpp>, through NCCL on this communicator's device:
@@ -190,16 +196,11 @@ class communicator {
  private:
   struct empty {};
   explicit communicator(empty) {}
-  /// Non-blocking communicators may answer ncclInProgress: wait for the call to be enqueued.
-  void check(ncclResult_t result, const char* call) {
-    if (result == ncclSuccess) return;
-    if (result == ncclInProgress) {
-      wait_ready(call);
-      return;
-    }
-    throw_nccl_error(result, call, comm_);
-  }
-  void wait_ready(const char* call);
+  enum class operation { all_reduce, broadcast, all_gather, reduce_scatter, send, recv };
+  /// One NCCL call on this communicator (`peer` is the root of a broadcast); waits while a
+  /// non-blocking communicator answers ncclInProgress. @throws jobkit::error (nccl)
+  void enqueue(operation op, const void* send, void* recv, std::size_t count, ncclDataType_t type, reduce_op reduction,
+               int peer, cudaStream_t stream);
   /// Copies value to a device scratch buffer, runs collective on it, and copies it back.
   template <class T, class Collective>
   T through_device(T value, cudaStream_t stream, Collective collective) {

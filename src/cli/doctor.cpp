@@ -85,9 +85,13 @@ int run_doctor(const std::vector<std::string_view>& args) {
     problems += (problems.empty() ? "" : "; ") + text;
   };
 #if JOBKIT_HAS_NCCL
-  int nccl_version = 0;
-  ncclGetVersion(&nccl_version);
-  version = fmt::format("{}.{}.{}", nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100);
+  try {
+    const int nccl_version = nccl::runtime_version();
+    version = fmt::format("{}.{}.{}", nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100);
+  } catch (const error& e) {
+    version = "not loadable";
+    problem(e.what());
+  }
   try {
     const auto devices = nccl::visible_devices();
     gpus = std::to_string(devices.size());

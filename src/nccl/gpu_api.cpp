@@ -78,25 +78,25 @@ void look_up(Pointer& to, void* handle, const char* name, std::vector<std::strin
 }  // namespace
 
 const nccl_calls& nccl_api() {
-  static const nccl_calls calls = bind<nccl_calls>(
-      errc::nccl, "ncclGetUniqueId", fmt::format("libnccl.so.{}", NCCL_MAJOR),
-      "NCCL " JOBKIT_NAME_OF(NCCL_MAJOR) "." JOBKIT_NAME_OF(NCCL_MINOR) "." JOBKIT_NAME_OF(NCCL_PATCH),
-      [](nccl_calls& c, void* handle, std::vector<std::string>& missing) {
+  static const nccl_calls calls =
+      bind<nccl_calls>(errc::nccl, "ncclGetUniqueId", fmt::format("libnccl.so.{}", NCCL_MAJOR),
+                       "NCCL " JOBKIT_NAME_OF(NCCL_MAJOR) "." JOBKIT_NAME_OF(NCCL_MINOR) "." JOBKIT_NAME_OF(NCCL_PATCH),
+                       [](nccl_calls& c, void* handle, std::vector<std::string>& missing) {
 #define JOBKIT_LOOK_UP(name) look_up(c.name, handle, JOBKIT_NAME_OF(name), missing);
-        JOBKIT_NCCL_CALLS(JOBKIT_LOOK_UP)
-      });
+                         JOBKIT_NCCL_CALLS(JOBKIT_LOOK_UP)
+                       });
   return calls;
 }
 
 const cuda_calls& cuda_api() {
-  static const cuda_calls calls = bind<cuda_calls>(
-      errc::cuda, "cudaGetDeviceCount", fmt::format("libcudart.so.{}", CUDART_VERSION / 1000),
-      "the CUDA runtime " JOBKIT_NAME_OF(CUDART_VERSION),
-      [](cuda_calls& c, void* handle, std::vector<std::string>& missing) {
-        JOBKIT_CUDA_CALLS(JOBKIT_LOOK_UP)
+  static const cuda_calls calls =
+      bind<cuda_calls>(errc::cuda, "cudaGetDeviceCount", fmt::format("libcudart.so.{}", CUDART_VERSION / 1000),
+                       "the CUDA runtime " JOBKIT_NAME_OF(CUDART_VERSION),
+                       [](cuda_calls& c, void* handle, std::vector<std::string>& missing) {
+                         JOBKIT_CUDA_CALLS(JOBKIT_LOOK_UP)
 #undef JOBKIT_LOOK_UP
-        look_up(c.cudaMalloc, handle, "cudaMalloc", missing);
-      });
+                         look_up(c.cudaMalloc, handle, "cudaMalloc", missing);
+                       });
   return calls;
 }
 

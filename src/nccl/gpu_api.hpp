@@ -13,19 +13,25 @@ namespace jobkit::detail {
 
 // Each name goes through the CUDA headers' macros (cudaGetDeviceProperties is
 // cudaGetDeviceProperties_v2 in CUDA 12 and later): the member and the symbol looked up follow.
-#define JOBKIT_NCCL_CALLS(X)                                                                                        \
-  X(ncclGetUniqueId)                                                                                                \
-  X(ncclCommInitRankConfig)                                                                                         \
-  X(ncclCommGetAsyncError)                                                                                          \
-  X(ncclCommAbort)                                                                                                  \
-  X(ncclCommFinalize)                                                                                               \
-  X(ncclCommDestroy)                                                                                                \
-  X(ncclCommSplit)                                                                                                  \
-  X(ncclCommUserRank)                                                                                               \
-  X(ncclCommCount)                                                                                                  \
-  X(ncclGetErrorString)                                                                                             \
-  X(ncclGetLastError)                                                                                               \
-  X(ncclGetVersion)                                                                                                 \
+#define JOBKIT_NCCL_CALLS(X) \
+  X(ncclGetUniqueId)         \
+  X(ncclCommInitRankConfig)  \
+  X(ncclCommGetAsyncError)   \
+  X(ncclCommAbort)           \
+  X(ncclCommFinalize)        \
+  X(ncclCommDestroy)         \
+  X(ncclCommSplit)           \
+  X(ncclCommUserRank)        \
+  X(ncclCommCount)           \
+  X(ncclGetErrorString)      \
+  X(ncclGetLastError)        \
+  X(ncclGetVersion)          \
+  X(ncclAllReduce)           \
+  X(ncclBroadcast)           \
+  X(ncclAllGather)           \
+  X(ncclReduceScatter)       \
+  X(ncclSend)                \
+  X(ncclRecv)                \
   JOBKIT_NCCL_SCALABLE_CALLS(X)
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)

@@ -319,8 +319,52 @@ void communicator::abort() noexcept {
   comm_ = nullptr;
 }
 
-void communicator::wait_ready(const char* call) {
-  wait_for_communicator(comm_, clock::now() + detail::default_timeout(), call);
+void communicator::enqueue(operation op, const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                           reduce_op reduction, int peer, cudaStream_t stream) {
+  const auto& api = detail::nccl_api();
+  ncclResult_t result = ncclSuccess;
+  const char* call = "";
+  switch (op) {
+    case operation::all_reduce:
+      call = "ncclAllReduce";
+      result = api.ncclAllReduce(send, recv, count, type, reduction_of(reduction), comm_, stream);
+      break;
+    case operation::broadcast:
+      call = "ncclBroadcast";
+      result = api.ncclBroadcast(send, recv, count, type, peer, comm_, stream);
+      break;
+    case operation::all_gather:
+      call = "ncclAllGather";
+      result = api.ncclAllGather(send, recv, count, type, comm_, stream);
+      break;
+    case operation::reduce_scatter:
+      call = "ncclReduceScatter";
+      result = api.ncclReduceScatter(send, recv, count, type, reduction_of(reduction), comm_, stream);
+      break;
+    case operation::send:
+      call = "ncclSend";
+      result = api.ncclSend(send, count, type, peer, comm_, stream);
+      break;
+    case operation::recv:
+      call = "ncclRecv";
+      result = api.ncclRecv(recv, count, type, peer, comm_, stream);
+      break;
+  }
+  if (result == ncclSuccess) return;
+  // A non-blocking communicator may answer ncclInProgress: wait for the call to be enqueued.
+  if (result == ncclInProgress) {
+    wait_for_communicator(comm_, clock::now() + detail::default_timeout(), call);
+    return;
+  }
+  throw_nccl_error(result, call, comm_);
+}
+
+int runtime_version() {
+  int version = 0;
+  if (const auto result = detail::nccl_api().ncclGetVersion(&version); result != ncclSuccess) {
+    throw_nccl_error(result, "ncclGetVersion", nullptr);
+  }
+  return version;
 }
 
 communicator communicator::split(int color, int key, call_options options) {

@@ -78,6 +78,14 @@ TEST_CASE("reductions NCCL lacks are refused by name", "[nccl]") {
   CHECK_THROWS_WITH(jobkit::nccl::reduction_of(jobkit::reduce_op::bxor), "NCCL has no reduction for op=bxor");
 }
 
+TEST_CASE("runtime_version is the NCCL that libjobkit loaded", "[nccl]") {
+  const int version = jobkit::nccl::runtime_version();
+  int linked = 0;
+  REQUIRE(ncclGetVersion(&linked) == ncclSuccess);  // this test links NCCL: the same library
+  CHECK(version == linked);
+  CHECK(version / 10000 == NCCL_MAJOR);
+}
+
 TEST_CASE("NCCL errors carry NCCL's own text", "[nccl]") {
   try {
     jobkit::nccl::throw_nccl_error(ncclInvalidArgument, "ncclAllReduce", nullptr);
