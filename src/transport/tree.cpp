@@ -293,12 +293,18 @@ void tcp_tree::check_members(const exchange& ex, bool deaths, const std::functio
 }
 
 void tcp_tree::check_mail_in_step(const exchange& ex) {
-  auto& mail = segment_->mail_for(sequence_);
-  if (segment_->load(mail.posted) != low_bits(sequence_) || segment_->load(mail.claimed) != sequence_) return;
-  const std::string_view name(mail.name, mail.name_size);
+  const auto* mail = posted_mail(sequence_);
+  if (!mail) return;
+  const std::string_view name(mail->name, mail->name_size);
   // The same broadcast, too large for mail: the ordinary exchange follows it.
   if (name == std::string_view(ex.name).substr(0, node_segment::text_capacity)) return;
-  out_of_step(mail.source, name, sequence_, std::string_view(mail.site, mail.site_size), ex);
+  out_of_step(mail->source, name, sequence_, std::string_view(mail->site, mail->site_size), ex);
+}
+
+const node_segment::mail* tcp_tree::posted_mail(std::uint64_t sequence) {
+  const auto& mail = segment_->mail_for(sequence);
+  if (segment_->load(mail.posted) != low_bits(sequence) || segment_->load(mail.claimed) != sequence) return nullptr;
+  return &mail;
 }
 
 void tcp_tree::lost(const link& l, const std::string& why, const exchange& ex) {
@@ -360,31 +366,32 @@ void tcp_tree::time_out(const exchange& ex, const std::vector<bool>& done, std::
        rank_, errc::timeout);
 }
 
+void tcp_tree::out_of_step(const call_site& one, const call_site& other) {
+  fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
+                   describe(one.group_rank), one.name, one.sequence, one.site, describe(other.group_rank), other.name,
+                   other.sequence, other.site),
+       rank_);
+}
+
 void tcp_tree::out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
                            const exchange& ex) {
-  fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}", describe(group_rank),
-                   name, sequence, site, describe(rank_), ex.name, sequence_, ex.site),
-       rank_);
+  out_of_step({group_rank, name, sequence, site}, {rank_, ex.name, sequence_, ex.site});
 }
 
 void tcp_tree::check_slot_in_step(int index, const exchange& ex) {
   const auto& slot = segment_->member(index);
   const std::string_view name(slot.name, slot.name_size);
   if (slot.sequence != sequence_ || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+    const call_site member{node_members_[static_cast<std::size_t>(index)], name, slot.sequence,
+                           std::string_view(slot.site, slot.site_size)};
     // A member behind this one may be behind because a source posted a broadcast with its number
     // and went on: that broadcast, not the source's later collective, is the other call site.
-    const auto& mail = segment_->mail_for(slot.sequence);
-    if (slot.sequence < sequence_ && segment_->load(mail.claimed) == slot.sequence &&
-        segment_->load(mail.posted) == low_bits(slot.sequence) && std::string_view(mail.name, mail.name_size) != name) {
-      fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                       describe(node_members_[static_cast<std::size_t>(index)]), name, slot.sequence,
-                       std::string_view(slot.site, slot.site_size), describe(mail.source),
-                       std::string_view(mail.name, mail.name_size), slot.sequence,
-                       std::string_view(mail.site, mail.site_size)),
-           rank_);
+    const auto* mail = slot.sequence < sequence_ ? posted_mail(slot.sequence) : nullptr;
+    if (mail && std::string_view(mail->name, mail->name_size) != name) {
+      out_of_step(member, {mail->source, std::string_view(mail->name, mail->name_size), slot.sequence,
+                           std::string_view(mail->site, mail->site_size)});
     }
-    out_of_step(node_members_[static_cast<std::size_t>(index)], name, slot.sequence,
-                std::string_view(slot.site, slot.site_size), ex);
+    out_of_step(member, {rank_, ex.name, sequence_, ex.site});
   }
 }
 
@@ -823,7 +830,7 @@ std::optional<std::vector<rank_bytes>> tcp_tree::take_mail(const exchange& ex, t
   wait_in_segment(
       node_segment::bell::down, ex, deadline,
       [&] {
-        if (segment.load(mail.posted) == low_bits(sequence_) && segment.load(mail.claimed) == sequence_) return true;
+        if (posted_mail(sequence_)) return true;
         // The source signs its slot only in other collectives, which cannot end without this member.
         if (segment.load(source_slot.arrived) == low_bits(sequence_)) check_slot_in_step(source, ex);
         return false;

@@ -72,6 +72,8 @@ class tcp_tree final : public transport {
   /// check_node without the mail: outside an exchange.
   void check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused = {});
   void check_mail_in_step(const exchange& ex);
+  /// The mail of the broadcast numbered `sequence`, once its source posted it; else null.
+  const node_segment::mail* posted_mail(std::uint64_t sequence);
   /// A broadcast of a group on one node, as MPI_Bcast does it: the source posts its bytes as mail
   /// in the segment and goes on; each other member takes them. Empty when they were too large for
   /// mail, so that every member runs the ordinary exchange instead.
@@ -104,6 +106,15 @@ class tcp_tree final : public transport {
   void sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload, std::uint64_t bulk_size);
   /// Fails unless node-mate `index` signed its slot for this exchange (number and name).
   void check_slot_in_step(int index, const exchange& ex);
+  /// One rank's collective: which rank, the collective's name and number, and where it was called.
+  struct call_site {
+    int group_rank;
+    std::string_view name;
+    std::uint64_t sequence;
+    std::string_view site;
+  };
+  [[noreturn]] void out_of_step(const call_site& one, const call_site& other);
+  /// out_of_step against this rank's current exchange.
   [[noreturn]] void out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
                                 const exchange& ex);
   /// A barrier of a group on one node: every member counts itself in, and the last releases all.
