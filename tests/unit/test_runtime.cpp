@@ -146,7 +146,7 @@ TEST_CASE("a single-rank runtime's groups are itself", "[runtime]") {
 }
 
 TEST_CASE("a program that does not use NCCL never loads NCCL or the CUDA runtime", "[runtime]") {
-  // libjobkit binds them at the first NCCL call (6-8 ms of every process's start otherwise).
+  // libjobkit binds them at the first NCCL call, not at the process's start.
   scoped_env env({});
   jobkit::runtime rt;
   rt.world().barrier();
