@@ -275,7 +275,10 @@ void tcp_tree::check_node(const exchange& ex, bool deaths, const std::function<b
 }
 
 void tcp_tree::check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
-  if (auto notice = segment_->abort_notice()) fail(notice->reason, notice->origin, notice->code);
+  const auto aborted = [&] {
+    if (auto notice = segment_->abort_notice()) fail(notice->reason, notice->origin, notice->code);
+  };
+  aborted();
   const auto during = [&] { return fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site); };
   for (std::size_t i = 0; i < watched_.size(); ++i) {
     const int index = watched_members_[i];
@@ -283,6 +286,8 @@ void tcp_tree::check_members(const exchange& ex, bool deaths, const std::functio
     const bool left = segment_->load(segment_->member(index).left) != 0;
     const bool ended = !left && deaths && watched_[i].ended();
     if ((!left && !ended) || (excused && excused())) continue;
+    // A member that left because of an abort posted after the look above: the abort is the cause.
+    aborted();
     if (left) {
       fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting", describe(g), during()),
            g);
