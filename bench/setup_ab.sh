@@ -4,7 +4,8 @@
 # identity, endpoint exchange, the world's tree and node segments; the slowest rank and rank 0) of
 # BASE_BUILD, then of NEW_BUILD, then of NEW_BUILD with JOBKIT_PMIX_GDS=launcher (the launcher's
 # PMIx data store), then torch's init_process_group("gloo", env://) on rank 0 (after Python and
-# torch are imported, as bench/peers/torch_gloo.py times it). Alternating, so that the machine's
+# torch are imported, as bench/peers/torch_gloo.py times it; and, as from_exec_us, from its
+# process's start: Python's start and `import torch` included). Alternating, so that the machine's
 # load hits every side alike; compare medians over ROUNDS.
 #
 #   bench/setup_ab.sh OUT_DIR BASE_BUILD NEW_BUILD

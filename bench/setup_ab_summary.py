@@ -20,6 +20,9 @@ for line in open(sys.argv[1]):
             rows[key]["exec_rank0"].append(r["rank0_from_exec_us"] / 1e3)
     else:
         rows[key]["rank0"].append(r["median_us"] / 1e3)
+        if "from_exec_us" in r:
+            rows[key]["exec_slowest"].append(r["from_exec_us"] / 1e3)
+            rows[key]["exec_rank0"].append(r["rank0_from_exec_us"] / 1e3)
 
 
 def med(v):
@@ -49,4 +52,9 @@ for nodes, ranks in sorted({(k[0], k[1]) for k in rows}, key=lambda k: k[1]):
         mine = rows.get((nodes, ranks, side), {}).get("exec_rank0", [])
         if mine:
             ratio = statistics.median(torch) / statistics.median(mine)
-            print(f"{nodes} x {ranks}: torch / jobkit {side} from exec (rank 0 medians): {ratio:.1f}x")
+            print(f"{nodes} x {ranks}: torch init_process_group / jobkit {side} from exec (rank 0 medians): "
+                  f"{ratio:.1f}x")
+            torch_exec = rows[(nodes, ranks, "torch")]["exec_rank0"]
+            if torch_exec:
+                ratio = statistics.median(torch_exec) / statistics.median(mine)
+                print(f"{nodes} x {ranks}: torch / jobkit {side}, both from exec (rank 0 medians): {ratio:.1f}x")

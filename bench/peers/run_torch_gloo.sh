@@ -38,4 +38,7 @@ if [[ -z ${GLOO_SOCKET_IFNAME:-} ]]; then
 fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+# The wall clock just before Python starts, as bench/from_exec.sh stamps it for jobkit_loop.
+now=$EPOCHREALTIME
+export JOBKIT_BENCH_EXEC_NS=${now/[.,]/}000
 exec /usr/bin/python3 "$here/torch_gloo.py" "$@"

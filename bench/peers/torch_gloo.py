@@ -11,7 +11,9 @@ set them itself). Run with Debian's /usr/bin/python3 (python3-torch 1.13).
 Ops (each: WARMUP untimed iterations, then ITERS timed ones; all_gather_object uses OBJ_ITERS
 timed ones after min(WARMUP, max(1, OBJ_ITERS // 10)) untimed ones: it is slow):
   init_process_group  wall time of init_process_group("gloo", init_method="env://") (iters 1,
-                      rank 0's own time, "timing":"rank0")
+                      rank 0's own time, "timing":"rank0"); with JOBKIT_BENCH_EXEC_NS set (by
+                      run_torch_gloo.sh) also from_exec_us (slowest rank) and rank0_from_exec_us:
+                      from the process's start to the end of init_process_group
   barrier             dist.barrier()
   all_reduce          all_reduce (SUM) of a 1-element float64 tensor            bytes = 8
   broadcast_object_list  broadcast_object_list([small dict]) from rank 0        bytes = pickled size
@@ -75,6 +77,10 @@ def main():
     t0 = time.perf_counter_ns()
     dist.init_process_group("gloo", init_method="env://")
     t_init_us = (time.perf_counter_ns() - t0) / 1e3
+    # From the process's start, as bench/jobkit_loop's from_exec_us (bench/peers/run_torch_gloo.sh
+    # stamps the wall clock just before it execs Python): Python's start and `import torch` included.
+    exec_ns = os.environ.get("JOBKIT_BENCH_EXEC_NS")
+    own_from_exec_us = (time.time_ns() - int(exec_ns)) / 1e3 if exec_ns else None
     assert dist.get_rank() == rank and dist.get_world_size() == world
 
     hosts = [None] * world
@@ -89,7 +95,12 @@ def main():
         rec.update(extra or {})
         print(json.dumps(rec, separators=(",", ":")), flush=True)
 
-    emit("init_process_group", 0, 1, t_init_us, t_init_us, {"timing": "rank0"})
+    init_extra = {"timing": "rank0"}
+    if own_from_exec_us is not None:
+        slowest = torch.tensor([own_from_exec_us], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        init_extra.update(from_exec_us=round(slowest.item()), rank0_from_exec_us=round(own_from_exec_us))
+    emit("init_process_group", 0, 1, t_init_us, t_init_us, init_extra)
 
     def bench(op, nbytes, fn, n, sep=False, check=None, nwarm=warmup):
         dist.barrier()  # synchronised start
