@@ -8,6 +8,12 @@
 #   peers      jobkit bench (paired with the PMIx fence) and bench/peers/run_all.sh, 1 x 4 and 3 x 24
 #   growth     barrier, all_reduce and all_gather (8 B) from 2 to 64 ranks, each paired with the
 #              PMIx fence, and the time to a usable world at each size
+#   growth_loop the same sizes by same_loop's method: jobkit_loop and pmix_floor (the collecting
+#              fence, and its own "init": PMIx_Init plus one fence, with the launcher's data store
+#              and with "hash") alternately, each operation
+#              back to back in its own loop, ROUNDS times, both from exec (bench/from_exec.sh).
+#              Not in the default set. In `growth` the operation timed right after a fence takes
+#              the fence's release skew (the last rank out of PMIx_Fence); this one does not mix them.
 #   setup      time to a usable world on 1 x 4 and 3 x 24: jobkit (identity and the data path's
 #              setup: jobkit_loop's "init"), MPI_Init (mpi_bench) and torch's init_process_group
 #              (gloo, env://), ROUNDS times
@@ -99,5 +105,20 @@ if section growth; then
     step -N"$nodes" -n"$ranks" "$jobkit" bench --json --iters "$iters" --ops barrier,all_reduce,all_gather \
       --max-bytes 8 | sed 's/^{/{"series":"growth",/' | record
     step -N"$nodes" -n"$ranks" "$build/bench/jobkit_loop" 1 0 0 | grep '"init"' | sed 's/^{/{"series":"growth",/' | record
+  done
+fi
+
+if section growth_loop; then
+  for ranks in 2 4 8 16 32 64; do
+    nodes=$((ranks < 3 ? ranks : 3))
+    for round in $(seq "${ROUNDS:-2}"); do
+      echo "compare: growth by one loop, $nodes x $ranks, round $round" >&2
+      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/jobkit_loop" "$iters" 100 0 0 |
+        sed "s/^{/{\"series\":\"growth_loop\",\"round\":$round,/" | record
+      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/peers/pmix_floor" "$iters" 100 |
+        sed "s/^{/{\"series\":\"growth_loop\",\"round\":$round,/" | record
+      PMIX_FLOOR_GDS=hash step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/peers/pmix_floor" 1 0 |
+        grep '"init"' | sed "s/^{/{\"series\":\"growth_loop\",\"round\":$round,/" | record
+    done
   done
 fi

@@ -3,6 +3,7 @@
 measured in the same run (paired iterations), torch.distributed gloo and Open MPI.
 usage: summarize.py results.jsonl"""
 import json
+import statistics
 import sys
 
 
@@ -30,6 +31,8 @@ def us(r):
 
 def main():
     rows = load(sys.argv[1])
+    growth_loop = [r for r in rows if r.get("series") == "growth_loop"]
+    rows = [r for r in rows if r.get("series") != "growth_loop"]
     out = []
     same = [r for r in rows if r.get("series") == "same_loop"]
     for nodes, ranks in sorted({(r["nodes"], r["ranks"]) for r in same}):
@@ -169,7 +172,54 @@ def main():
         cells.append(f"{ib['median_us'] / ia['median_us']:.1f}x" if ia and ib else "-")
         out.append("| " + " | ".join(cells) + " |")
         out.append("")
+    out += growth_by_one_loop(growth_loop)
     print("\n".join(out))
+
+
+def growth_by_one_loop(rows):
+    """compare.sh's growth_loop: medians over rounds, by size, and the growth from the smallest."""
+    if not rows:
+        return []
+    columns = [("barrier", "jobkit", "barrier", 0), ("all_reduce 8 B", "jobkit", "allreduce", 8),
+               ("all_gather 8 B", "jobkit", "allgather", 8), ("fence", "pmix", "fence_collect", 0),
+               ("setup ms", "jobkit", "init", 0), ("PMIx setup ms", "pmix", "init", 0),
+               ("setup from exec ms", "jobkit", "init", -1), ("PMIx setup from exec ms", "pmix", "init", -1)]
+    # PMIx's setup: the faster of its two data stores (launcher's, "hash") at each size, as jobkit picks.
+    rounds = len({r["round"] for r in rows})
+
+    def value(ranks, impl, op, size):
+        v = [r for r in rows if r["ranks"] == ranks and r["impl"] == impl and r["op"] == op
+             and (op == "init" or r["bytes"] == size)]
+        if op == "init":
+            key = "from_exec_us" if size < 0 else "median_us"
+            if impl == "pmix":
+                by_store = [statistics.median([r[key] / 1000 for r in v if key in r and r.get("gds", g) == g] or [1e18])
+                            for g in ("launcher", "hash")]
+                return min(by_store) if min(by_store) < 1e18 else None
+            v = [r[key] / 1000 for r in v if key in r]
+        else:
+            v = [r["median_us"] for r in v]
+        return statistics.median(v) if v else None
+
+    sizes = sorted({r["ranks"] for r in rows})
+    out = [f"### Growth from {sizes[0]} to {sizes[-1]} ranks by one loop (compare.sh growth_loop)\n",
+           f"Median over {rounds} rounds of each run's median of the slowest rank per iteration (us); every "
+           "operation back to back in its own loop (jobkit_loop, pmix_floor), the runs alternating; setup: "
+           "the slowest rank's time to a usable world (jobkit: the first barrier; PMIx: PMIx_Init and one "
+           "collecting fence, the median of the faster data store). Ratio: jobkit's barrier over the fence.\n",
+           "| ranks | nodes | " + " | ".join(c[0] for c in columns) + " | barrier / fence |",
+           "|---|---|" + "---|" * (len(columns) + 1)]
+    table = {n: [value(n, *c[1:]) for c in columns] for n in sizes}
+    for n in sizes:
+        nodes = next(r["nodes"] for r in rows if r["ranks"] == n)
+        cells = [f"{x:,.0f}" if x is not None else "-" for x in table[n]]
+        b, f = table[n][0], table[n][3]
+        out.append(f"| {n} | {nodes} | " + " | ".join(cells) + f" | {b / f:.2f} |" if b and f else " | - |")
+    first, last = table[sizes[0]], table[sizes[-1]]
+    growth = [f"{b / a:.1f}x" if a and b else "-" for a, b in zip(first, last)]
+    out.append(f"| growth | {sizes[0]} to {sizes[-1]} | " + " | ".join(growth) + " | |")
+    out.append("")
+    return out
 
 
 if __name__ == "__main__":

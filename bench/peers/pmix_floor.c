@@ -13,6 +13,11 @@
  *   fence_nocollect PMIx_Fence(all ranks) with no info. Reference only: under Slurm 22.05 it is
  *                   NOT a barrier across nodes (ranks on other nodes may leave it at once).
  *
+ * First, "init": from the start of main to the end of the first collecting fence (PMIx_Init and
+ * one barrier: the PMIx floor of a usable world), the slowest rank's and rank 0's; run through
+ * bench/from_exec.sh, also from the process's start (from_exec_us, rank0_from_exec_us).
+ * PMIX_FLOOR_GDS=hash: PMIx_Init asks for the "hash" data store, as jobkit does for steps of at most
+ * 16 ranks (src/pmix/session.cpp), instead of the launcher's shared-memory store ("gds" in the line).
  * Each op's loop starts right after a collecting fence (synchronised start). Every rank times each
  * iteration (CLOCK_MONOTONIC); iteration i's time is the MAX over ranks of their times for it (the
  * slowest rank). median_us / p99_us are over those per-iteration maxima; rank0_median_us is rank 0's
@@ -64,6 +69,7 @@ static uint32_t get_u32(const pmix_proc_t* who, const char* key) {
 }
 
 int main(int argc, char** argv) {
+  const double t_main = now_us();
   long iters = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
   long warmup = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
   if (iters < 1 || warmup < 0) {
@@ -71,6 +77,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  const char* gds = getenv("PMIX_FLOOR_GDS");
+  if (gds && *gds) setenv("PMIX_GDS_MODULE", gds, 1);
   memset(&g_self, 0, sizeof g_self);
   CHECK(PMIx_Init(&g_self, NULL, 0));
 
@@ -83,6 +91,8 @@ int main(int argc, char** argv) {
   pmix_info_t collect;
   PMIX_INFO_CONSTRUCT(&collect);
   PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+  CHECK(PMIx_Fence(NULL, 0, &collect, 1));
+  const double init_us = now_us() - t_main, init_from_exec_us = us_since_exec();
 
   enum { NOPS = 2 };
   static const struct {
@@ -93,7 +103,8 @@ int main(int argc, char** argv) {
       {"fence_collect", true, NULL},
       {"fence_nocollect", false, "not a barrier across nodes"},
   };
-  size_t nt = (size_t)iters * NOPS;
+  enum { NINIT = 2 }; /* init_us, init_from_exec_us after the ops' times */
+  size_t nt = (size_t)iters * NOPS + NINIT;
   double* t = malloc(sizeof(double) * nt);    /* this rank's times, op-major */
   double* tmax = malloc(sizeof(double) * nt); /* rank 0: max over ranks */
   double* tmp = malloc(sizeof(double) * (size_t)iters);
@@ -102,6 +113,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  t[nt - 2] = init_us;
+  t[nt - 1] = init_from_exec_us;
   for (size_t o = 0; o < NOPS; ++o) {
     pmix_info_t* info = ops[o].collect ? &collect : NULL;
     size_t ninfo = ops[o].collect ? 1 : 0;
@@ -142,6 +155,13 @@ int main(int argc, char** argv) {
         if (rt[i] > tmax[i]) tmax[i] = rt[i];
       PMIX_VALUE_RELEASE(pv);
     }
+    printf("{\"impl\":\"pmix\",\"op\":\"init\",\"ranks\":%u,\"nodes\":%u,\"bytes\":0,\"iters\":1,"
+           "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\","
+           "\"gds\":\"%s\"",
+           ranks, nodes, tmax[nt - 2], tmax[nt - 2], t[nt - 2], gds && *gds ? gds : "launcher");
+    if (init_from_exec_us >= 0)
+      printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", tmax[nt - 1], t[nt - 1]);
+    printf("}\n");
     for (size_t o = 0; o < NOPS; ++o) {
       double med, p99, med0, p99_0;
       memcpy(tmp, t + o * (size_t)iters, sizeof(double) * (size_t)iters);

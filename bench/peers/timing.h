@@ -11,6 +11,16 @@ static inline double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/* Microseconds from bench/from_exec.sh's stamp (JOBKIT_BENCH_EXEC_NS: the wall clock just before
+ * this process's exec) to now; negative when the variable is unset. */
+static inline double us_since_exec(void) {
+  const char* stamp = getenv("JOBKIT_BENCH_EXEC_NS");
+  if (!stamp) return -1;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec - strtod(stamp, NULL)) / 1e3;
+}
+
 static inline int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
