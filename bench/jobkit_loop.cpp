@@ -16,7 +16,8 @@
 // 0's own median, loop_avg_us the slowest rank's loop time over ITERS, cpu_pct the highest share
 // of a core that a rank's process used during the timed loop (getrusage: what waiting costs).
 // First, like mpi_bench's "init" (MPI_Init on rank 0), "init" is the time to a usable world group:
-// identity discovery plus the data path's setup (the first barrier), on the slowest rank.
+// identity discovery plus the data path's setup (the first barrier), on the slowest rank, and the
+// CPU time a rank used from its start to then (cpu_ms_per_rank: the mean over ranks, getrusage).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -111,7 +112,9 @@ int main(int argc, char** argv) {
     jobkit::barrier();  // the data path's setup
     const double own_setup = now_us() - t_start;
     const double ready_wall = wall_us();
+    const double own_setup_cpu = cpu_us();  // from the process's start: what 64 ranks on 2 cores share
     const double setup = jobkit::all_reduce(own_setup, jobkit::reduce_op::max);
+    const double setup_cpu = jobkit::all_reduce(own_setup_cpu, jobkit::reduce_op::sum);
     // From the process's start (bench/from_exec.sh: the wall clock just before exec), so that the
     // dynamic loader's work before main counts too.
     const char* exec_ns = std::getenv("JOBKIT_BENCH_EXEC_NS");
@@ -121,8 +124,9 @@ int main(int argc, char** argv) {
     if (id.rank == 0) {
       std::printf(
           "{\"impl\":\"jobkit\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
-          "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\"",
-          n, id.num_nodes, setup, setup, own_setup);
+          "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\","
+          "\"cpu_ms_per_rank\":%.1f",
+          n, id.num_nodes, setup, setup, own_setup, setup_cpu / n / 1e3);
       if (exec_ns) std::printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", from_exec, own_from_exec);
       std::printf("}\n");
     }

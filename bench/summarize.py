@@ -183,7 +183,8 @@ def growth_by_one_loop(rows):
     columns = [("barrier", "jobkit", "barrier", 0), ("all_reduce 8 B", "jobkit", "allreduce", 8),
                ("all_gather 8 B", "jobkit", "allgather", 8), ("fence", "pmix", "fence_collect", 0),
                ("setup ms", "jobkit", "init", 0), ("PMIx setup ms", "pmix", "init", 0),
-               ("setup from exec ms", "jobkit", "init", -1), ("PMIx setup from exec ms", "pmix", "init", -1)]
+               ("setup from exec ms", "jobkit", "init", -1), ("PMIx setup from exec ms", "pmix", "init", -1),
+               ("setup CPU ms per rank", "jobkit", "init", -2), ("PMIx setup CPU ms per rank", "pmix", "init", -2)]
     # PMIx's setup: the faster of its two data stores (launcher's, "hash") at each size, as jobkit picks.
     rounds = len({r["round"] for r in rows})
 
@@ -191,12 +192,13 @@ def growth_by_one_loop(rows):
         v = [r for r in rows if r["ranks"] == ranks and r["impl"] == impl and r["op"] == op
              and (op == "init" or r["bytes"] == size)]
         if op == "init":
-            key = "from_exec_us" if size < 0 else "median_us"
+            key = {0: "median_us", -1: "from_exec_us", -2: "cpu_ms_per_rank"}[size]
+            scale = 1 if size == -2 else 1000
             if impl == "pmix":
-                by_store = [statistics.median([r[key] / 1000 for r in v if key in r and r.get("gds", g) == g] or [1e18])
+                by_store = [statistics.median([r[key] / scale for r in v if key in r and r.get("gds", g) == g] or [1e18])
                             for g in ("launcher", "hash")]
                 return min(by_store) if min(by_store) < 1e18 else None
-            v = [r[key] / 1000 for r in v if key in r]
+            v = [r[key] / scale for r in v if key in r]
         else:
             v = [r["median_us"] for r in v]
         return statistics.median(v) if v else None
@@ -206,7 +208,8 @@ def growth_by_one_loop(rows):
            f"Median over {rounds} rounds of each run's median of the slowest rank per iteration (us); every "
            "operation back to back in its own loop (jobkit_loop, pmix_floor), the runs alternating; setup: "
            "the slowest rank's time to a usable world (jobkit: the first barrier; PMIx: PMIx_Init and one "
-           "collecting fence, the median of the faster data store). Ratio: jobkit's barrier over the fence.\n",
+           "collecting fence, the median of the faster data store); setup CPU: the mean over ranks of the CPU "
+           "time a rank used from its start to a usable world (getrusage). Ratio: jobkit's barrier over the fence.\n",
            "| ranks | nodes | " + " | ".join(c[0] for c in columns) + " | barrier / fence |",
            "|---|---|" + "---|" * (len(columns) + 1)]
     table = {n: [value(n, *c[1:]) for c in columns] for n in sizes}

@@ -14,7 +14,8 @@
  *                   NOT a barrier across nodes (ranks on other nodes may leave it at once).
  *
  * First, "init": from the start of main to the end of the first collecting fence (PMIx_Init and
- * one barrier: the PMIx floor of a usable world), the slowest rank's and rank 0's; run through
+ * one barrier: the PMIx floor of a usable world), the slowest rank's and rank 0's, and the CPU time
+ * a rank used from its start to then (cpu_ms_per_rank, the mean over ranks); run through
  * bench/from_exec.sh, also from the process's start (from_exec_us, rank0_from_exec_us).
  * PMIX_FLOOR_GDS=hash: PMIx_Init asks for the "hash" data store, as jobkit does for steps of at most
  * 16 ranks (src/pmix/session.cpp), instead of the launcher's shared-memory store ("gds" in the line).
@@ -30,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include <pmix.h>
+#include <sys/resource.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -93,6 +95,10 @@ int main(int argc, char** argv) {
   PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
   CHECK(PMIx_Fence(NULL, 0, &collect, 1));
   const double init_us = now_us() - t_main, init_from_exec_us = us_since_exec();
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  const double init_cpu_us = (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 +
+                             (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 
   enum { NOPS = 2 };
   static const struct {
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
       {"fence_collect", true, NULL},
       {"fence_nocollect", false, "not a barrier across nodes"},
   };
-  enum { NINIT = 2 }; /* init_us, init_from_exec_us after the ops' times */
+  enum { NINIT = 3 }; /* init_us, init_from_exec_us, init_cpu_us after the ops' times */
   size_t nt = (size_t)iters * NOPS + NINIT;
   double* t = malloc(sizeof(double) * nt);    /* this rank's times, op-major */
   double* tmax = malloc(sizeof(double) * nt); /* rank 0: max over ranks */
@@ -113,8 +119,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  t[nt - 2] = init_us;
-  t[nt - 1] = init_from_exec_us;
+  t[nt - 3] = init_us;
+  t[nt - 2] = init_from_exec_us;
+  t[nt - 1] = init_cpu_us;
   for (size_t o = 0; o < NOPS; ++o) {
     pmix_info_t* info = ops[o].collect ? &collect : NULL;
     size_t ninfo = ops[o].collect ? 1 : 0;
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
   CHECK(PMIx_Fence(NULL, 0, &collect, 1));
   if (g_self.rank == 0) {
     memcpy(tmax, t, sizeof(double) * nt);
+    double cpu_sum_us = t[nt - 1];
     for (uint32_t r = 1; r < ranks; ++r) {
       pmix_proc_t peer;
       PMIX_LOAD_PROCID(&peer, g_self.nspace, r);
@@ -153,14 +161,16 @@ int main(int argc, char** argv) {
       const double* rt = (const double*)(void*)pv->data.bo.bytes;
       for (size_t i = 0; i < nt; ++i)
         if (rt[i] > tmax[i]) tmax[i] = rt[i];
+      cpu_sum_us += rt[nt - 1];
       PMIX_VALUE_RELEASE(pv);
     }
     printf("{\"impl\":\"pmix\",\"op\":\"init\",\"ranks\":%u,\"nodes\":%u,\"bytes\":0,\"iters\":1,"
            "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\","
-           "\"gds\":\"%s\"",
-           ranks, nodes, tmax[nt - 2], tmax[nt - 2], t[nt - 2], gds && *gds ? gds : "launcher");
+           "\"gds\":\"%s\",\"cpu_ms_per_rank\":%.1f",
+           ranks, nodes, tmax[nt - 3], tmax[nt - 3], t[nt - 3], gds && *gds ? gds : "launcher",
+           cpu_sum_us / ranks / 1e3);
     if (init_from_exec_us >= 0)
-      printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", tmax[nt - 1], t[nt - 1]);
+      printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", tmax[nt - 2], t[nt - 2]);
     printf("}\n");
     for (size_t o = 0; o < NOPS; ++o) {
       double med, p99, med0, p99_0;
