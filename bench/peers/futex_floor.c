@@ -94,9 +94,10 @@ int main(int argc, char** argv) {
       if (s->times[p * iters + i] > slowest[i]) slowest[i] = s->times[p * iters + i];
   double median, p99;
   stats(slowest, iters, &median, &p99);
-  printf("{\"impl\":\"futex_floor\",\"op\":\"barrier\",\"ranks\":%ld,\"nodes\":1,\"bytes\":0,\"iters\":%ld,"
-         "\"median_us\":%.1f,\"p99_us\":%.1f,\"spin_us\":%.0f,\"timing\":\"max_over_ranks\"}\n",
-         n, iters, median, p99, spin_us);
+  printf(
+      "{\"impl\":\"futex_floor\",\"op\":\"barrier\",\"ranks\":%ld,\"nodes\":1,\"bytes\":0,\"iters\":%ld,"
+      "\"median_us\":%.1f,\"p99_us\":%.1f,\"spin_us\":%.0f,\"timing\":\"max_over_ranks\"}\n",
+      n, iters, median, p99, spin_us);
   free(slowest);
   return 0;
 }

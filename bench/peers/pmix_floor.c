@@ -164,13 +164,12 @@ int main(int argc, char** argv) {
       cpu_sum_us += rt[nt - 1];
       PMIX_VALUE_RELEASE(pv);
     }
-    printf("{\"impl\":\"pmix\",\"op\":\"init\",\"ranks\":%u,\"nodes\":%u,\"bytes\":0,\"iters\":1,"
-           "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\","
-           "\"gds\":\"%s\",\"cpu_ms_per_rank\":%.1f",
-           ranks, nodes, tmax[nt - 3], tmax[nt - 3], t[nt - 3], gds && *gds ? gds : "launcher",
-           cpu_sum_us / ranks / 1e3);
-    if (init_from_exec_us >= 0)
-      printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", tmax[nt - 2], t[nt - 2]);
+    printf(
+        "{\"impl\":\"pmix\",\"op\":\"init\",\"ranks\":%u,\"nodes\":%u,\"bytes\":0,\"iters\":1,"
+        "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"timing\":\"max_over_ranks\","
+        "\"gds\":\"%s\",\"cpu_ms_per_rank\":%.1f",
+        ranks, nodes, tmax[nt - 3], tmax[nt - 3], t[nt - 3], gds && *gds ? gds : "launcher", cpu_sum_us / ranks / 1e3);
+    if (init_from_exec_us >= 0) printf(",\"from_exec_us\":%.0f,\"rank0_from_exec_us\":%.0f", tmax[nt - 2], t[nt - 2]);
     printf("}\n");
     for (size_t o = 0; o < NOPS; ++o) {
       double med, p99, med0, p99_0;
