@@ -217,7 +217,8 @@ def growth_by_one_loop(rows):
         nodes = next(r["nodes"] for r in rows if r["ranks"] == n)
         cells = [f"{x:,.0f}" if x is not None else "-" for x in table[n]]
         b, f = table[n][0], table[n][3]
-        out.append(f"| {n} | {nodes} | " + " | ".join(cells) + f" | {b / f:.2f} |" if b and f else " | - |")
+        ratio = f"{b / f:.2f}" if b and f else "-"
+        out.append(f"| {n} | {nodes} | " + " | ".join(cells) + f" | {ratio} |")
     first, last = table[sizes[0]], table[sizes[-1]]
     growth = [f"{b / a:.1f}x" if a and b else "-" for a, b in zip(first, last)]
     out.append(f"| growth | {sizes[0]} to {sizes[-1]} | " + " | ".join(growth) + " | |")
