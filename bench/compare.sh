@@ -113,12 +113,11 @@ if section growth_loop; then
     nodes=$((ranks < 3 ? ranks : 3))
     for round in $(seq "${ROUNDS:-2}"); do
       echo "compare: growth by one loop, $nodes x $ranks, round $round" >&2
-      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/jobkit_loop" "$iters" 100 0 0 |
-        sed "s/^{/{\"series\":\"growth_loop\",\"round\":$round,/" | record
-      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/peers/pmix_floor" "$iters" 100 |
-        sed "s/^{/{\"series\":\"growth_loop\",\"round\":$round,/" | record
+      tag="s/^{/{\"series\":\"growth_loop\",\"round\":$round,/"
+      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/jobkit_loop" "$iters" 100 0 0 | sed "$tag" | record
+      step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/peers/pmix_floor" "$iters" 100 | sed "$tag" | record
       PMIX_FLOOR_GDS=hash step -N"$nodes" -n"$ranks" "$here/from_exec.sh" "$build/bench/peers/pmix_floor" 1 0 |
-        grep '"init"' | sed "s/^{/{\"series\":\"growth_loop\",\"round\":$round,/" | record
+        grep '"init"' | sed "$tag" | record
     done
   done
 fi

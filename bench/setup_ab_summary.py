@@ -15,14 +15,11 @@ for line in open(sys.argv[1]):
     if r["impl"] == "jobkit":
         rows[key]["slowest"].append(r["median_us"] / 1e3)
         rows[key]["rank0"].append(r["rank0_median_us"] / 1e3)
-        if "from_exec_us" in r:
-            rows[key]["exec_slowest"].append(r["from_exec_us"] / 1e3)
-            rows[key]["exec_rank0"].append(r["rank0_from_exec_us"] / 1e3)
     else:
         rows[key]["rank0"].append(r["median_us"] / 1e3)
-        if "from_exec_us" in r:
-            rows[key]["exec_slowest"].append(r["from_exec_us"] / 1e3)
-            rows[key]["exec_rank0"].append(r["rank0_from_exec_us"] / 1e3)
+    if "from_exec_us" in r:
+        rows[key]["exec_slowest"].append(r["from_exec_us"] / 1e3)
+        rows[key]["exec_rank0"].append(r["rank0_from_exec_us"] / 1e3)
 
 
 def med(v):

@@ -180,28 +180,28 @@ def growth_by_one_loop(rows):
     """compare.sh's growth_loop: medians over rounds, by size, and the growth from the smallest."""
     if not rows:
         return []
-    columns = [("barrier", "jobkit", "barrier", 0), ("all_reduce 8 B", "jobkit", "allreduce", 8),
-               ("all_gather 8 B", "jobkit", "allgather", 8), ("fence", "pmix", "fence_collect", 0),
-               ("setup ms", "jobkit", "init", 0), ("PMIx setup ms", "pmix", "init", 0),
-               ("setup from exec ms", "jobkit", "init", -1), ("PMIx setup from exec ms", "pmix", "init", -1),
-               ("setup CPU ms per rank", "jobkit", "init", -2), ("PMIx setup CPU ms per rank", "pmix", "init", -2)]
-    # PMIx's setup: the faster of its two data stores (launcher's, "hash") at each size, as jobkit picks.
+    # (label, impl, op, bytes (None: any), field, divisor)
+    columns = [("barrier", "jobkit", "barrier", 0, "median_us", 1),
+               ("all_reduce 8 B", "jobkit", "allreduce", 8, "median_us", 1),
+               ("all_gather 8 B", "jobkit", "allgather", 8, "median_us", 1),
+               ("fence", "pmix", "fence_collect", 0, "median_us", 1),
+               ("setup ms", "jobkit", "init", None, "median_us", 1000),
+               ("PMIx setup ms", "pmix", "init", None, "median_us", 1000),
+               ("setup from exec ms", "jobkit", "init", None, "from_exec_us", 1000),
+               ("PMIx setup from exec ms", "pmix", "init", None, "from_exec_us", 1000),
+               ("setup CPU ms per rank", "jobkit", "init", None, "cpu_ms_per_rank", 1),
+               ("PMIx setup CPU ms per rank", "pmix", "init", None, "cpu_ms_per_rank", 1)]
     rounds = len({r["round"] for r in rows})
 
-    def value(ranks, impl, op, size):
+    def value(ranks, impl, op, size, field, divisor):
         v = [r for r in rows if r["ranks"] == ranks and r["impl"] == impl and r["op"] == op
-             and (op == "init" or r["bytes"] == size)]
-        if op == "init":
-            key = {0: "median_us", -1: "from_exec_us", -2: "cpu_ms_per_rank"}[size]
-            scale = 1 if size == -2 else 1000
-            if impl == "pmix":
-                by_store = [statistics.median([r[key] / scale for r in v if key in r and r.get("gds", g) == g] or [1e18])
-                            for g in ("launcher", "hash")]
-                return min(by_store) if min(by_store) < 1e18 else None
-            v = [r[key] / scale for r in v if key in r]
-        else:
-            v = [r["median_us"] for r in v]
-        return statistics.median(v) if v else None
+             and (size is None or r["bytes"] == size) and field in r]
+        # PMIx's setup: the faster of its two data stores (launcher's, "hash") at each size, as jobkit picks.
+        stores = ["launcher", "hash"] if impl == "pmix" and op == "init" else [None]
+        medians = [statistics.median(w) for w in
+                   ([r[field] / divisor for r in v if store is None or r.get("gds", store) == store] for store in stores)
+                   if w]
+        return min(medians) if medians else None
 
     sizes = sorted({r["ranks"] for r in rows})
     out = [f"### Growth from {sizes[0]} to {sizes[-1]} ranks by one loop (compare.sh growth_loop)\n",

@@ -39,7 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "timing.h"
@@ -63,12 +62,6 @@ static int g_size, g_nodes;
 static long g_iters, g_warmup;
 static double *g_t, *g_tmax;
 static double g_loop_us, g_cpu_us;
-
-static double cpu_us(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
 
 /* Collective: reduces the per-iteration times (MAX over ranks) to rank 0, which prints them. */
 static void report(const char* op, long bytes, int sep) {

@@ -31,7 +31,6 @@
  */
 #define _GNU_SOURCE
 #include <pmix.h>
-#include <sys/resource.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -95,10 +94,7 @@ int main(int argc, char** argv) {
   PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
   CHECK(PMIx_Fence(NULL, 0, &collect, 1));
   const double init_us = now_us() - t_main, init_from_exec_us = us_since_exec();
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  const double init_cpu_us = (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 +
-                             (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  const double init_cpu_us = cpu_us();
 
   enum { NOPS = 2 };
   static const struct {

@@ -38,7 +38,5 @@ if [[ -z ${GLOO_SOCKET_IFNAME:-} ]]; then
 fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-# The wall clock just before Python starts, as bench/from_exec.sh stamps it for jobkit_loop.
-now=$EPOCHREALTIME
-export JOBKIT_BENCH_EXEC_NS=${now/[.,]/}000
-exec /usr/bin/python3 "$here/torch_gloo.py" "$@"
+# Through from_exec.sh, as jobkit_loop runs: torch_gloo.py's from_exec_us counts Python's start.
+exec "$here/../from_exec.sh" /usr/bin/python3 "$here/torch_gloo.py" "$@"

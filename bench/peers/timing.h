@@ -3,12 +3,20 @@
 #define JOBKIT_BENCH_PEERS_TIMING_H
 
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static inline double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* CPU time this process used so far, user and system (getrusage), in microseconds. */
+static inline double cpu_us(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 /* Microseconds from bench/from_exec.sh's stamp (JOBKIT_BENCH_EXEC_NS: the wall clock just before
