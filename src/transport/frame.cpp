@@ -11,8 +11,14 @@ namespace jobkit::detail {
 
 void check_header(const frame_header& h) {
   if (h.magic != frame_magic) throw protocol_violation{fmt::format("a frame with a bad magic number {:#x}", h.magic)};
-  if (h.type < static_cast<std::uint32_t>(frame_type::up) || h.type > static_cast<std::uint32_t>(frame_type::abort)) {
+  if (h.type < static_cast<std::uint32_t>(frame_type::up) || h.type > static_cast<std::uint32_t>(frame_type::by_tree)) {
     throw protocol_violation{fmt::format("a frame of unknown type {}", h.type)};
+  }
+  const bool empty = h.type == static_cast<std::uint32_t>(frame_type::receipt) ||
+                     h.type == static_cast<std::uint32_t>(frame_type::by_tree);
+  if (empty && h.payload_size != 0) {
+    throw protocol_violation{fmt::format("a frame of type {} announcing {} payload bytes (it carries none)", h.type,
+                                         h.payload_size)};
   }
   if (h.name_size > max_name_size || h.site_size > max_site_size) {
     throw protocol_violation{

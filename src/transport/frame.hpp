@@ -17,20 +17,25 @@ namespace jobkit::detail {
 
 // The frames of an established tree link. Every size in a header is checked against these
 // limits before anything is allocated.
-constexpr std::uint32_t frame_magic = 0x4a4b5433;  // "JKT3"
+constexpr std::uint32_t frame_magic = 0x4a4b5434;  // "JKT4"
 constexpr std::size_t max_name_size = 256;         // a collective's name, e.g. "broadcast(root 3)"
 constexpr std::size_t max_site_size = 512;         // "file.cpp:42"
 /// The largest payload of one frame: what one collective carries over one link (for a gather,
 /// the values of the whole subtree below it). Larger values are refused before sending.
 constexpr std::uint64_t max_payload_size = std::uint64_t{1} << 32;  // 4 GiB
 
-enum class frame_type : std::uint32_t { up = 1, down = 2, abort = 3 };
+/// A broadcast across nodes goes one way: its bytes come `down` from the root at once, and each
+/// leader sends its parent a `receipt` (no payload) as it enters the broadcast, so that a parent in
+/// another collective reports both call sites instead of waiting for its deadline. `by_tree` (no
+/// payload) comes down instead when the bytes are too large for one way: every member then runs
+/// the ordinary exchange of the same number.
+enum class frame_type : std::uint32_t { up = 1, down = 2, abort = 3, receipt = 4, by_tree = 5 };
 
 struct frame_header {
   std::uint32_t magic;
   std::uint32_t type;
   std::uint64_t sequence;
-  std::uint32_t origin;  // the writer's group rank (abort: the rank that failed)
+  std::uint32_t origin;  // the writer's group rank (abort: the rank that failed; one-way down, by_tree: the source)
   std::uint16_t name_size;
   std::uint16_t site_size;
   std::uint64_t payload_size;

@@ -1,6 +1,8 @@
 #include "transport/tree.hpp"
 
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -30,6 +32,32 @@ namespace {
 constexpr std::chrono::milliseconds check_interval{100};
 
 std::uint32_t low_bits(std::uint64_t sequence) { return static_cast<std::uint32_t>(sequence); }
+
+bool readable_now(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+bool is(const frame& f, frame_type type) { return f.header.type == static_cast<std::uint32_t>(type); }
+
+/// Closes a link whose peer may still send receipts nobody reads. A close with unread data sends
+/// a reset, and a reset makes the peer's kernel drop what it has not acknowledged yet: so the
+/// close waits (a bounded time) until the peer acknowledged everything sent, which then stays
+/// readable for it however the connection ends.
+void close_after_delivery(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  const auto until = clock::now() + std::chrono::seconds(1);
+  char discard[4096];
+  while (clock::now() < until) {
+    while (::recv(fd, discard, sizeof discard, MSG_DONTWAIT) > 0) {
+    }
+    int unacknowledged = 0;
+    if (::ioctl(fd, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged == 0) break;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 1);
+  }
+  ::close(fd);
+}
 
 void copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text) {
   size = static_cast<std::uint32_t>(std::min(text.size(), sizeof to));
@@ -80,14 +108,14 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
                                               static_cast<int>(node_members_.size()), describe(rank_));
   }
   if (const int p = position.parent; p >= 0) {
-    parent_link_.push_back(link{fabric.connect(members[static_cast<std::size_t>(p)], key, deadline), p});
+    parent_link_.push_back(link{fabric.connect(members[static_cast<std::size_t>(p)], key, deadline), p, {}});
   }
   std::vector<int> accepted_world_ranks;
   for (const int g : child_ranks) accepted_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
   for (const int g : mates) accepted_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
   try {
     auto fds = fabric.accept(accepted_world_ranks, key, deadline);
-    for (std::size_t i = 0; i < child_ranks.size(); ++i) children_.push_back(link{fds[i], child_ranks[i]});
+    for (std::size_t i = 0; i < child_ranks.size(); ++i) children_.push_back(link{fds[i], child_ranks[i], {}});
     const std::vector<int> mate_fds(fds.begin() + static_cast<std::ptrdiff_t>(child_ranks.size()), fds.end());
     if (segment_) share_segment(mate_fds, deadline);
   } catch (...) {
@@ -185,7 +213,12 @@ void tcp_tree::share_segment(const std::vector<int>& fds, time_point deadline) {
 tcp_tree::~tcp_tree() {
   for (auto* links : {&children_, &parent_link_}) {
     for (auto& l : *links) {
-      if (l.fd >= 0) ::close(l.fd);
+      if (l.fd < 0) continue;
+      if (l.unconfirmed.empty()) {
+        ::close(l.fd);
+      } else {
+        close_after_delivery(l.fd);
+      }
     }
   }
   if (segment_) {
@@ -315,9 +348,10 @@ const node_segment::mail* tcp_tree::posted_mail(std::uint64_t sequence) {
 void tcp_tree::lost(const link& l, const std::string& why, const exchange& ex) {
   // The peer may have sent an abort just before closing: its reason is the one to report.
   try {
-    if (auto notice = abort_in(receive_frame(l.fd, clock::now() + std::chrono::milliseconds(100)))) {
-      fail(notice->reason, notice->origin, notice->code);
-    }
+    const auto until = clock::now() + std::chrono::milliseconds(100);
+    frame f = receive_frame(l.fd, until);
+    while (is(f, frame_type::receipt)) f = receive_frame(l.fd, until);
+    if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
   } catch (const socket_closed&) {
   } catch (const socket_timeout&) {
   } catch (const protocol_violation&) {
@@ -429,7 +463,7 @@ void tcp_tree::parent_spoke(const exchange& ex, time_point deadline) {
   const auto& parent = parent_link_.front();
   try {
     const frame f = receive_frame(parent.fd, deadline);
-    if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
+    check_from_parent(f, ex);
     fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", describe(parent.peer), f.name,
                      f.header.sequence, describe(rank_), ex.name, sequence_),
          rank_, errc::internal);
@@ -438,17 +472,88 @@ void tcp_tree::parent_spoke(const exchange& ex, time_point deadline) {
   }
 }
 
-void tcp_tree::receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries) {
+bool tcp_tree::receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries) {
   const auto& child = children_[i];
   std::vector<rank_bytes> under;
   try {
-    frame f = receive_frame(child.fd, deadline);
-    check_in_step(child, f, ex, deadline);
-    under = parse_entries(f.payload, static_cast<int>(members_.size()));
+    auto f = next_from_child(i, ex, deadline);
+    if (!f) return false;
+    check_in_step(child, *f, ex, deadline);
+    receive_payload(child.fd, *f, deadline);
+    under = parse_entries(f->payload, static_cast<int>(members_.size()));
   } catch (...) {
     message_failed(child, ex);
   }
   std::move(under.begin(), under.end(), std::back_inserter(entries));
+  return true;
+}
+
+std::optional<frame> tcp_tree::next_from_child(std::size_t i, const exchange& ex, time_point deadline) {
+  auto& child = children_[i];
+  while (true) {
+    frame f = receive_frame_head(child.fd, deadline);
+    if (!is(f, frame_type::receipt)) {
+      const auto& pending = child.unconfirmed;
+      if (is(f, frame_type::up) && !pending.empty() && pending.front().sequence == f.header.sequence) {
+        const auto& b = pending.front();
+        out_of_step({child.peer, f.name, f.header.sequence, f.site}, {0, b.name, b.sequence, b.site});
+      }
+      return f;
+    }
+    confirm(i, f, ex);
+    if (!readable_now(child.fd)) return std::nullopt;
+  }
+}
+
+void tcp_tree::confirm(std::size_t i, const frame& receipt, const exchange& ex) {
+  auto& child = children_[i];
+  auto& pending = child.unconfirmed;
+  const auto sequence = receipt.header.sequence;
+  const call_site theirs{child.peer, receipt.name, sequence, receipt.site};
+  if (!pending.empty() && pending.front().sequence == sequence) {
+    if (pending.front().name != receipt.name) {
+      out_of_step(theirs, {0, pending.front().name, sequence, pending.front().site});
+    }
+    pending.pop_front();
+    return;
+  }
+  // The child entered a broadcast that went one way while this rank is in another collective.
+  if (sequence == sequence_) out_of_step(theirs, {rank_, ex.name, sequence_, ex.site});
+  throw protocol_violation{fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name,
+                                       sequence)};
+}
+
+void tcp_tree::drain_receipts(const exchange& ex, time_point deadline) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    const auto& child = children_[i];
+    try {
+      // Only what is owed: behind it may come the child's frame for the next collective.
+      while (!child.unconfirmed.empty() && readable_now(child.fd)) {
+        frame f = receive_frame_head(child.fd, deadline);
+        if (is(f, frame_type::receipt)) {
+          confirm(i, f, ex);
+          continue;
+        }
+        const auto& b = child.unconfirmed.front();
+        if (is(f, frame_type::up) && f.header.sequence == b.sequence) {
+          out_of_step({child.peer, f.name, f.header.sequence, f.site}, {0, b.name, b.sequence, b.site});
+        }
+        check_in_step(child, f, ex, deadline);
+        throw protocol_violation{fmt::format("a frame of type {} in a broadcast that went one way", f.header.type)};
+      }
+    } catch (...) {
+      message_failed(child, ex);
+    }
+  }
+}
+
+void tcp_tree::check_from_parent(const frame& f, const exchange& ex) {
+  if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
+  if (f.header.sequence == sequence_ && f.name == ex.name) return;
+  // Only a broadcast that went one way comes down before this rank's contribution went up: its
+  // origin is the source, its site the source's.
+  const auto source = static_cast<int>(std::min<std::uint64_t>(f.header.origin, members_.size() - 1));
+  out_of_step({rank_, ex.name, sequence_, ex.site}, {source, f.name, f.header.sequence, f.site});
 }
 
 void tcp_tree::check_links(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
@@ -461,8 +566,7 @@ void tcp_tree::check_links(const exchange& ex, time_point deadline, const take_c
   if (!parent_link_.empty() && fds.back().revents != 0) parent_spoke(ex, deadline);
   for (std::size_t i = 0; i < children_.size(); ++i) {
     // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
-    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
-    take(i);
+    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0 || !take(i)) continue;
     done[i] = true;
     --pending;
   }
@@ -569,8 +673,7 @@ void tcp_tree::await_children(const exchange& ex, time_point deadline, const tak
     if (ready == 0) time_out(ex, done, {});
     if (!parent_link_.empty() && fds.back().revents != 0) parent_spoke(ex, deadline);
     for (std::size_t i = 0; i < children_.size(); ++i) {
-      if (done[i] || fds[i].revents == 0) continue;
-      take(i);
+      if (done[i] || fds[i].revents == 0 || !take(i)) continue;
       done[i] = true;
       --pending;
     }
@@ -584,7 +687,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
 
   std::vector<bool> done(children_.size(), false);
   std::size_t pending = children_.size();
-  const take_child take = [&](std::size_t i) { receive_child(i, ex, deadline, entries); };
+  const take_child take = [&](std::size_t i) { return receive_child(i, ex, deadline, entries); };
   if (node_leader()) {
     const auto used = await_node(ex, deadline, take, done, pending);
     for (std::size_t i = 1; i < node_members_.size(); ++i) {
@@ -772,11 +875,102 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_on_node(const exchang
   if (ex.source != rank_) return take_mail(ex, deadline);
   check_node(ex, false);
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (!post_mail(ex, deadline, mine)) return std::nullopt;
+  if (!post_mail(ex, deadline, mine, mine.size() <= node_segment::inline_capacity)) return std::nullopt;
   return std::vector<rank_bytes>{rank_bytes{rank_, {mine.begin(), mine.end()}}};
 }
 
-bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> mine) {
+std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const exchange& ex) {
+  const auto deadline = clock::now() + ex.timeout;
+  if (node_index_ > 0) return take_mail(ex, deadline);
+  if (segment_) check_members(ex, false);
+  std::vector<rank_bytes> entries;
+  std::vector<std::byte> everyone;
+  bool one_way = true;
+  if (parent_link_.empty()) {
+    const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+    one_way = mine.size() <= node_segment::inline_capacity;
+    if (one_way) {
+      entries.push_back(rank_bytes{rank_, {mine.begin(), mine.end()}});
+      append_entries(everyone, {&entries.front()});
+    }
+  } else {
+    const auto& parent = parent_link_.front();
+    try {
+      send_frame(parent.fd, frame_type::receipt, sequence_, rank_, ex.name, ex.site, {}, deadline);
+    } catch (const socket_closed&) {
+      // The parent may have passed the bytes on and left the group: they wait in this socket.
+    } catch (const socket_timeout&) {
+      fail(fmt::format("{} stopped reading during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+    }
+    frame f = await_broadcast(ex, deadline);
+    one_way = is(f, frame_type::down);
+    if (one_way) {
+      try {
+        entries = parse_entries(f.payload, static_cast<int>(members_.size()));
+        if (entries.size() != 1 || entries.front().rank != 0 ||
+            entries.front().bytes.size() > node_segment::inline_capacity) {
+          throw protocol_violation{"a one-way broadcast that is not one entry of group rank 0 within 7 KiB"};
+        }
+      } catch (const protocol_violation& v) {
+        broke_protocol(parent, v, ex);
+      }
+      everyone = std::move(f.payload);
+    }
+  }
+  for (auto& child : children_) {
+    try {
+      send_frame(child.fd, one_way ? frame_type::down : frame_type::by_tree, sequence_, 0, ex.name, ex.site,
+                 everyone, deadline);
+    } catch (const socket_closed& e) {
+      lost(child, e.why, ex);
+    } catch (const socket_timeout&) {
+      fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+    }
+    child.unconfirmed.push_back({sequence_, ex.name, ex.site});
+  }
+  if (segment_) {
+    const auto bytes = one_way ? std::span<const std::byte>(entries.front().bytes) : std::span<const std::byte>{};
+    post_mail(ex, deadline, bytes, one_way);
+  }
+  drain_receipts(ex, deadline);
+  if (!one_way) return std::nullopt;
+  return entries;
+}
+
+frame tcp_tree::await_broadcast(const exchange& ex, time_point deadline) {
+  const auto& parent = parent_link_.front();
+  while (true) {
+    pollfd p{parent.fd, POLLIN, 0};
+    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(check_interval.count()));
+    const int ready = ::poll(&p, 1, wait);
+    if (ready > 0) break;
+    if (ready < 0 && errno == EINTR) interruption_point();
+    if (segment_) check_members(ex, true);
+    if (clock::now() >= deadline) {
+      fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}: rank {} or a rank "
+                       "between never arrived",
+                       ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(parent.peer), members_.front()),
+           rank_, errc::timeout);
+    }
+  }
+  try {
+    frame f = receive_frame(parent.fd, deadline);
+    check_from_parent(f, ex);
+    if (!is(f, frame_type::down) && !is(f, frame_type::by_tree)) {
+      throw protocol_violation{fmt::format("a frame of type {} where a broadcast was due", f.header.type)};
+    }
+    return f;
+  } catch (...) {
+    result_failed(parent, ex);
+  }
+}
+
+int tcp_tree::mail_poster(int source) const {
+  const auto at = std::find(node_members_.begin(), node_members_.end(), source);
+  return at == node_members_.end() ? 0 : static_cast<int>(at - node_members_.begin());
+}
+
+bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits) {
   auto& segment = *segment_;
   auto& mail = segment.mail_for(sequence_);
   // The mailbox's last broadcast must have been taken by every member before it is reused.
@@ -796,13 +990,12 @@ bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<cons
     out_of_step(mail.source, std::string_view(mail.name, mail.name_size), sequence_,
                 std::string_view(mail.site, mail.site_size), ex);
   }
-  const bool fits = mine.size() <= node_segment::inline_capacity;
-  mail.source = rank_;
+  mail.source = ex.source;
   mail.too_large = fits ? 0 : 1;
-  mail.size = fits ? mine.size() : 0;
+  mail.size = fits ? bytes.size() : 0;
   copy_text(mail.name, mail.name_size, ex.name);
   copy_text(mail.site, mail.site_size, ex.site);
-  if (fits && !mine.empty()) std::memcpy(mail.payload, mine.data(), mine.size());
+  if (fits && !bytes.empty()) std::memcpy(mail.payload, bytes.data(), bytes.size());
   segment.store(mail.readers_left, static_cast<std::uint32_t>(node_members_.size() - 1));
   // Every member's arrival at once: the counts of the exchanges after this one stay right.
   if (fits) segment.arrive(node_members_.size());
@@ -813,9 +1006,10 @@ bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<cons
 
 void tcp_tree::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
   const auto earlier = segment_->load(mail.claimed);
+  const auto poster = static_cast<std::size_t>(mail_poster(mail.source));
   std::vector<int> missing;
   for (std::size_t i = 0; i < node_members_.size(); ++i) {
-    if (node_members_[i] != mail.source && segment_->load(segment_->member(static_cast<int>(i)).taken) < earlier)
+    if (i != poster && segment_->load(segment_->member(static_cast<int>(i)).taken) < earlier)
       missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
   }
   fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never took {} #{} at {}, whose mailbox {} "
@@ -829,8 +1023,7 @@ void tcp_tree::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
 std::optional<std::vector<rank_bytes>> tcp_tree::take_mail(const exchange& ex, time_point deadline) {
   auto& segment = *segment_;
   auto& mail = segment.mail_for(sequence_);
-  const auto source =
-      static_cast<int>(std::find(node_members_.begin(), node_members_.end(), ex.source) - node_members_.begin());
+  const int source = mail_poster(ex.source);
   const auto& source_slot = segment.member(source);
   wait_in_segment(
       node_segment::bell::down, ex, deadline,
@@ -843,6 +1036,13 @@ std::optional<std::vector<rank_bytes>> tcp_tree::take_mail(const exchange& ex, t
       [&] {
         // The source may be waiting for a member that has not taken an earlier broadcast.
         if (segment.load(mail.claimed) < sequence_ && segment.load(mail.readers_left) != 0) mail_not_taken(ex, mail);
+        if (node_members_[static_cast<std::size_t>(source)] != ex.source) {
+          fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}, which {} passes on "
+                           "to this node: rank {} or a rank between never arrived",
+                           ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(ex.source),
+                           describe(node_members_.front()), members_[static_cast<std::size_t>(ex.source)]),
+               rank_, errc::timeout);
+        }
         never_arrived(ex, {members_[static_cast<std::size_t>(ex.source)]});
       });
   const std::string_view name(mail.name, mail.name_size);
@@ -883,6 +1083,8 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
     if (ex.source >= 0) {
       if (auto entries = broadcast_on_node(ex)) return std::move(*entries);
     }
+  } else if (ex.source == 0 && members_.size() > 1 && ex.to == delivery::everyone && !ex.fold && !ex.finish) {
+    if (auto entries = broadcast_across_nodes(ex)) return std::move(*entries);
   }
   if (node_index_ > 0) return run_as_node_mate(ex);
   auto entries = gather_up(ex);
@@ -901,7 +1103,7 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
     try {
       send_frame(parent.fd, frame_type::up, sequence_, rank_, ex.name, ex.site, payload, deadline);
       frame f = receive_frame(parent.fd, deadline);
-      if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
+      check_from_parent(f, ex);
       entries = parse_entries(f.payload, static_cast<int>(members_.size()));
       if (ex.to == delivery::everyone) everyone = std::move(f.payload);
     } catch (...) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -42,9 +43,15 @@ class tcp_tree final : public transport {
   void check_peers(const std::string& during) override;
 
  private:
+  /// A one-way broadcast sent down a link, whose receipt has not come back yet.
+  struct unconfirmed_broadcast {
+    std::uint64_t sequence;
+    std::string name, site;  // the source's call site
+  };
   struct link {
     int fd = -1;
-    int peer = -1;  // group rank
+    int peer = -1;                                   // group rank
+    std::deque<unconfirmed_broadcast> unconfirmed;  // child links only
   };
   using time_point = steady_clock::time_point;
   bool node_leader() const noexcept { return segment_ && node_index_ == 0; }
@@ -52,7 +59,8 @@ class tcp_tree final : public transport {
   void join_node(tcp_fabric& fabric, const std::string& key, time_point deadline);
   /// The leader's setup: tells the node-mates the segment's name, waits until each mapped it, unlinks it.
   void share_segment(const std::vector<int>& fds, time_point deadline);
-  using take_child = std::function<void(std::size_t)>;
+  /// Takes child i's contribution; false when only receipts were waiting.
+  using take_child = std::function<bool(std::size_t)>;
   std::vector<rank_bytes> gather_up(const exchange& ex);
   /// The leader's wait for its node-mates' contributions, which watches the TCP links meanwhile
   /// (take receives child i's contribution). Large contributions get a place in the data region;
@@ -78,8 +86,9 @@ class tcp_tree final : public transport {
   /// in the segment and goes on; each other member takes them. Empty when they were too large for
   /// mail, so that every member runs the ordinary exchange instead.
   std::optional<std::vector<rank_bytes>> broadcast_on_node(const exchange& ex);
-  /// Returns whether the bytes fit in the mail.
-  bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
+  /// Posts the bytes, or, when they do not fit, a notice that sends every member down the
+  /// ordinary exchange. Returns whether they fit.
+  bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits);
   std::optional<std::vector<rank_bytes>> take_mail(const exchange& ex, time_point deadline);
   [[noreturn]] void never_arrived(const exchange& ex, const std::vector<int>& missing);
   /// The deadline of a broadcast whose mailbox still holds an earlier broadcast that some member
@@ -88,7 +97,27 @@ class tcp_tree final : public transport {
   /// Between node waits: fails on an abort from the parent or a child that closed.
   void check_links(const exchange& ex, time_point deadline, const take_child& take, std::vector<bool>& done,
                    std::size_t& pending);
-  void receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
+  bool receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
+  /// The head of child i's next frame that is not a receipt, consuming the receipts before it;
+  /// empty when only receipts were waiting. A contribution to a collective whose number went one
+  /// way fails the group as out of step, naming the broadcast.
+  std::optional<frame> next_from_child(std::size_t i, const exchange& ex, time_point deadline);
+  void confirm(std::size_t i, const frame& receipt, const exchange& ex);
+  /// Reads the receipts waiting on the child links without blocking.
+  void drain_receipts(const exchange& ex, time_point deadline);
+  /// A broadcast from group rank 0 of a group that spans nodes, one way: the root sends its bytes
+  /// down and goes on; each leader sends a receipt up, passes the bytes on to its children and
+  /// posts them as its node's mail. Empty when they are too large for mail: every member then
+  /// runs the ordinary exchange.
+  std::optional<std::vector<rank_bytes>> broadcast_across_nodes(const exchange& ex);
+  /// A leader's wait for the parent's frame of a one-way broadcast, watching its node meanwhile.
+  frame await_broadcast(const exchange& ex, time_point deadline);
+  /// Fails unless the parent's frame is this exchange's result (an abort, or a broadcast that went
+  /// one way while this rank is in another collective, fail the group).
+  void check_from_parent(const frame& f, const exchange& ex);
+  /// The node index of the member that posts a broadcast's mail: the source, or the leader when
+  /// the source is on another node.
+  int mail_poster(int source) const;
   [[noreturn]] void parent_spoke(const exchange& ex, time_point deadline);
   /// In a catch block around reading a message of link l: fails the group as the exception says
   /// (a broken protocol, a closed link, a stall mid-message), or lets it pass (already failed).
@@ -124,7 +153,7 @@ class tcp_tree final : public transport {
                           std::uint64_t bulk_size);
   void bulk_as_node_mate(const bulk_exchange& bx);
   /// Child i's pieces, straight into the buffer.
-  void receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline);
+  bool receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline);
   void send_up_bulk(const bulk_exchange& bx, time_point deadline);
   /// Receives the whole buffer from the parent (unless rank 0) and sends it on to the children,
   /// one chunk at a time.

@@ -47,7 +47,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
   const auto deadline = clock::now() + ex.timeout;
   std::vector<bool> done(children_.size(), false);
   std::size_t pending = children_.size();
-  const take_child take = [&](std::size_t i) { receive_child_bulk(i, bx, deadline); };
+  const take_child take = [&](std::size_t i) { return receive_child_bulk(i, bx, deadline); };
   if (node_leader()) {
     const auto used = await_node(ex, deadline, take, done, pending);
     for (std::size_t i = 1; i < node_members_.size(); ++i) {
@@ -81,23 +81,25 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
   segment_->ring(node_segment::bell::down);
 }
 
-void tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline) {
+bool tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline) {
   const auto& ex = bx.base;
   const auto& child = children_[i];
   try {
-    frame f = receive_frame_head(child.fd, deadline);
-    check_in_step(child, f, ex, deadline);
-    if (f.header.type != static_cast<std::uint32_t>(frame_type::up)) {
-      throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f.header.type)};
+    auto f = next_from_child(i, ex, deadline);
+    if (!f) return false;
+    check_in_step(child, *f, ex, deadline);
+    if (f->header.type != static_cast<std::uint32_t>(frame_type::up)) {
+      throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f->header.type)};
     }
     const auto size = read_bulk_pieces(
-        [&](void* to, std::size_t n) { receive_all(child.fd, to, n, deadline); }, f.header.payload_size, bx,
+        [&](void* to, std::size_t n) { receive_all(child.fd, to, n, deadline); }, f->header.payload_size, bx,
         static_cast<int>(members_.size()),
         [&](int g) { return child_of_[static_cast<std::size_t>(g)] == static_cast<int>(i) && bx.contributes(g); });
     if (size != bx.buffer.size()) sizes_differ(ex, child.peer, size, bx.buffer.size());
   } catch (...) {
     message_failed(child, ex);
   }
+  return true;
 }
 
 void tcp_tree::send_up_bulk(const bulk_exchange& bx, time_point deadline) {

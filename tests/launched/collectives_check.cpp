@@ -4,7 +4,7 @@
 //                    received value is checked; prints the cost of the first and last 1000
 //   late S           a barrier that the last rank reaches S seconds late: nobody may leave early
 //   die HOW OP       the last rank dies (exit, kill, abort, term) while the others are in OP
-//                    (barrier, broadcast, all_gather)
+//                    (barrier, broadcast, all_gather, broadcast_into), then a barrier
 //   node-death V     rank V, which shares its node with the others, is killed in a loop of
 //                    barriers: the others must name it (they wait in shared memory, where no
 //                    socket closes); each prints when it noticed, the victim when it died
@@ -12,7 +12,7 @@
 //                    they spent waiting in it (getrusage, the whole process)
 //   slow-and-dead    3 nodes x 3 ranks: rank 5 is 10 s late while rank 8 dies; every rank but
 //                    the slow one must fail at once (its node leader, waiting for it, included)
-//   mismatch         rank 0 calls broadcast while the others call barrier
+//   mismatch         rank 0 calls broadcast while the others call barrier; then all call barrier
 //   timeout          the last rank sleeps past the others' 1 s deadline
 //   throw            compute_and_broadcast whose callable throws on the root (rank 1)
 //   bulk             broadcast_into and all_gather_into of sizes from 0 to several MiB (more than
@@ -383,6 +383,9 @@ int main(int argc, char** argv) {
           jobkit::broadcast_into(buffer, 0);
         }
       }
+      // A broadcast's root does not wait for the others (as MPI_Bcast): it may learn of the death
+      // only at its next collective.
+      jobkit::barrier();
       std::printf("rank %d: finished without noticing the death\n", me);
       return 0;
     }
@@ -408,6 +411,7 @@ int main(int argc, char** argv) {
       } else {
         jobkit::barrier();
       }
+      jobkit::barrier();  // the root of a broadcast learns of the mismatch here at the latest
       std::printf("rank %d: paired different collectives silently\n", me);
       return 0;
     }

@@ -530,8 +530,10 @@ TEST_CASE("node-mates in shared memory: out of step, a throwing callable, a late
     return 0;
   });
   for (const auto& o : mismatch) {
-    CHECK(contains(o.error, "collectives out of step: rank 2 (n0) is in broadcast(root 0) #2 at test_transport.cpp:"));
-    CHECK(contains(o.error, "while rank 0 (n0) is in barrier #2 at test_transport.cpp:"));
+    INFO(o.error);
+    CHECK(contains(o.error, "collectives out of step: "));
+    CHECK(contains(o.error, "rank 2 (n0) is in broadcast(root 0) #2 at test_transport.cpp:"));
+    CHECK(contains(o.error, "rank 0 (n0) is in barrier #2 at test_transport.cpp:"));
   }
 
   const auto thrown = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
@@ -796,5 +798,104 @@ TEST_CASE("a broadcast on one node does not wait for the others: the source runs
     INFO(o.error);
     REQUIRE(o.value);
     CHECK(*o.value == 42);
+  }
+}
+
+TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders pass it on, mismatch and lateness named",
+          "[transport]") {
+  // Leaders 0 (n0), 1 (n1), 2 (n2) and 6 (n3); leader 6 hangs under leader 2, so bytes are
+  // passed on twice; the others are node-mates.
+  const std::vector<int> nodes{0, 1, 2, 0, 1, 2, 3, 3};
+  const auto text = [](int i) { return std::string(static_cast<std::size_t>(i % 9 == 0 ? 9'000 + i : i), 'a' + i % 26); };
+  const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    int right = 0;
+    // No barrier between them; every 9th is too large for one way and takes the tree.
+    for (int i = 0; i < 300; ++i) {
+      right += g.broadcast(g.rank() == 0 ? text(i) : std::string(), 0) == text(i);
+      if (i % 37 == 0) right += g.all_reduce(1, jobkit::reduce_op::sum) == 8;
+      if (i % 53 == 0) {
+        std::vector<int> values(5000, g.rank() == 0 ? i : -1);
+        g.broadcast_into(values, 0);
+        right += values[4999] == i;
+      }
+    }
+    return right;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 300 + 9 + 6);
+  }
+
+  // The root posts 5 broadcasts and returns from each while rank 7 (under leader 6, two hops
+  // away) has not called any.
+  std::atomic<bool> root_done{false};
+  bool root_ran_ahead = false;
+  const auto ahead = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 7) {
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!root_done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      root_ran_ahead = root_done;
+    }
+    int sum = 0;
+    for (int i = 0; i < 5; ++i) sum += g.broadcast(g.rank() == 0 ? i + 1 : 0, 0);
+    if (g.rank() == 0) root_done = true;
+    return sum;
+  });
+  for (const auto& o : ahead) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 15);
+  }
+  CHECK(root_ran_ahead);
+
+  // One rank in a barrier while the others broadcast: the root, a leader that passes the bytes
+  // on, a leaf leader, a node-mate. Every rank learns of it (in this collective or its next),
+  // as out of step, not at a deadline.
+  for (const int odd : {0, 2, 6, 7}) {
+    const auto mismatched = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+      g.barrier();
+      if (g.rank() == odd) {
+        g.barrier();
+      } else {
+        g.broadcast(7, 0);
+      }
+      g.barrier({.timeout = 10s});
+      return true;
+    });
+    for (const auto& o : mismatched) {
+      INFO("odd " << odd << ": " << o.error);
+      CHECK_FALSE(o.value);
+      CHECK(contains(o.error, "out of step"));
+      CHECK(contains(o.error, "broadcast(root 0) #2 at test_transport.cpp:"));
+      CHECK(contains(o.error, "barrier #2 at test_transport.cpp:"));
+    }
+  }
+
+  // The root's last call: it destroys its group (and its thread ends) before the others call it.
+  const auto root_left = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() != 0) std::this_thread::sleep_for(300ms);
+    return g.broadcast(g.rank() == 0 ? 42 : 0, 0);
+  });
+  for (const auto& o : root_left) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 42);
+  }
+
+  // A late root: the leaders and the node-mates time out, naming it.
+  const auto late_root = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 0) std::this_thread::sleep_for(1500ms);
+    return g.broadcast(1, {.root = 0, .timeout = 500ms});
+  });
+  for (int r = 1; r < 8; ++r) {
+    const auto& o = late_root[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << o.error);
+    CHECK(o.code == jobkit::errc::timeout);
+    // The root's node-mate (rank 3) waits for the root itself; the others for the bytes it passes on.
+    CHECK(contains(o.error, r == 3 ? "rank(s) 0 never arrived" : "rank 0 or a rank between never arrived"));
   }
 }
