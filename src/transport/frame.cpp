@@ -17,8 +17,8 @@ void check_header(const frame_header& h) {
   const bool empty = h.type == static_cast<std::uint32_t>(frame_type::receipt) ||
                      h.type == static_cast<std::uint32_t>(frame_type::by_tree);
   if (empty && h.payload_size != 0) {
-    throw protocol_violation{fmt::format("a frame of type {} announcing {} payload bytes (it carries none)", h.type,
-                                         h.payload_size)};
+    throw protocol_violation{
+        fmt::format("a frame of type {} announcing {} payload bytes (it carries none)", h.type, h.payload_size)};
   }
   if (h.name_size > max_name_size || h.site_size > max_site_size) {
     throw protocol_violation{

@@ -519,8 +519,8 @@ void tcp_tree::confirm(std::size_t i, const frame& receipt, const exchange& ex) 
   }
   // The child entered a broadcast that went one way while this rank is in another collective.
   if (sequence == sequence_) out_of_step(theirs, {rank_, ex.name, sequence_, ex.site});
-  throw protocol_violation{fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name,
-                                       sequence)};
+  throw protocol_violation{
+      fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name, sequence)};
 }
 
 void tcp_tree::drain_receipts(const exchange& ex, time_point deadline) {
@@ -919,8 +919,8 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
   }
   for (auto& child : children_) {
     try {
-      send_frame(child.fd, one_way ? frame_type::down : frame_type::by_tree, sequence_, 0, ex.name, ex.site,
-                 everyone, deadline);
+      send_frame(child.fd, one_way ? frame_type::down : frame_type::by_tree, sequence_, 0, ex.name, ex.site, everyone,
+                 deadline);
     } catch (const socket_closed& e) {
       lost(child, e.why, ex);
     } catch (const socket_timeout&) {

@@ -50,7 +50,7 @@ class tcp_tree final : public transport {
   };
   struct link {
     int fd = -1;
-    int peer = -1;                                   // group rank
+    int peer = -1;                                  // group rank
     std::deque<unconfirmed_broadcast> unconfirmed;  // child links only
   };
   using time_point = steady_clock::time_point;

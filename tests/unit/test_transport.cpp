@@ -806,7 +806,9 @@ TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders p
   // Leaders 0 (n0), 1 (n1), 2 (n2) and 6 (n3); leader 6 hangs under leader 2, so bytes are
   // passed on twice; the others are node-mates.
   const std::vector<int> nodes{0, 1, 2, 0, 1, 2, 3, 3};
-  const auto text = [](int i) { return std::string(static_cast<std::size_t>(i % 9 == 0 ? 9'000 + i : i), 'a' + i % 26); };
+  const auto text = [](int i) {
+    return std::string(static_cast<std::size_t>(i % 9 == 0 ? 9'000 + i : i), 'a' + i % 26);
+  };
   const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
     int right = 0;
     // No barrier between them; every 9th is too large for one way and takes the tree.
