@@ -928,11 +928,12 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
     }
     child.unconfirmed.push_back({sequence_, ex.name, ex.site});
   }
+  drain_receipts(ex, deadline);
+  // Last: on a node with more ranks than cores, the node-mates it wakes may take this core.
   if (segment_) {
     const auto bytes = one_way ? std::span<const std::byte>(entries.front().bytes) : std::span<const std::byte>{};
     post_mail(ex, deadline, bytes, one_way);
   }
-  drain_receipts(ex, deadline);
   if (!one_way) return std::nullopt;
   return entries;
 }

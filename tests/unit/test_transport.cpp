@@ -300,6 +300,11 @@ TEST_CASE("frame sizes are checked before anything is allocated", "[transport]")
   auto bad_type = good;
   bad_type.type = 9;
   expect_violation(bad_type, "unknown type 9");
+  for (const auto empty : {frame_type::receipt, frame_type::by_tree}) {
+    auto carrying = good;  // these carry no payload
+    carrying.type = static_cast<std::uint32_t>(empty);
+    expect_violation(carrying, "announcing 10 payload bytes (it carries none)");
+  }
   ::close(pair[0]);
   ::close(pair[1]);
 
