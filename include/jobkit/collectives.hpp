@@ -85,7 +85,10 @@ class group {
   /// Returns when every member has arrived.
   void barrier(call_options options = {}, std::source_location site = std::source_location::current());
 
-  /// The root's value, on every rank.
+  /// The root's value, on every rank. Up to 7 KiB from group rank 0, or from any root of a group
+  /// on one node, it goes one way (as MPI_Bcast may): the root, and a rank whose node leader has
+  /// passed the bytes on, may return before every other rank has them; a failure or a mismatch
+  /// elsewhere then reaches it at its next collective.
   template <sendable T>
   T broadcast(const T& value, rooted_options options, std::source_location site = std::source_location::current());
 

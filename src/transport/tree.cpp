@@ -49,8 +49,11 @@ void close_after_delivery(int fd) {
   const auto until = clock::now() + std::chrono::seconds(1);
   char discard[4096];
   while (clock::now() < until) {
-    while (::recv(fd, discard, sizeof discard, MSG_DONTWAIT) > 0) {
+    ssize_t n = 0;
+    while ((n = ::recv(fd, discard, sizeof discard, MSG_DONTWAIT)) > 0) {
     }
+    // The peer closed or reset: it reads nothing more, and a reset keeps the count from reaching 0.
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
     int unacknowledged = 0;
     if (::ioctl(fd, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged == 0) break;
     pollfd p{fd, POLLIN, 0};
@@ -523,27 +526,45 @@ void tcp_tree::confirm(std::size_t i, const frame& receipt, const exchange& ex) 
       fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name, sequence)};
 }
 
-void tcp_tree::drain_receipts(const exchange& ex, time_point deadline) {
-  for (std::size_t i = 0; i < children_.size(); ++i) {
-    const auto& child = children_[i];
+std::optional<frame_header> tcp_tree::skip_receipts(std::size_t i, const exchange& ex, time_point deadline) {
+  auto& child = children_[i];
+  while (true) {
+    frame_header h{};
+    // Nothing, part of a header, the end or an error: the blocking reads report those.
+    if (::recv(child.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) return std::nullopt;
+    // Only what is owed: behind it may come a receipt for the child's next collective.
+    if (h.type != static_cast<std::uint32_t>(frame_type::receipt) || child.unconfirmed.empty()) return h;
     try {
-      // Only what is owed: behind it may come the child's frame for the next collective.
-      while (!child.unconfirmed.empty() && readable_now(child.fd)) {
-        frame f = receive_frame_head(child.fd, deadline);
-        if (is(f, frame_type::receipt)) {
-          confirm(i, f, ex);
-          continue;
-        }
-        const auto& b = child.unconfirmed.front();
-        if (is(f, frame_type::up) && f.header.sequence == b.sequence) {
-          out_of_step({child.peer, f.name, f.header.sequence, f.site}, {0, b.name, b.sequence, b.site});
-        }
-        check_in_step(child, f, ex, deadline);
-        throw protocol_violation{fmt::format("a frame of type {} in a broadcast that went one way", f.header.type)};
-      }
+      confirm(i, receive_frame_head(child.fd, deadline), ex);
     } catch (...) {
       message_failed(child, ex);
     }
+  }
+}
+
+void tcp_tree::check_child(std::size_t i, const exchange& ex, time_point deadline) {
+  const auto& child = children_[i];
+  const auto next = skip_receipts(i, ex, deadline);
+  if (next && next->type == static_cast<std::uint32_t>(frame_type::receipt)) return;
+  pollfd p{child.fd, POLLRDHUP, 0};
+  if (!next && (::poll(&p, 1, 0) <= 0 || p.revents == 0)) return;  // a header still on its way
+  try {
+    auto f = next_from_child(i, ex, deadline);  // names a contribution to the broadcast as out of step
+    if (!f) return;
+    check_in_step(child, *f, ex, deadline);
+    throw protocol_violation{fmt::format("a frame of type {} in a broadcast that went one way", f->header.type)};
+  } catch (...) {
+    message_failed(child, ex);
+  }
+}
+
+void tcp_tree::drain_receipts(const exchange& ex, time_point deadline) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    const auto next = skip_receipts(i, ex, deadline);
+    // A failure behind the receipts reaches this rank now rather than at its next collective.
+    if (next && (next->type == static_cast<std::uint32_t>(frame_type::abort) ||
+                 (next->type == static_cast<std::uint32_t>(frame_type::up) && !children_[i].unconfirmed.empty())))
+      check_child(i, ex, deadline);
   }
 }
 
@@ -606,10 +627,9 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
           if (!in[i]) missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
         }
         std::vector<bool> arrived = done;
-        std::vector<pollfd> fds;
-        for (std::size_t i = 0; i < children_.size(); ++i) fds.push_back(pollfd{children_[i].fd, POLLIN, 0});
-        if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0) {
-          for (std::size_t i = 0; i < children_.size(); ++i) arrived[i] = arrived[i] || fds[i].revents != 0;
+        for (std::size_t i = 0; i < children_.size(); ++i) {
+          const auto next = arrived[i] ? std::nullopt : skip_receipts(i, ex, deadline);
+          arrived[i] = arrived[i] || (next && next->type != static_cast<std::uint32_t>(frame_type::receipt));
         }
         time_out(ex, arrived, missing);
       }
@@ -875,7 +895,7 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_on_node(const exchang
   if (ex.source != rank_) return take_mail(ex, deadline);
   check_node(ex, false);
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (!post_mail(ex, deadline, mine, mine.size() <= node_segment::inline_capacity)) return std::nullopt;
+  if (!post_mail(ex, deadline, mine, mine.size() <= node_segment::inline_capacity, ex.site)) return std::nullopt;
   return std::vector<rank_bytes>{rank_bytes{rank_, {mine.begin(), mine.end()}}};
 }
 
@@ -885,6 +905,7 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
   if (segment_) check_members(ex, false);
   std::vector<rank_bytes> entries;
   std::vector<std::byte> everyone;
+  std::string source_site = ex.site;
   bool one_way = true;
   if (parent_link_.empty()) {
     const auto mine = ex.mine.value_or(std::span<const std::byte>{});
@@ -902,7 +923,13 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
     } catch (const socket_timeout&) {
       fail(fmt::format("{} stopped reading during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
     }
+    // Owed from here on: the children's receipts may arrive while this rank waits.
+    for (auto& child : children_) child.unconfirmed.push_back({sequence_, ex.name, ex.site});
     frame f = await_broadcast(ex, deadline);
+    for (auto& child : children_) {  // unless the receipt came back while this rank waited
+      if (!child.unconfirmed.empty() && child.unconfirmed.back().sequence == sequence_)
+        child.unconfirmed.back().site = f.site;
+    }
     one_way = is(f, frame_type::down);
     if (one_way) {
       try {
@@ -916,36 +943,45 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
       }
       everyone = std::move(f.payload);
     }
+    source_site = std::move(f.site);
+  }
+  // The node first, as the ordinary exchange does: measured faster on nodes with more ranks than
+  // cores (bench/RESULTS.md, session 9).
+  if (segment_) {
+    const auto bytes = one_way ? std::span<const std::byte>(entries.front().bytes) : std::span<const std::byte>{};
+    post_mail(ex, deadline, bytes, one_way, source_site);
   }
   for (auto& child : children_) {
     try {
-      send_frame(child.fd, one_way ? frame_type::down : frame_type::by_tree, sequence_, 0, ex.name, ex.site, everyone,
-                 deadline);
+      send_frame(child.fd, one_way ? frame_type::down : frame_type::by_tree, sequence_, 0, ex.name, source_site,
+                 everyone, deadline);
     } catch (const socket_closed& e) {
       lost(child, e.why, ex);
     } catch (const socket_timeout&) {
       fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
     }
-    child.unconfirmed.push_back({sequence_, ex.name, ex.site});
+    if (parent_link_.empty()) child.unconfirmed.push_back({sequence_, ex.name, ex.site});
   }
   drain_receipts(ex, deadline);
-  // Last: on a node with more ranks than cores, the node-mates it wakes may take this core.
-  if (segment_) {
-    const auto bytes = one_way ? std::span<const std::byte>(entries.front().bytes) : std::span<const std::byte>{};
-    post_mail(ex, deadline, bytes, one_way);
-  }
   if (!one_way) return std::nullopt;
   return entries;
 }
 
 frame tcp_tree::await_broadcast(const exchange& ex, time_point deadline) {
   const auto& parent = parent_link_.front();
+  // The children too: one that fails, dies or is in another collective must not wait for the root.
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd p{parent.fd, POLLIN, 0};
+    fds.clear();
+    fds.push_back(pollfd{parent.fd, POLLIN, 0});
+    for (const auto& child : children_) fds.push_back(pollfd{child.fd, POLLIN | POLLRDHUP, 0});
     const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(check_interval.count()));
-    const int ready = ::poll(&p, 1, wait);
-    if (ready > 0) break;
+    const int ready = ::poll(fds.data(), fds.size(), wait);
     if (ready < 0 && errno == EINTR) interruption_point();
+    if (ready > 0 && fds.front().revents != 0) break;
+    for (std::size_t i = 0; ready > 0 && i < children_.size(); ++i) {
+      if (fds[i + 1].revents != 0) check_child(i, ex, deadline);
+    }
     if (segment_) check_members(ex, true);
     if (clock::now() >= deadline) {
       fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}: rank {} or a rank "
@@ -971,7 +1007,8 @@ int tcp_tree::mail_poster(int source) const {
   return at == node_members_.end() ? 0 : static_cast<int>(at - node_members_.begin());
 }
 
-bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits) {
+bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits,
+                         std::string_view source_site) {
   auto& segment = *segment_;
   auto& mail = segment.mail_for(sequence_);
   // The mailbox's last broadcast must have been taken by every member before it is reused.
@@ -995,7 +1032,7 @@ bool tcp_tree::post_mail(const exchange& ex, time_point deadline, std::span<cons
   mail.too_large = fits ? 0 : 1;
   mail.size = fits ? bytes.size() : 0;
   copy_text(mail.name, mail.name_size, ex.name);
-  copy_text(mail.site, mail.site_size, ex.site);
+  copy_text(mail.site, mail.site_size, source_site);
   if (fits && !bytes.empty()) std::memcpy(mail.payload, bytes.data(), bytes.size());
   segment.store(mail.readers_left, static_cast<std::uint32_t>(node_members_.size() - 1));
   // Every member's arrival at once: the counts of the exchanges after this one stay right.
@@ -1017,7 +1054,7 @@ void tcp_tree::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
                    "needs for #{} (at least one of them is late, stuck or in another collective)",
                    ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(missing, ", "),
                    std::string_view(mail.name, mail.name_size), earlier, std::string_view(mail.site, mail.site_size),
-                   describe(ex.source), sequence_),
+                   describe(node_members_[poster]), sequence_),
        rank_, errc::timeout);
 }
 

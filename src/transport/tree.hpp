@@ -21,6 +21,7 @@ namespace jobkit::detail {
 
 struct protocol_violation;
 struct frame;
+struct frame_header;
 
 /// The data path of a group: the members of a node meet in a shared memory segment (see
 /// node_segment) under their first member, the node's leader; the leaders form a binomial tree of
@@ -88,7 +89,8 @@ class tcp_tree final : public transport {
   std::optional<std::vector<rank_bytes>> broadcast_on_node(const exchange& ex);
   /// Posts the bytes, or, when they do not fit, a notice that sends every member down the
   /// ordinary exchange. Returns whether they fit.
-  bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits);
+  bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits,
+                 std::string_view source_site);
   std::optional<std::vector<rank_bytes>> take_mail(const exchange& ex, time_point deadline);
   [[noreturn]] void never_arrived(const exchange& ex, const std::vector<int>& missing);
   /// The deadline of a broadcast whose mailbox still holds an earlier broadcast that some member
@@ -103,7 +105,14 @@ class tcp_tree final : public transport {
   /// way fails the group as out of step, naming the broadcast.
   std::optional<frame> next_from_child(std::size_t i, const exchange& ex, time_point deadline);
   void confirm(std::size_t i, const frame& receipt, const exchange& ex);
-  /// Reads the receipts waiting on the child links without blocking.
+  /// Reads the receipts child i owes that have arrived, without blocking; returns the header of
+  /// the frame behind them (not taken) once all of it has arrived.
+  std::optional<frame_header> skip_receipts(std::size_t i, const exchange& ex, time_point deadline);
+  /// During a one-way broadcast: fails on what child i sent besides receipts (an abort, a
+  /// contribution to another collective, its connection's end).
+  void check_child(std::size_t i, const exchange& ex, time_point deadline);
+  /// Reads the receipts waiting on the child links without blocking, and fails on an abort or a
+  /// contribution to another collective behind them.
   void drain_receipts(const exchange& ex, time_point deadline);
   /// A broadcast from group rank 0 of a group that spans nodes, one way: the root sends its bytes
   /// down and goes on; each leader sends a receipt up, passes the bytes on to its children and

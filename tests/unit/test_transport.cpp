@@ -898,11 +898,51 @@ TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders p
     if (g.rank() == 0) std::this_thread::sleep_for(1500ms);
     return g.broadcast(1, {.root = 0, .timeout = 500ms});
   });
+  CHECK_FALSE(late_root[0].value);  // the failures reached it, as aborts behind the receipts
   for (int r = 1; r < 8; ++r) {
     const auto& o = late_root[static_cast<std::size_t>(r)];
     INFO("rank " << r << ": " << o.error);
     CHECK(o.code == jobkit::errc::timeout);
     // The root's node-mate (rank 3) waits for the root itself; the others for the bytes it passes on.
     CHECK(contains(o.error, r == 3 ? "rank(s) 0 never arrived" : "rank 0 or a rank between never arrived"));
+  }
+}
+
+TEST_CASE("a leader waiting for a late root's broadcast still watches its children", "[transport]") {
+  // Rank 6 (a leaf leader under leader 2) calls a barrier while the others broadcast; the root is
+  // late. Leader 2 must name the mismatch before the root arrives, not wait for it.
+  const std::vector<int> nodes{0, 1, 2, 0, 1, 2, 3, 3};
+  std::atomic<bool> leader_failed{false};
+  bool failed_before_root = false;
+  const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 0) {
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!leader_failed && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      failed_before_root = leader_failed;
+    }
+    if (g.rank() == 6) {
+      g.barrier();
+      return 0;
+    }
+    try {
+      g.broadcast(5, 0);
+    } catch (const jobkit::error&) {
+      if (g.rank() == 2) leader_failed = true;
+      throw;
+    }
+    g.barrier({.timeout = 10s});  // where the ranks that got the bytes learn of it
+    return 5;
+  });
+  CHECK(failed_before_root);
+  const auto& leader = results[2];
+  INFO(leader.error);
+  CHECK(contains(leader.error, "collectives out of step"));
+  CHECK(contains(leader.error, "rank 6 (n3) is in barrier #2 at test_transport.cpp:"));
+  CHECK(contains(leader.error, "broadcast(root 0) #2"));
+  for (const auto& o : results) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "collectives out of step"));
   }
 }
