@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Two jobkit builds side by side in one allocation, alternating per round: bench/jobkit_loop's
-# small operations on 1 x 4 (the loop and statistic of the comparison with Open MPI), and
-# `jobkit bench` (each operation alternating with a collecting PMIx fence) on 3 x 64, the top of
-# the growth series. Medians over rounds of each line's median (us) and the ratio new / base.
+# small operations on LOOP_LAYOUTS (default 1 x 4; the loop and statistic of the comparison with
+# Open MPI), and `jobkit bench` (each operation alternating with a collecting PMIx fence) on 3 x 64,
+# the top of the growth series (GROWTH_TOP=0 leaves it out). WITH_MPI=1 adds Open MPI's
+# bench/peers/mpi_bench (of NEW_BUILD) to each round of the loop as a third side. Medians over
+# rounds of each line's median (us) and the ratios new / base and new / mpi.
 #
 #   bench/collectives_ab.sh OUT_DIR BASE_BUILD NEW_BUILD
-# Environment: ROUNDS (default 3), ITERS (default 1000 for jobkit_loop, 300 for jobkit bench).
+# Environment: ROUNDS (default 3), ITERS (default 1000 for jobkit_loop, 300 for jobkit bench),
+# LOOP_LAYOUTS (default "1x4"), GROWTH_TOP (default 1), WITH_MPI (default 0).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -24,27 +27,46 @@ import collections, json, statistics, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    rows[(r["ranks"], r["op"], r["bytes"], r["side"])].append(r["median_us"])
-print("| ranks | operation | bytes | base median (us), every round | new median (us), every round | new / base |")
-print("|---|---|---|---|---|---|")
-for (ranks, op, size, side), v in sorted(rows.items()):
+    rows[(r.get("nodes", 0), r["ranks"], r["op"], r["bytes"], r["side"])].append(r["median_us"])
+cells = lambda v: ", ".join(f"{x:.0f}" for x in v)
+print("| nodes x ranks | operation | bytes | base median (us), every round | new median (us), every round | "
+      "mpi median (us), every round | new / base | new / mpi |")
+print("|---|---|---|---|---|---|---|---|")
+for (nodes, ranks, op, size, side), v in sorted(rows.items()):
     if side != "base":
         continue
-    w = rows.get((ranks, op, size, "new"), [])
+    w = rows.get((nodes, ranks, op, size, "new"), [])
+    m = rows.get((nodes, ranks, op, size, "mpi"), [])
     if w:
         ratio = statistics.median(w) / statistics.median(v)
-        print(f"| {ranks} | {op} | {size} | {', '.join(f'{x:.0f}' for x in v)} | {', '.join(f'{x:.0f}' for x in w)} | {ratio:.2f} |")
+        to_mpi = f"{statistics.median(w) / statistics.median(m):.2f}" if m else ""
+        print(f"| {nodes} x {ranks} | {op} | {size} | {cells(v)} | {cells(w)} | {cells(m)} | {ratio:.2f} | {to_mpi} |")
 PY
   exit 0
 fi
 step() { srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "$@"; }
 record() { sed "s/^{/{\"side\":\"$1\",\"round\":$2,/" >>"$out/collectives_ab.jsonl"; }
+sides=(base new)
+[[ ${WITH_MPI:-0} == 1 ]] && sides+=(mpi)
 for round in $(seq "${ROUNDS:-3}"); do
+  for layout in ${LOOP_LAYOUTS:-1x4}; do
+    for side in "${sides[@]}"; do
+      loop=$base/bench/jobkit_loop
+      [[ $side == new ]] && loop=$new/bench/jobkit_loop
+      [[ $side == mpi ]] && loop=$new/bench/peers/mpi_bench
+      echo "collectives_ab: round $round, $layout, $side" >&2
+      # Open MPI now and then crashes in its shared-memory setup on the dev cluster: that round
+      # then has no mpi line, and says so.
+      OMPI_MCA_mpi_yield_when_idle=1 step -N"${layout%x*}" -n"${layout#*x}" "$loop" "${ITERS:-1000}" 100 0 0 |
+        grep -v '"init"' | record "$side" "$round" ||
+        { [[ $side == mpi ]] && echo "collectives_ab: $side failed in round $round on $layout" >&2; } || exit 1
+    done
+  done
+  [[ ${GROWTH_TOP:-1} == 1 ]] || continue
   for side in base new; do
     build=$base
     [[ $side == new ]] && build=$new
-    echo "collectives_ab: round $round, $side" >&2
-    step -N1 -n4 "$build/bench/jobkit_loop" "${ITERS:-1000}" 100 0 0 | grep -v '"init"' | record "$side" "$round"
+    echo "collectives_ab: round $round, 3 x 64, $side" >&2
     step -N3 -n64 "$build/src/cli/jobkit" bench --json --iters "${ITERS:-300}" --ops barrier,all_reduce,all_gather \
       --max-bytes 8 | record "$side" "$round"
   done
