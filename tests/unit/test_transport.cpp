@@ -118,6 +118,21 @@ std::string late_rank_2(const std::vector<int>& nodes, Call call, const std::str
   return errors;
 }
 
+/// Every rank of these pretend nodes but `odd` broadcasts from rank 0 while `odd` calls a barrier;
+/// then all call a barrier. What each got.
+std::vector<test_support::outcome<bool>> barrier_against_broadcast(const std::vector<int>& nodes, int odd) {
+  return on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == odd) {
+      g.barrier();
+    } else {
+      g.broadcast(7, 0);
+    }
+    g.barrier({.timeout = 10s});
+    return true;
+  });
+}
+
 }  // namespace
 
 TEST_CASE("the tree: node leaders in a binomial tree, the others under their node's leader", "[transport]") {
@@ -711,17 +726,7 @@ TEST_CASE("broadcasts on one node: back to back from every root, growing payload
   }
   for (const int odd : {0, 1, 3}) {  // the root (the leader), then two node-mates
     // Every rank must learn of it (in this collective or at its next one); none may pair the two.
-    const auto mismatched = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
-      g.barrier();
-      if (g.rank() == odd) {
-        g.barrier();
-      } else {
-        g.broadcast(7, 0);
-      }
-      g.barrier({.timeout = 10s});
-      return true;
-    });
-    for (const auto& o : mismatched) {
+    for (const auto& o : barrier_against_broadcast({0, 0, 0, 0}, odd)) {
       INFO("odd " << odd << ": " << o.error);
       CHECK_FALSE(o.value);
       CHECK(contains(o.error, "out of step"));
@@ -861,17 +866,7 @@ TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders p
   // on, a leaf leader, a node-mate. Every rank learns of it (in this collective or its next),
   // as out of step, not at a deadline.
   for (const int odd : {0, 2, 6, 7}) {
-    const auto mismatched = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
-      g.barrier();
-      if (g.rank() == odd) {
-        g.barrier();
-      } else {
-        g.broadcast(7, 0);
-      }
-      g.barrier({.timeout = 10s});
-      return true;
-    });
-    for (const auto& o : mismatched) {
+    for (const auto& o : barrier_against_broadcast(nodes, odd)) {
       INFO("odd " << odd << ": " << o.error);
       CHECK_FALSE(o.value);
       CHECK(contains(o.error, "out of step"));
