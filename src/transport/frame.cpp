@@ -14,9 +14,7 @@ void check_header(const frame_header& h) {
   if (h.type < static_cast<std::uint32_t>(frame_type::up) || h.type > static_cast<std::uint32_t>(frame_type::by_tree)) {
     throw protocol_violation{fmt::format("a frame of unknown type {}", h.type)};
   }
-  const bool empty = h.type == static_cast<std::uint32_t>(frame_type::receipt) ||
-                     h.type == static_cast<std::uint32_t>(frame_type::by_tree);
-  if (empty && h.payload_size != 0) {
+  if ((is(h, frame_type::receipt) || is(h, frame_type::by_tree)) && h.payload_size != 0) {
     throw protocol_violation{
         fmt::format("a frame of type {} announcing {} payload bytes (it carries none)", h.type, h.payload_size)};
   }
@@ -190,7 +188,7 @@ std::uint64_t read_bulk_pieces(const std::function<void(void*, std::size_t)>& ta
 }
 
 std::optional<abort_notice> abort_in(const frame& f) {
-  if (f.header.type != static_cast<std::uint32_t>(frame_type::abort)) return std::nullopt;
+  if (!is(f.header, frame_type::abort)) return std::nullopt;
   int code = -1;
   const auto [end, ec] = std::from_chars(f.name.data(), f.name.data() + f.name.size(), code);
   const bool known = ec == std::errc() && end == f.name.data() + f.name.size() && code >= 0 &&

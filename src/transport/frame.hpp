@@ -41,6 +41,10 @@ struct frame_header {
   std::uint64_t payload_size;
 };
 
+constexpr bool is(const frame_header& h, frame_type type) noexcept {
+  return h.type == static_cast<std::uint32_t>(type);
+}
+
 struct frame {
   frame_header header{};
   std::string name, site;

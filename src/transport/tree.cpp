@@ -38,8 +38,6 @@ bool readable_now(int fd) {
   return ::poll(&p, 1, 0) > 0;
 }
 
-bool is(const frame& f, frame_type type) { return f.header.type == static_cast<std::uint32_t>(type); }
-
 /// Closes a link whose peer may still send receipts nobody reads. A close with unread data sends
 /// a reset, and a reset makes the peer's kernel drop what it has not acknowledged yet: so the
 /// close waits (a bounded time) until the peer acknowledged everything sent, which then stays
@@ -353,7 +351,7 @@ void tcp_tree::lost(const link& l, const std::string& why, const exchange& ex) {
   try {
     const auto until = clock::now() + std::chrono::milliseconds(100);
     frame f = receive_frame(l.fd, until);
-    while (is(f, frame_type::receipt)) f = receive_frame(l.fd, until);
+    while (is(f.header, frame_type::receipt)) f = receive_frame(l.fd, until);
     if (auto notice = abort_in(f)) fail(notice->reason, notice->origin, notice->code);
   } catch (const socket_closed&) {
   } catch (const socket_timeout&) {
@@ -449,6 +447,16 @@ void tcp_tree::message_failed(const link& l, const exchange& ex) {
   }
 }
 
+void tcp_tree::send_failed(const link& l, const exchange& ex) {
+  try {
+    throw;
+  } catch (const socket_closed& e) {
+    lost(l, e.why, ex);
+  } catch (const socket_timeout&) {
+    fail(fmt::format("{} stopped reading during {} at {}", describe(l.peer), ex.name, ex.site), l.peer);
+  }
+}
+
 void tcp_tree::result_failed(const link& parent, const exchange& ex) {
   try {
     throw;
@@ -495,9 +503,9 @@ std::optional<frame> tcp_tree::next_from_child(std::size_t i, const exchange& ex
   auto& child = children_[i];
   while (true) {
     frame f = receive_frame_head(child.fd, deadline);
-    if (!is(f, frame_type::receipt)) {
+    if (!is(f.header, frame_type::receipt)) {
       const auto& pending = child.unconfirmed;
-      if (is(f, frame_type::up) && !pending.empty() && pending.front().sequence == f.header.sequence) {
+      if (is(f.header, frame_type::up) && !pending.empty() && pending.front().sequence == f.header.sequence) {
         const auto& b = pending.front();
         out_of_step({child.peer, f.name, f.header.sequence, f.site}, {0, b.name, b.sequence, b.site});
       }
@@ -533,7 +541,7 @@ std::optional<frame_header> tcp_tree::skip_receipts(std::size_t i, const exchang
     // Nothing, part of a header, the end or an error: the blocking reads report those.
     if (::recv(child.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) return std::nullopt;
     // Only what is owed: behind it may come a receipt for the child's next collective.
-    if (h.type != static_cast<std::uint32_t>(frame_type::receipt) || child.unconfirmed.empty()) return h;
+    if (!is(h, frame_type::receipt) || child.unconfirmed.empty()) return h;
     try {
       confirm(i, receive_frame_head(child.fd, deadline), ex);
     } catch (...) {
@@ -545,7 +553,7 @@ std::optional<frame_header> tcp_tree::skip_receipts(std::size_t i, const exchang
 void tcp_tree::check_child(std::size_t i, const exchange& ex, time_point deadline) {
   const auto& child = children_[i];
   const auto next = skip_receipts(i, ex, deadline);
-  if (next && next->type == static_cast<std::uint32_t>(frame_type::receipt)) return;
+  if (next && is(*next, frame_type::receipt)) return;
   pollfd p{child.fd, POLLRDHUP, 0};
   if (!next && (::poll(&p, 1, 0) <= 0 || p.revents == 0)) return;  // a header still on its way
   try {
@@ -562,8 +570,7 @@ void tcp_tree::drain_receipts(const exchange& ex, time_point deadline) {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     const auto next = skip_receipts(i, ex, deadline);
     // A failure behind the receipts reaches this rank now rather than at its next collective.
-    if (next && (next->type == static_cast<std::uint32_t>(frame_type::abort) ||
-                 (next->type == static_cast<std::uint32_t>(frame_type::up) && !children_[i].unconfirmed.empty())))
+    if (next && (is(*next, frame_type::abort) || (is(*next, frame_type::up) && !children_[i].unconfirmed.empty())))
       check_child(i, ex, deadline);
   }
 }
@@ -629,7 +636,7 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
         std::vector<bool> arrived = done;
         for (std::size_t i = 0; i < children_.size(); ++i) {
           const auto next = arrived[i] ? std::nullopt : skip_receipts(i, ex, deadline);
-          arrived[i] = arrived[i] || (next && next->type != static_cast<std::uint32_t>(frame_type::receipt));
+          arrived[i] = arrived[i] || (next && !is(*next, frame_type::receipt));
         }
         time_out(ex, arrived, missing);
       }
@@ -920,8 +927,8 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
       send_frame(parent.fd, frame_type::receipt, sequence_, rank_, ex.name, ex.site, {}, deadline);
     } catch (const socket_closed&) {
       // The parent may have passed the bytes on and left the group: they wait in this socket.
-    } catch (const socket_timeout&) {
-      fail(fmt::format("{} stopped reading during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+    } catch (...) {
+      send_failed(parent, ex);
     }
     // Owed from here on: the children's receipts may arrive while this rank waits.
     for (auto& child : children_) child.unconfirmed.push_back({sequence_, ex.name, ex.site});
@@ -930,7 +937,7 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
       if (!child.unconfirmed.empty() && child.unconfirmed.back().sequence == sequence_)
         child.unconfirmed.back().site = f.site;
     }
-    one_way = is(f, frame_type::down);
+    one_way = is(f.header, frame_type::down);
     if (one_way) {
       try {
         entries = parse_entries(f.payload, static_cast<int>(members_.size()));
@@ -955,10 +962,8 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
     try {
       send_frame(child.fd, one_way ? frame_type::down : frame_type::by_tree, sequence_, 0, ex.name, source_site,
                  everyone, deadline);
-    } catch (const socket_closed& e) {
-      lost(child, e.why, ex);
-    } catch (const socket_timeout&) {
-      fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+    } catch (...) {
+      send_failed(child, ex);
     }
     if (parent_link_.empty()) child.unconfirmed.push_back({sequence_, ex.name, ex.site});
   }
@@ -993,7 +998,7 @@ frame tcp_tree::await_broadcast(const exchange& ex, time_point deadline) {
   try {
     frame f = receive_frame(parent.fd, deadline);
     check_from_parent(f, ex);
-    if (!is(f, frame_type::down) && !is(f, frame_type::by_tree)) {
+    if (!is(f.header, frame_type::down) && !is(f.header, frame_type::by_tree)) {
       throw protocol_violation{fmt::format("a frame of type {} where a broadcast was due", f.header.type)};
     }
     return f;
@@ -1178,10 +1183,8 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
     check_size(down.size(), ex);
     try {
       send_frame(child.fd, frame_type::down, sequence_, rank_, ex.name, ex.site, down, deadline);
-    } catch (const socket_closed& e) {
-      lost(child, e.why, ex);
-    } catch (const socket_timeout&) {
-      fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+    } catch (...) {
+      send_failed(child, ex);
     }
   }
 

@@ -131,6 +131,9 @@ class tcp_tree final : public transport {
   /// In a catch block around reading a message of link l: fails the group as the exception says
   /// (a broken protocol, a closed link, a stall mid-message), or lets it pass (already failed).
   [[noreturn]] void message_failed(const link& l, const exchange& ex);
+  /// In a catch block around sending to link l: fails the group as the exception says (a closed
+  /// link, a peer that stopped reading), or lets it pass.
+  [[noreturn]] void send_failed(const link& l, const exchange& ex);
   /// In a catch block around the wait for the parent's result: fails the group as the exception
   /// says (a broken protocol, a closed link, the deadline), or lets it pass (already failed).
   [[noreturn]] void result_failed(const link& parent, const exchange& ex);

@@ -25,7 +25,7 @@ constexpr std::size_t bulk_chunk = std::size_t{1} << 20;
 }  // namespace
 
 void tcp_tree::check_in_step(const link& l, frame& f, const exchange& ex, time_point deadline) {
-  if (f.header.type == static_cast<std::uint32_t>(frame_type::abort)) {
+  if (is(f.header, frame_type::abort)) {
     if (f.payload.size() != f.header.payload_size) receive_payload(l.fd, f, deadline);
     const auto notice = abort_in(f);
     fail(notice->reason, notice->origin, notice->code);
@@ -88,7 +88,7 @@ bool tcp_tree::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_p
     auto f = next_from_child(i, ex, deadline);
     if (!f) return false;
     check_in_step(child, *f, ex, deadline);
-    if (f->header.type != static_cast<std::uint32_t>(frame_type::up)) {
+    if (!is(f->header, frame_type::up)) {
       throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f->header.type)};
     }
     const auto size = read_bulk_pieces(
@@ -135,10 +135,8 @@ void tcp_tree::send_up_bulk(const bulk_exchange& bx, time_point deadline) {
   check_size(payload_size, ex);
   try {
     send_frame_parts(parent.fd, frame_type::up, sequence_, rank_, ex.name, ex.site, payload_size, parts, deadline);
-  } catch (const socket_closed& e) {
-    lost(parent, e.why, ex);
-  } catch (const socket_timeout&) {
-    fail(fmt::format("{} stopped reading during {} at {}", describe(parent.peer), ex.name, ex.site), parent.peer);
+  } catch (...) {
+    send_failed(parent, ex);
   }
 }
 
@@ -150,7 +148,7 @@ void tcp_tree::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
     try {
       frame f = receive_frame_head(parent.fd, deadline);
       check_in_step(parent, f, ex, deadline);
-      if (f.header.type != static_cast<std::uint32_t>(frame_type::down) || f.header.payload_size != size) {
+      if (!is(f.header, frame_type::down) || f.header.payload_size != size) {
         throw protocol_violation{fmt::format("a frame of type {} and {} bytes where the {}-byte result was due",
                                              f.header.type, f.header.payload_size, size)};
       }
@@ -167,10 +165,8 @@ void tcp_tree::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
         } else {
           send_frame_parts(child.fd, frame_type::down, sequence_, rank_, ex.name, ex.site, size, {}, deadline);
         }
-      } catch (const socket_closed& e) {
-        lost(child, e.why, ex);
-      } catch (const socket_timeout&) {
-        fail(fmt::format("{} stopped reading during {} at {}", describe(child.peer), ex.name, ex.site), child.peer);
+      } catch (...) {
+        send_failed(child, ex);
       }
     }
   };
