@@ -118,6 +118,28 @@ std::string late_rank_2(const std::vector<int>& nodes, Call call, const std::str
   return errors;
 }
 
+/// Waits until flag is set, for at most 10 s; returns whether it was.
+bool wait_for(const std::atomic<bool>& flag) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!flag && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return flag;
+}
+
+/// The root's last call is a broadcast: it destroys its group (and its thread ends) before the
+/// others call it. Every rank must get its value.
+void check_root_that_left(const std::vector<int>& nodes, int root) {
+  const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() != root) std::this_thread::sleep_for(300ms);
+    return g.broadcast(g.rank() == root ? 42 : 0, root);
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 42);
+  }
+}
+
 /// Every rank of these pretend nodes but `odd` broadcasts from rank 0 while `odd` calls a barrier;
 /// then all call a barrier. What each got.
 std::vector<test_support::outcome<bool>> barrier_against_broadcast(const std::vector<int>& nodes, int odd) {
@@ -747,9 +769,7 @@ TEST_CASE("a broadcast on one node does not wait for the others: the source runs
   const auto results = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
     g.barrier();
     if (g.rank() == 3) {
-      const auto until = std::chrono::steady_clock::now() + 10s;
-      while (!eight_posted && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-      saw_eight_posted = eight_posted;
+      saw_eight_posted = wait_for(eight_posted);
       slow_reader_started = true;
     }
     long sum = 0;
@@ -798,17 +818,7 @@ TEST_CASE("a broadcast on one node does not wait for the others: the source runs
     CHECK(contains(o.error, "collectives out of step"));
   }
 
-  // The source's last call: it destroys its group (and its thread ends) before the others take it.
-  const auto source_left = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
-    g.barrier();
-    if (g.rank() != 1) std::this_thread::sleep_for(300ms);
-    return g.broadcast(g.rank() == 1 ? 42 : 0, 1);
-  });
-  for (const auto& o : source_left) {
-    INFO(o.error);
-    REQUIRE(o.value);
-    CHECK(*o.value == 42);
-  }
+  check_root_that_left({0, 0, 0}, 1);
 }
 
 TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders pass it on, mismatch and lateness named",
@@ -846,9 +856,7 @@ TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders p
   const auto ahead = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
     g.barrier();
     if (g.rank() == 7) {
-      const auto until = std::chrono::steady_clock::now() + 10s;
-      while (!root_done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-      root_ran_ahead = root_done;
+      root_ran_ahead = wait_for(root_done);
     }
     int sum = 0;
     for (int i = 0; i < 5; ++i) sum += g.broadcast(g.rank() == 0 ? i + 1 : 0, 0);
@@ -875,17 +883,7 @@ TEST_CASE("a broadcast across nodes goes one way: the root runs ahead, leaders p
     }
   }
 
-  // The root's last call: it destroys its group (and its thread ends) before the others call it.
-  const auto root_left = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
-    g.barrier();
-    if (g.rank() != 0) std::this_thread::sleep_for(300ms);
-    return g.broadcast(g.rank() == 0 ? 42 : 0, 0);
-  });
-  for (const auto& o : root_left) {
-    INFO(o.error);
-    REQUIRE(o.value);
-    CHECK(*o.value == 42);
-  }
+  check_root_that_left(nodes, 0);
 
   // A late root: the leaders and the node-mates time out, naming it.
   const auto late_root = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
@@ -912,9 +910,7 @@ TEST_CASE("a leader waiting for a late root's broadcast still watches its childr
   const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
     g.barrier();
     if (g.rank() == 0) {
-      const auto until = std::chrono::steady_clock::now() + 10s;
-      while (!leader_failed && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-      failed_before_root = leader_failed;
+      failed_before_root = wait_for(leader_failed);
     }
     if (g.rank() == 6) {
       g.barrier();
