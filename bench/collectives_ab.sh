@@ -8,7 +8,8 @@
 #
 #   bench/collectives_ab.sh OUT_DIR BASE_BUILD NEW_BUILD
 # Environment: ROUNDS (default 3), ITERS (default 1000 for jobkit_loop, 300 for jobkit bench),
-# LOOP_LAYOUTS (default "1x4"), GROWTH_TOP (default 1), WITH_MPI (default 0).
+# LOOP_LAYOUTS (default "1x4"), GROWTH_TOP (default 1), WITH_MPI (default 0), PIN (none, cyclic or
+# block: bench/pin.sh binds every task of every side to one CPU).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -44,7 +45,14 @@ for (nodes, ranks, op, size, side), v in sorted(rows.items()):
 PY
   exit 0
 fi
-step() { srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "$@"; }
+# PIN=cyclic or block: every task runs through bench/pin.sh, which binds it to one CPU.
+pin=()
+[[ ${PIN:-none} == none ]] || pin=("$here/pin.sh")
+step() {
+  local options=()
+  while [[ $1 == -* ]]; do options+=("$1"); shift; done
+  srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "${options[@]}" "${pin[@]}" "$@"
+}
 record() { sed "s/^{/{\"side\":\"$1\",\"round\":$2,/" >>"$out/collectives_ab.jsonl"; }
 sides=(base new)
 [[ ${WITH_MPI:-0} == 1 ]] && sides+=(mpi)

@@ -23,7 +23,7 @@
 #   bench/compare.sh [OUT_DIR [BUILD_DIR]]     (defaults: bench/results, build-test)
 # Environment: ITERS (jobkit and C peers, default 1000), TORCH_ITERS (default 200), SECTIONS,
 # ROUNDS (default 2), LARGE_BYTES (default 64 MiB), LARGE_ITERS (default 5), LAYOUTS (same_loop's,
-# default "1x4 3x8 3x24").
+# default "1x4 3x8 3x24"), PIN (none, cyclic or block: bench/pin.sh binds every task of every side).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -46,7 +46,14 @@ iters=${ITERS:-1000}
 torch_iters=${TORCH_ITERS:-200}
 sections=${SECTIONS:-same_loop peers growth}
 record() { tee -a "$out/results.jsonl"; }
-step() { srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "$@"; }
+# PIN=cyclic or block: every task runs through bench/pin.sh, which binds it to one CPU.
+pin=()
+[[ ${PIN:-none} == none ]] || pin=("$here/pin.sh")
+step() {
+  local options=()
+  while [[ $1 == -* ]]; do options+=("$1"); shift; done
+  srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "${options[@]}" "${pin[@]}" "$@"
+}
 echo "compare: allocation $SLURM_JOB_ID on $SLURM_JOB_NODELIST" >&2
 section() { [[ " $sections " == *" $1 "* ]]; }
 

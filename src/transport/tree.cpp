@@ -821,7 +821,6 @@ void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::
                                   bool has_payload, std::uint64_t bulk_size) {
   auto& segment = *segment_;
   const auto seq = low_bits(sequence_);
-  auto& slot = segment.member(node_index_);
   sign_slot(ex, mine, has_payload, bulk_size);
   const bool large = mine.size() > node_segment::inline_capacity;
   // One wake-up of the leader per exchange, by the last to arrive (the leader counts itself too):
@@ -829,53 +828,126 @@ void tcp_tree::contribute_to_node(const exchange& ex, time_point deadline, std::
   if (segment.arrive() == sequence_ * node_members_.size()) segment.ring(node_segment::bell::up);
   if (!large) return;
   wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
+  fill_granted(ex, mine);
+}
+
+void tcp_tree::fill_granted(const exchange& ex, std::span<const std::byte> mine) {
+  auto& segment = *segment_;
+  auto& slot = segment.member(node_index_);
   try {
     std::memcpy(segment.data(slot.data_offset + mine.size(), describe(rank_)).data() + slot.data_offset, mine.data(),
                 mine.size());
   } catch (const error& e) {
     fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
   }
-  segment.store(slot.filled, seq);
+  segment.store(slot.filled, low_bits(sequence_));
   segment.ring(node_segment::bell::up);
 }
 
-void tcp_tree::barrier_on_node(const exchange& ex) {
+std::vector<rank_bytes> tcp_tree::exchange_on_node(const exchange& ex) {
   auto& segment = *segment_;
   const auto deadline = clock::now() + ex.timeout;
   const auto seq = low_bits(sequence_);
   const auto target = sequence_ * node_members_.size();
   check_node(ex, false);
-  sign_slot(ex, {}, false, 0);
-  // The last to arrive releases the others: one hop, where a leader in the middle takes two.
-  const auto release = [&] {
-    check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
-    for (std::size_t i = 0; i < node_members_.size(); ++i) check_slot_in_step(static_cast<int>(i), ex);
-    segment.set_result_size(0);
-    segment.store(segment.result_word(), seq);
-    segment.ring(node_segment::bell::down);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (ex.mine) check_size(mine.size(), ex);
+  sign_slot(ex, mine, ex.mine.has_value(), 0);
+  std::optional<std::vector<rank_bytes>> finished;
+  // One member finishes (the claim), before anyone can leave and sign its slot anew.
+  const auto try_finish = [&] {
+    if (!finished && segment.claim(seq)) finished = finish_on_node(ex, deadline, mine);
   };
-  // One member checks and releases (the claim), before anyone can leave and sign its slot anew.
-  const auto try_release = [&] {
-    if (segment.claim(seq)) release();
-  };
-  if (segment.arrive() == target) try_release();
+  const auto published = [&] { return segment.load(segment.result_word()) == seq; };
   // A node-mate in another collective may be the last: it rings only the leader's bell, so the
   // leader, which looks again at least every check_interval, finds that out.
+  const auto leader_looks = [&] {
+    if (node_index_ == 0 && !published() && segment.arrivals() >= target) try_finish();
+  };
+  if (segment.arrive() == target) try_finish();
+  if (mine.size() > node_segment::inline_capacity && !finished) {
+    wait_for_leader(ex, deadline, [&] {
+      leader_looks();
+      return finished || segment.load(segment.grant_word()) == seq;
+    });
+    if (!finished) fill_granted(ex, mine);
+  }
+  if (finished) return std::move(*finished);
   wait_for_leader(ex, deadline, [&] {
-    if (segment.load(segment.result_word()) == seq) return true;
-    if (node_index_ == 0 && segment.arrivals() >= target) try_release();
-    return segment.load(segment.result_word()) == seq;
+    leader_looks();
+    return finished || published();
   });
+  if (finished) return std::move(*finished);
+  if (ex.synchronize_only) return {};
+  return read_result(ex);
+}
+
+std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point deadline,
+                                                 std::span<const std::byte> mine) {
+  auto& segment = *segment_;
+  const auto seq = low_bits(sequence_);
+  const auto count = static_cast<int>(node_members_.size());
+  check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
+  std::size_t total = 0;
+  std::vector<int> large;
+  for (int i = 0; i < count; ++i) {
+    check_slot_in_step(i, ex);
+    auto& slot = segment.member(i);
+    if (i == node_index_ || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
+    slot.data_offset = total;
+    total += (slot.size + 63) / 64 * 64;
+    large.push_back(i);
+  }
+  if (!large.empty()) {
+    try {
+      segment.reserve(total, describe(rank_));
+    } catch (const error& e) {
+      fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+    }
+    segment.store(segment.grant_word(), seq);
+    segment.ring(node_segment::bell::down);
+    const auto unfilled = [&] {
+      std::vector<int> missing;
+      for (const int i : large) {
+        if (segment.load(segment.member(i).filled) != seq)
+          missing.push_back(members_[static_cast<std::size_t>(node_members_[static_cast<std::size_t>(i)])]);
+      }
+      return missing;
+    };
+    wait_in_segment(
+        node_segment::bell::up, ex, deadline, [&] { return unfilled().empty(); },
+        [&] { never_arrived(ex, unfilled()); });
+  }
+  std::vector<rank_bytes> entries;
+  for (int i = 0; i < count; ++i) {
+    if (segment.member(i).has_payload == 0) continue;
+    const auto bytes = i == node_index_ ? mine : contribution(i, total);
+    entries.push_back(rank_bytes{node_members_[static_cast<std::size_t>(i)], {bytes.begin(), bytes.end()}});
+  }
+  if (ex.fold && !entries.empty()) {
+    entries = user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  std::vector<std::byte> everyone;
+  std::vector<const rank_bytes*> all;
+  for (const auto& e : entries) all.push_back(&e);
+  append_entries(everyone, all);
+  publish_to_node(ex, entries, everyone);
+  return entries;
 }
 
 std::vector<rank_bytes> tcp_tree::run_as_node_mate(const exchange& ex) {
-  auto& segment = *segment_;
   const auto deadline = clock::now() + ex.timeout;
   check_node(ex, false);
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
   if (ex.mine) check_size(mine.size(), ex);
   contribute_to_node(ex, deadline, mine, ex.mine.has_value(), 0);
   wait_for_result(ex, deadline);
+  return read_result(ex);
+}
+
+std::vector<rank_bytes> tcp_tree::read_result(const exchange& ex) {
+  auto& segment = *segment_;
   const auto size = static_cast<std::size_t>(segment.result_size());
   std::vector<rank_bytes> entries;
   try {
@@ -1119,12 +1191,10 @@ void tcp_tree::begin_exchange(const exchange& ex) {
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   begin_exchange(ex);
   if (segment_ && node_members_.size() == members_.size()) {
-    if (ex.synchronize_only) {
-      barrier_on_node(ex);
-      return {};
-    }
     if (ex.source >= 0) {
       if (auto entries = broadcast_on_node(ex)) return std::move(*entries);
+    } else if (ex.synchronize_only || (ex.to == delivery::everyone && !ex.finish)) {
+      return exchange_on_node(ex);
     }
   } else if (ex.source == 0 && members_.size() > 1 && ex.to == delivery::everyone && !ex.fold && !ex.finish) {
     if (auto entries = broadcast_across_nodes(ex)) return std::move(*entries);

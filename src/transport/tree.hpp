@@ -158,8 +158,17 @@ class tcp_tree final : public transport {
   /// out_of_step against this rank's current exchange.
   [[noreturn]] void out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
                                 const exchange& ex);
-  /// A barrier of a group on one node: every member counts itself in, and the last releases all.
-  void barrier_on_node(const exchange& ex);
+  /// A barrier, all_gather or all_reduce of a group on one node: every member signs its slot and
+  /// counts itself in, and the last to arrive does what a leader would (finish_on_node), so that
+  /// the others wait for one wake-up, not two.
+  std::vector<rank_bytes> exchange_on_node(const exchange& ex);
+  /// Checks every slot, has the large contributions copied into the data region, folds, and
+  /// publishes the result; returns this member's entries. `mine` is this member's contribution.
+  std::vector<rank_bytes> finish_on_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
+  /// Copies a large contribution where the finisher granted it a place, and says so.
+  void fill_granted(const exchange& ex, std::span<const std::byte> mine);
+  /// A node-mate's entries of the result its leader (or the finisher) published.
+  std::vector<rank_bytes> read_result(const exchange& ex);
   /// A node-mate's contribution into its slot (large ones into the data region once granted).
   void contribute_to_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
                           std::uint64_t bulk_size);

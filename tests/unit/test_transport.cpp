@@ -726,6 +726,111 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
       {0, 0, 0}, [](jobkit::group& g) { g.barrier({.timeout = 500ms}); }, "rank(s) 2 never arrived");
 }
 
+TEST_CASE(
+    "all_gather and all_reduce on one node: the last to arrive finishes; large pieces, a throwing op, "
+    "mismatch and lateness named",
+    "[transport]") {
+  const auto results = on_tcp_ranks({0, 0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    const auto piece = [](int r, int i) {
+      // Every 5th exchange one rank's piece (a different one each time) is past a slot's 7 KiB.
+      const bool large = i % 5 == 0 && r == (i / 5) % 4;
+      return std::string(large ? 20000 + static_cast<std::size_t>(i) : static_cast<std::size_t>(r + i % 7),
+                         static_cast<char>('a' + r));
+    };
+    int wrong = 0;
+    for (int i = 0; i < 200; ++i) {
+      if (g.rank() == (i + 1) % 4) std::this_thread::yield();  // a different rank arrives last each time
+      const auto all = g.all_gather(piece(g.rank(), i));
+      for (int r = 0; r < 4; ++r) wrong += all[static_cast<std::size_t>(r)] != piece(r, i);
+      wrong += g.all_reduce(g.rank() * 10 + i, jobkit::reduce_op::sum) != 60 + 4 * i;
+      if (i % 20 == 0) {  // 12 KB from every rank: all of it through the data region
+        const auto sums = g.all_reduce(std::vector<int>(3000, g.rank() + i), jobkit::reduce_op::max);
+        wrong += sums.size() != 3000 || sums.front() != 3 + i || sums.back() != 3 + i;
+      }
+      // Not associative: applied in rank order, whichever rank applies it.
+      wrong +=
+          g.all_reduce(std::to_string(g.rank()), [](std::string a, const std::string& b) { return b + a; }) != "3210";
+    }
+    return wrong;
+  });
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(*o.value == 0);
+  }
+
+  // The rank that applies the op gets its exception back; the others a jobkit::error naming it.
+  const auto thrown = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    try {
+      g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("overflow"); });
+    } catch (const jobkit::error& e) {
+      return std::string(e.what());
+    } catch (const std::runtime_error& e) {
+      return std::string("own: ") + e.what();
+    }
+    return std::string();
+  });
+  int own = 0;
+  for (const auto& o : thrown) {
+    REQUIRE(o.value);
+    INFO(*o.value);
+    own += o.value->starts_with("own: ");
+    CHECK(contains(*o.value, "overflow"));
+  }
+  CHECK(own == 1);
+  const auto sizes = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    return g.all_reduce(std::vector<int>(g.rank() == 1 ? 3 : 2, 1), jobkit::reduce_op::sum).size();
+  });
+  for (const auto& o : sizes) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "rank 1"));
+  }
+
+  // Out of step with a collective of the leader's way (gather), each side last in turn, and with
+  // a barrier: every rank names both call sites.
+  for (const int odd : {0, 1, 2}) {
+    const auto mismatched = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+      g.barrier();
+      if (g.rank() == odd) {
+        if (odd == 2) std::this_thread::sleep_for(50ms);
+        g.gather(1, {.root = 0, .timeout = 10s});
+      } else {
+        if (odd != 2) std::this_thread::sleep_for(50ms);
+        g.all_reduce(1, jobkit::reduce_op::sum, {.timeout = 10s});
+      }
+      return true;
+    });
+    for (const auto& o : mismatched) {
+      INFO("odd " << odd << ": " << o.error);
+      CHECK_FALSE(o.value);
+      CHECK(contains(o.error, "collectives out of step"));
+      CHECK(contains(o.error, "gather(root 0)"));
+      CHECK(contains(o.error, "all_reduce(sum)"));
+    }
+  }
+  const auto against_barrier = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+    if (g.rank() == 1) {
+      g.barrier({.timeout = 10s});
+    } else {
+      g.all_gather(g.rank(), {.timeout = 10s});
+    }
+    return true;
+  });
+  for (const auto& o : against_barrier) {
+    INFO(o.error);
+    CHECK(contains(o.error, "collectives out of step"));
+    CHECK(contains(o.error, "barrier #1"));
+    CHECK(contains(o.error, "all_gather #1"));
+  }
+  late_rank_2(
+      {0, 0, 0}, [](jobkit::group& g) { g.all_gather(g.rank(), {.timeout = 500ms}); }, "rank(s) 2 never arrived");
+  late_rank_2(
+      {0, 0, 0, 0},
+      [](jobkit::group& g) { g.all_reduce(std::vector<int>(5000, 1), jobkit::reduce_op::sum, {.timeout = 500ms}); },
+      "rank(s) 2 never arrived");
+}
+
 TEST_CASE("broadcasts on one node: back to back from every root, growing payloads, mismatch, a late root",
           "[transport]") {
   const auto results = on_tcp_ranks({0, 0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
