@@ -45,14 +45,7 @@ for (nodes, ranks, op, size, side), v in sorted(rows.items()):
 PY
   exit 0
 fi
-# PIN=cyclic or block: every task runs through bench/pin.sh, which binds it to one CPU.
-pin=()
-[[ ${PIN:-none} == none ]] || pin=("$here/pin.sh")
-step() {
-  local options=()
-  while [[ $1 == -* ]]; do options+=("$1"); shift; done
-  srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "${options[@]}" "${pin[@]}" "$@"
-}
+source "$here/step.sh"
 record() { sed "s/^{/{\"side\":\"$1\",\"round\":$2,/" >>"$out/collectives_ab.jsonl"; }
 sides=(base new)
 [[ ${WITH_MPI:-0} == 1 ]] && sides+=(mpi)

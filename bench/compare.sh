@@ -46,14 +46,7 @@ iters=${ITERS:-1000}
 torch_iters=${TORCH_ITERS:-200}
 sections=${SECTIONS:-same_loop peers growth}
 record() { tee -a "$out/results.jsonl"; }
-# PIN=cyclic or block: every task runs through bench/pin.sh, which binds it to one CPU.
-pin=()
-[[ ${PIN:-none} == none ]] || pin=("$here/pin.sh")
-step() {
-  local options=()
-  while [[ $1 == -* ]]; do options+=("$1"); shift; done
-  srun --mpi=pmix --distribution=block --kill-on-bad-exit=1 --overcommit "${options[@]}" "${pin[@]}" "$@"
-}
+source "$here/step.sh"
 echo "compare: allocation $SLURM_JOB_ID on $SLURM_JOB_NODELIST" >&2
 section() { [[ " $sections " == *" $1 "* ]]; }
 
