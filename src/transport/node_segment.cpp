@@ -44,6 +44,8 @@ struct node_segment::header {
   std::uint32_t up_sleepers;
   std::uint64_t arrivals;  // members' arrivals so far, over every exchange
   std::uint32_t claim;     // the exchange whose release a member has taken on
+  std::int32_t finisher;   // that member's node index, once written (finished_exchange says for which)
+  std::uint32_t finished_exchange;
   alignas(64) std::uint32_t down_bell;
   std::uint32_t down_sleepers;
   alignas(64) std::uint32_t result;
@@ -276,13 +278,21 @@ std::uint64_t node_segment::arrive(std::uint64_t count) noexcept {
   return std::atomic_ref<std::uint64_t>(head().arrivals).fetch_add(count, std::memory_order_acq_rel) + count;
 }
 
-bool node_segment::claim(std::uint32_t exchange) noexcept {
+bool node_segment::claim(std::uint32_t exchange, int member) noexcept {
   std::atomic_ref<std::uint32_t> word(head().claim);
   auto current = word.load(std::memory_order_acquire);
   while (current != exchange) {
-    if (word.compare_exchange_weak(current, exchange, std::memory_order_acq_rel)) return true;
+    if (word.compare_exchange_weak(current, exchange, std::memory_order_acq_rel)) {
+      head().finisher = member;
+      store(head().finished_exchange, exchange);
+      return true;
+    }
   }
   return false;
+}
+
+int node_segment::finisher(std::uint32_t exchange) const noexcept {
+  return load(head().finished_exchange) == exchange ? head().finisher : -1;
 }
 
 std::uint64_t node_segment::arrivals() const noexcept {

@@ -34,7 +34,7 @@ class node_segment {
     std::uint32_t filled;       // same, once a large contribution is in the data region
     std::uint64_t sequence;     // its full sequence number, for messages
     std::uint64_t size;         // contribution bytes
-    std::uint64_t data_offset;  // where the leader wants a large contribution
+    std::uint64_t data_offset;  // where the finisher (see reserve) wants a large contribution
     std::uint64_t bulk_size;    // a bulk exchange's buffer size on this member
     std::uint64_t taken;        // sequence number of the last mail it took
     std::uint32_t has_payload;
@@ -106,15 +106,19 @@ class node_segment {
   std::uint64_t arrive(std::uint64_t count = 1) noexcept;
   /// The count arrive() reached so far.
   std::uint64_t arrivals() const noexcept;
-  /// True for the one caller that takes on this exchange (its low 32 bits), false for the others.
-  bool claim(std::uint32_t exchange) noexcept;
+  /// True for the one caller that takes on this exchange (its low 32 bits), false for the others;
+  /// the caller's node index is then what finisher() returns.
+  bool claim(std::uint32_t exchange, int member) noexcept;
+  /// The node index of the member that took on `exchange`, or -1 when none has yet.
+  int finisher(std::uint32_t exchange) const noexcept;
   /// Posts an abort unless one is there already; rings both bells.
   void post_abort(int origin, errc code, const std::string& reason) noexcept;
   std::optional<notice> abort_notice() const;
 
-  /// Makes the data region hold at least size bytes (leader). @throws jobkit::error (io)
+  /// Makes the data region hold at least size bytes (the member that finishes the exchange: the
+  /// leader, or the last to arrive on a node that holds the whole group). @throws jobkit::error (io)
   void reserve(std::size_t size, const std::string& who);
-  /// The data region, at least size bytes of it as the leader reserved. @throws jobkit::error (io)
+  /// The data region, at least size bytes of it as reserved. @throws jobkit::error (io)
   std::span<std::byte> data(std::size_t size, const std::string& who);
   void set_result_size(std::uint64_t size) noexcept;
   std::uint64_t result_size() const noexcept;

@@ -856,7 +856,19 @@ std::vector<rank_bytes> tcp_tree::exchange_on_node(const exchange& ex) {
   std::optional<std::vector<rank_bytes>> finished;
   // One member finishes (the claim), before anyone can leave and sign its slot anew.
   const auto try_finish = [&] {
-    if (!finished && segment.claim(seq)) finished = finish_on_node(ex, deadline, mine);
+    if (finished || !segment.claim(seq, node_index_)) return;
+    try {
+      finished = finish_on_node(ex, deadline, mine);
+    } catch (...) {
+      // fail() and user_step() have told the others; anything else (no memory, an interruption)
+      // must too, or they would wait for this rank's result until their deadline.
+      if (broken_.empty()) {
+        spread_abort(fmt::format("{} at {} failed on {}, which was finishing it for its node", ex.name, ex.site,
+                                 describe(rank_)),
+                     rank_, errc::peer_failure);
+      }
+      throw;
+    }
   };
   const auto published = [&] { return segment.load(segment.result_word()) == seq; };
   // A node-mate in another collective may be the last: it rings only the leader's bell, so the
@@ -864,22 +876,69 @@ std::vector<rank_bytes> tcp_tree::exchange_on_node(const exchange& ex) {
   const auto leader_looks = [&] {
     if (node_index_ == 0 && !published() && segment.arrivals() >= target) try_finish();
   };
+  const auto stalled = [&] { finish_stalled(ex); };
   if (segment.arrive() == target) try_finish();
   if (mine.size() > node_segment::inline_capacity && !finished) {
-    wait_for_leader(ex, deadline, [&] {
-      leader_looks();
-      return finished || segment.load(segment.grant_word()) == seq;
-    });
+    wait_in_segment(
+        node_segment::bell::down, ex, deadline,
+        [&] {
+          leader_looks();
+          return finished || segment.load(segment.grant_word()) == seq;
+        },
+        stalled);
     if (!finished) fill_granted(ex, mine);
   }
   if (finished) return std::move(*finished);
-  wait_for_leader(ex, deadline, [&] {
-    leader_looks();
-    return finished || published();
-  });
+  wait_in_segment(
+      node_segment::bell::down, ex, deadline,
+      [&] {
+        leader_looks();
+        return finished || published();
+      },
+      stalled);
   if (finished) return std::move(*finished);
   if (ex.synchronize_only) return {};
   return read_result(ex);
+}
+
+std::vector<int> tcp_tree::unfilled(int finisher) {
+  auto& segment = *segment_;
+  std::vector<int> ranks;
+  for (int i = 0; i < static_cast<int>(node_members_.size()); ++i) {
+    const auto& slot = segment.member(i);
+    if (i == finisher || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
+    if (segment.load(slot.filled) != low_bits(sequence_))
+      ranks.push_back(members_[static_cast<std::size_t>(node_members_[static_cast<std::size_t>(i)])]);
+  }
+  return ranks;
+}
+
+void tcp_tree::pieces_not_filled(const exchange& ex, const std::vector<int>& ranks) {
+  fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} arrived but never copied in their "
+                   "contribution past {} bytes (stuck, or stopped)",
+                   ex.name, ex.site, ex.timeout.count(), describe(rank_), fmt::join(ranks, ", "),
+                   node_segment::inline_capacity),
+       rank_, errc::timeout);
+}
+
+void tcp_tree::finish_stalled(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto seq = low_bits(sequence_);
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < node_members_.size(); ++i) {
+    if (segment.load(segment.member(static_cast<int>(i)).arrived) != seq)
+      missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+  }
+  if (!missing.empty()) never_arrived(ex, missing);
+  const int finisher = segment.finisher(seq);
+  if (finisher >= 0 && segment.load(segment.grant_word()) == seq) {
+    if (const auto ranks = unfilled(finisher); !ranks.empty()) pieces_not_filled(ex, ranks);
+  }
+  const auto who = finisher >= 0 ? describe(node_members_[static_cast<std::size_t>(finisher)]) : "no rank";
+  fail(fmt::format("{} at {} timed out after {} ms on {}: every rank arrived, but {}, which arrived last and "
+                   "finishes the exchange, did not publish the result (a slow operation, or stopped)",
+                   ex.name, ex.site, ex.timeout.count(), describe(rank_), who),
+       rank_, errc::timeout);
 }
 
 std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point deadline,
@@ -889,16 +948,16 @@ std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point 
   const auto count = static_cast<int>(node_members_.size());
   check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
   std::size_t total = 0;
-  std::vector<int> large;
+  bool large = false;
   for (int i = 0; i < count; ++i) {
     check_slot_in_step(i, ex);
     auto& slot = segment.member(i);
     if (i == node_index_ || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
     slot.data_offset = total;
     total += (slot.size + 63) / 64 * 64;
-    large.push_back(i);
+    large = true;
   }
-  if (!large.empty()) {
+  if (large) {
     try {
       segment.reserve(total, describe(rank_));
     } catch (const error& e) {
@@ -906,17 +965,9 @@ std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point 
     }
     segment.store(segment.grant_word(), seq);
     segment.ring(node_segment::bell::down);
-    const auto unfilled = [&] {
-      std::vector<int> missing;
-      for (const int i : large) {
-        if (segment.load(segment.member(i).filled) != seq)
-          missing.push_back(members_[static_cast<std::size_t>(node_members_[static_cast<std::size_t>(i)])]);
-      }
-      return missing;
-    };
     wait_in_segment(
-        node_segment::bell::up, ex, deadline, [&] { return unfilled().empty(); },
-        [&] { never_arrived(ex, unfilled()); });
+        node_segment::bell::up, ex, deadline, [&] { return unfilled(node_index_).empty(); },
+        [&] { pieces_not_filled(ex, unfilled(node_index_)); });
   }
   std::vector<rank_bytes> entries;
   for (int i = 0; i < count; ++i) {
@@ -932,6 +983,7 @@ std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point 
   std::vector<const rank_bytes*> all;
   for (const auto& e : entries) all.push_back(&e);
   append_entries(everyone, all);
+  check_members(ex, false);  // the others may have given up meanwhile (a slow operation): fail as they did
   publish_to_node(ex, entries, everyone);
   return entries;
 }

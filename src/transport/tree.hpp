@@ -167,6 +167,12 @@ class tcp_tree final : public transport {
   std::vector<rank_bytes> finish_on_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
   /// Copies a large contribution where the finisher granted it a place, and says so.
   void fill_granted(const exchange& ex, std::span<const std::byte> mine);
+  /// World ranks of the members other than `finisher` whose large contribution is not in yet.
+  std::vector<int> unfilled(int finisher);
+  [[noreturn]] void pieces_not_filled(const exchange& ex, const std::vector<int>& ranks);
+  /// The deadline of a member waiting in exchange_on_node: names who never arrived, whose large
+  /// contribution never came, or the member that took on finishing and never published.
+  [[noreturn]] void finish_stalled(const exchange& ex);
   /// A node-mate's entries of the result its leader (or the finisher) published.
   std::vector<rank_bytes> read_result(const exchange& ex);
   /// A node-mate's contribution into its slot (large ones into the data region once granted).
@@ -184,7 +190,8 @@ class tcp_tree final : public transport {
   [[noreturn]] void sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine);
   /// A node-mate's wait for the result of the current exchange from its leader.
   void wait_for_result(const exchange& ex, time_point deadline);
-  /// A node-mate's wait for its leader until ready() holds.
+  /// A node-mate's wait for its leader until ready() holds; at the deadline, names the node-mates
+  /// that never arrived, or else some rank outside the node.
   template <class Ready>
   void wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready);
   /// Waits on a bell of the segment until ready() holds, checking the node meanwhile (a departure

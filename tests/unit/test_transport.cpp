@@ -743,7 +743,7 @@ TEST_CASE(
       const auto all = g.all_gather(piece(g.rank(), i));
       for (int r = 0; r < 4; ++r) wrong += all[static_cast<std::size_t>(r)] != piece(r, i);
       wrong += g.all_reduce(g.rank() * 10 + i, jobkit::reduce_op::sum) != 60 + 4 * i;
-      if (i % 20 == 0) {  // 12 KB from every rank: all of it through the data region
+      if (i % 20 == 0) {  // 12 KB from every rank: past a slot, through the data region
         const auto sums = g.all_reduce(std::vector<int>(3000, g.rank() + i), jobkit::reduce_op::max);
         wrong += sums.size() != 3000 || sums.front() != 3 + i || sums.back() != 3 + i;
       }
@@ -759,9 +759,41 @@ TEST_CASE(
     CHECK(*o.value == 0);
   }
 
-  // The rank that applies the op gets its exception back; the others a jobkit::error naming it.
+  // The last to arrive applies the op: the leader, or a node-mate. 150 KB pieces from every rank
+  // make that member grow the data region too (it starts at 64 KiB).
+  for (const int last : {0, 2, 3}) {
+    std::atomic<int> applied_by{-1};
+    const auto finished = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+      const auto big = [](int r) {
+        return std::string(150000 + static_cast<std::size_t>(r), static_cast<char>('a' + r));
+      };
+      g.barrier();
+      if (g.rank() == last) std::this_thread::sleep_for(100ms);
+      const auto all = g.all_gather(big(g.rank()));
+      bool right = all.size() == 4;
+      for (int r = 0; right && r < 4; ++r) right = all[static_cast<std::size_t>(r)] == big(r);
+      g.barrier();
+      if (g.rank() == last) std::this_thread::sleep_for(100ms);
+      const int sum = g.all_reduce(g.rank(), [&](int a, int b) {
+        applied_by = g.rank();
+        return a + b;
+      });
+      return right && sum == 6;
+    });
+    for (const auto& o : finished) {
+      INFO("last " << last << ": " << o.error);
+      REQUIRE(o.value);
+      CHECK(*o.value);
+    }
+    CHECK(applied_by == last);
+  }
+
+  // The rank that applies the op (the last, rank 2) gets its exception back; the others a
+  // jobkit::error naming it.
   const auto thrown = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     try {
+      g.barrier();
+      if (g.rank() == 2) std::this_thread::sleep_for(100ms);
       g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("overflow"); });
     } catch (const jobkit::error& e) {
       return std::string(e.what());
@@ -778,6 +810,28 @@ TEST_CASE(
     CHECK(contains(*o.value, "overflow"));
   }
   CHECK(own == 1);
+  CHECK(thrown[2].value->starts_with("own: "));
+
+  // Everyone arrived, but the finisher's operation outlasts the others' deadline: they name it,
+  // and it fails as they did instead of publishing.
+  const auto slow = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+    g.barrier();
+    if (g.rank() == 2) std::this_thread::sleep_for(100ms);
+    return g.all_reduce(g.rank(),
+                        [](int a, int b) {
+                          std::this_thread::sleep_for(1s);
+                          return a + b;
+                        },
+                        {.timeout = 500ms});
+  });
+  for (const auto& o : slow) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(o.code == jobkit::errc::timeout);
+    CHECK(contains(o.error,
+                   "every rank arrived, but rank 2 (n0), which arrived last and finishes the exchange, "
+                   "did not publish the result"));
+  }
   const auto sizes = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     return g.all_reduce(std::vector<int>(g.rank() == 1 ? 3 : 2, 1), jobkit::reduce_op::sum).size();
   });
