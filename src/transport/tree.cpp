@@ -654,26 +654,34 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
   wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; }, in);
 
   // Large contributions: the leader says where each goes in the data region, then waits for them.
-  std::size_t total = 0;
-  bool large = false;
-  for (std::size_t i = 1; i < count; ++i) {
-    auto& slot = segment.member(static_cast<int>(i));
-    in[i] = slot.has_payload == 0 || slot.size <= node_segment::inline_capacity;
-    if (in[i]) continue;
-    slot.data_offset = total;
-    total += (slot.size + 63) / 64 * 64;
-    large = true;
-  }
-  if (large) {
-    try {
-      segment.reserve(total, describe(rank_));
-    } catch (const error& e) {
-      fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+  const auto total = grant_places(ex, 0);
+  if (total > 0) {
+    for (std::size_t i = 1; i < count; ++i) {
+      const auto& slot = segment.member(static_cast<int>(i));
+      in[i] = slot.has_payload == 0 || slot.size <= node_segment::inline_capacity;
     }
-    segment.store(segment.grant_word(), seq);
-    segment.ring(bell::down);
     wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
   }
+  return total;
+}
+
+std::size_t tcp_tree::grant_places(const exchange& ex, int finisher) {
+  auto& segment = *segment_;
+  std::size_t total = 0;
+  for (int i = 0; i < static_cast<int>(node_members_.size()); ++i) {
+    auto& slot = segment.member(i);
+    if (i == finisher || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
+    slot.data_offset = total;
+    total += (slot.size + 63) / 64 * 64;
+  }
+  if (total == 0) return 0;
+  try {
+    segment.reserve(total, describe(rank_));
+  } catch (const error& e) {
+    fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
+  }
+  segment.store(segment.grant_word(), low_bits(sequence_));
+  segment.ring(node_segment::bell::down);
   return total;
 }
 
@@ -944,27 +952,11 @@ void tcp_tree::finish_stalled(const exchange& ex) {
 std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point deadline,
                                                  std::span<const std::byte> mine) {
   auto& segment = *segment_;
-  const auto seq = low_bits(sequence_);
   const auto count = static_cast<int>(node_members_.size());
   check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
-  std::size_t total = 0;
-  bool large = false;
-  for (int i = 0; i < count; ++i) {
-    check_slot_in_step(i, ex);
-    auto& slot = segment.member(i);
-    if (i == node_index_ || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
-    slot.data_offset = total;
-    total += (slot.size + 63) / 64 * 64;
-    large = true;
-  }
-  if (large) {
-    try {
-      segment.reserve(total, describe(rank_));
-    } catch (const error& e) {
-      fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), rank_, e.code());
-    }
-    segment.store(segment.grant_word(), seq);
-    segment.ring(node_segment::bell::down);
+  for (int i = 0; i < count; ++i) check_slot_in_step(i, ex);
+  const auto total = grant_places(ex, node_index_);
+  if (total > 0) {
     wait_in_segment(
         node_segment::bell::up, ex, deadline, [&] { return unfilled(node_index_).empty(); },
         [&] { pieces_not_filled(ex, unfilled(node_index_)); });

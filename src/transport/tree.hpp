@@ -165,6 +165,9 @@ class tcp_tree final : public transport {
   /// Checks every slot, has the large contributions copied into the data region, folds, and
   /// publishes the result; returns this member's entries. `mine` is this member's contribution.
   std::vector<rank_bytes> finish_on_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
+  /// Gives each large contribution but the finisher's own (node index) a place in the data region,
+  /// sized for all of them, and grants them; returns the bytes of the region in use (0: none).
+  std::size_t grant_places(const exchange& ex, int finisher);
   /// Copies a large contribution where the finisher granted it a place, and says so.
   void fill_granted(const exchange& ex, std::span<const std::byte> mine);
   /// World ranks of the members other than `finisher` whose large contribution is not in yet.
