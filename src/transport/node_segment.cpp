@@ -43,9 +43,7 @@ struct node_segment::header {
   alignas(64) std::uint32_t up_bell;
   std::uint32_t up_sleepers;
   std::uint64_t arrivals;  // members' arrivals so far, over every exchange
-  std::uint32_t claim;     // the exchange whose release a member has taken on
-  std::int32_t finisher;   // that member's node index, once written (finished_exchange says for which)
-  std::uint32_t finished_exchange;
+  std::uint64_t claim;     // (exchange << 32) | node index of the member that took on finishing it
   alignas(64) std::uint32_t down_bell;
   std::uint32_t down_sleepers;
   alignas(64) std::uint32_t result;
@@ -279,20 +277,18 @@ std::uint64_t node_segment::arrive(std::uint64_t count) noexcept {
 }
 
 bool node_segment::claim(std::uint32_t exchange, int member) noexcept {
-  std::atomic_ref<std::uint32_t> word(head().claim);
+  std::atomic_ref<std::uint64_t> word(head().claim);
+  const auto mine = std::uint64_t{exchange} << 32 | static_cast<std::uint32_t>(member);
   auto current = word.load(std::memory_order_acquire);
-  while (current != exchange) {
-    if (word.compare_exchange_weak(current, exchange, std::memory_order_acq_rel)) {
-      head().finisher = member;
-      store(head().finished_exchange, exchange);
-      return true;
-    }
+  while (current >> 32 != exchange) {
+    if (word.compare_exchange_weak(current, mine, std::memory_order_acq_rel)) return true;
   }
   return false;
 }
 
 int node_segment::finisher(std::uint32_t exchange) const noexcept {
-  return load(head().finished_exchange) == exchange ? head().finisher : -1;
+  const auto word = load(head().claim);
+  return word >> 32 == exchange ? static_cast<int>(static_cast<std::uint32_t>(word)) : -1;
 }
 
 std::uint64_t node_segment::arrivals() const noexcept {

@@ -60,6 +60,20 @@ void close_after_delivery(int fd) {
   ::close(fd);
 }
 
+/// Whether a member's contribution goes through the data region (past its slot) rather than in place.
+bool in_data_region(const node_segment::slot& slot) {
+  return slot.has_payload != 0 && slot.size > node_segment::inline_capacity;
+}
+
+/// Every entry, serialised as one result for everyone.
+std::vector<std::byte> all_entries(const std::vector<rank_bytes>& entries) {
+  std::vector<const rank_bytes*> all;
+  for (const auto& e : entries) all.push_back(&e);
+  std::vector<std::byte> out;
+  append_entries(out, all);
+  return out;
+}
+
 void copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text) {
   size = static_cast<std::uint32_t>(std::min(text.size(), sizeof to));
   std::memcpy(to, text.data(), size);
@@ -656,10 +670,7 @@ std::size_t tcp_tree::await_node(const exchange& ex, time_point deadline, const 
   // Large contributions: the leader says where each goes in the data region, then waits for them.
   const auto total = grant_places(ex, 0);
   if (total > 0) {
-    for (std::size_t i = 1; i < count; ++i) {
-      const auto& slot = segment.member(static_cast<int>(i));
-      in[i] = slot.has_payload == 0 || slot.size <= node_segment::inline_capacity;
-    }
+    for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(segment.member(static_cast<int>(i)));
     wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
   }
   return total;
@@ -670,7 +681,7 @@ std::size_t tcp_tree::grant_places(const exchange& ex, int finisher) {
   std::size_t total = 0;
   for (int i = 0; i < static_cast<int>(node_members_.size()); ++i) {
     auto& slot = segment.member(i);
-    if (i == finisher || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
+    if (i == finisher || !in_data_region(slot)) continue;
     slot.data_offset = total;
     total += (slot.size + 63) / 64 * 64;
   }
@@ -792,12 +803,7 @@ void tcp_tree::never_arrived(const exchange& ex, const std::vector<int>& missing
 template <class Ready>
 void tcp_tree::wait_for_leader(const exchange& ex, time_point deadline, Ready&& ready) {
   wait_in_segment(node_segment::bell::down, ex, deadline, ready, [&] {
-    std::vector<int> missing;
-    for (std::size_t i = 0; i < node_members_.size(); ++i) {
-      if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(sequence_))
-        missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
-    }
-    if (!missing.empty()) never_arrived(ex, missing);
+    if (const auto missing = not_arrived(); !missing.empty()) never_arrived(ex, missing);
     fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
                      "this rank's node never arrived",
                      ex.name, ex.site, ex.timeout.count(), describe(rank_), describe(node_members_.front())),
@@ -914,8 +920,7 @@ std::vector<int> tcp_tree::unfilled(int finisher) {
   std::vector<int> ranks;
   for (int i = 0; i < static_cast<int>(node_members_.size()); ++i) {
     const auto& slot = segment.member(i);
-    if (i == finisher || slot.has_payload == 0 || slot.size <= node_segment::inline_capacity) continue;
-    if (segment.load(slot.filled) != low_bits(sequence_))
+    if (i != finisher && in_data_region(slot) && segment.load(slot.filled) != low_bits(sequence_))
       ranks.push_back(members_[static_cast<std::size_t>(node_members_[static_cast<std::size_t>(i)])]);
   }
   return ranks;
@@ -929,15 +934,19 @@ void tcp_tree::pieces_not_filled(const exchange& ex, const std::vector<int>& ran
        rank_, errc::timeout);
 }
 
+std::vector<int> tcp_tree::not_arrived() {
+  std::vector<int> ranks;
+  for (std::size_t i = 0; i < node_members_.size(); ++i) {
+    if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(sequence_))
+      ranks.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
+  }
+  return ranks;
+}
+
 void tcp_tree::finish_stalled(const exchange& ex) {
   auto& segment = *segment_;
   const auto seq = low_bits(sequence_);
-  std::vector<int> missing;
-  for (std::size_t i = 0; i < node_members_.size(); ++i) {
-    if (segment.load(segment.member(static_cast<int>(i)).arrived) != seq)
-      missing.push_back(members_[static_cast<std::size_t>(node_members_[i])]);
-  }
-  if (!missing.empty()) never_arrived(ex, missing);
+  if (const auto missing = not_arrived(); !missing.empty()) never_arrived(ex, missing);
   const int finisher = segment.finisher(seq);
   if (finisher >= 0 && segment.load(segment.grant_word()) == seq) {
     if (const auto ranks = unfilled(finisher); !ranks.empty()) pieces_not_filled(ex, ranks);
@@ -971,10 +980,7 @@ std::vector<rank_bytes> tcp_tree::finish_on_node(const exchange& ex, time_point 
     entries = user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
   }
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  std::vector<std::byte> everyone;
-  std::vector<const rank_bytes*> all;
-  for (const auto& e : entries) all.push_back(&e);
-  append_entries(everyone, all);
+  const auto everyone = all_entries(entries);
   check_members(ex, false);  // the others may have given up meanwhile (a slow operation): fail as they did
   publish_to_node(ex, entries, everyone);
   return entries;
@@ -1269,11 +1275,7 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   } else {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     if (ex.finish) entries = user_step(ex, [&] { return ex.finish(entries); });
-    if (ex.to == delivery::everyone && (!children_.empty() || node_leader())) {
-      std::vector<const rank_bytes*> all;
-      for (const auto& e : entries) all.push_back(&e);
-      append_entries(everyone, all);
-    }
+    if (ex.to == delivery::everyone && (!children_.empty() || node_leader())) everyone = all_entries(entries);
   }
   if (node_leader()) publish_to_node(ex, entries, everyone);
 

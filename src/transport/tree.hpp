@@ -170,6 +170,8 @@ class tcp_tree final : public transport {
   std::size_t grant_places(const exchange& ex, int finisher);
   /// Copies a large contribution where the finisher granted it a place, and says so.
   void fill_granted(const exchange& ex, std::span<const std::byte> mine);
+  /// World ranks of the node-mates (this rank included) that have not arrived at this exchange.
+  std::vector<int> not_arrived();
   /// World ranks of the members other than `finisher` whose large contribution is not in yet.
   std::vector<int> unfilled(int finisher);
   [[noreturn]] void pieces_not_filled(const exchange& ex, const std::vector<int>& ranks);
