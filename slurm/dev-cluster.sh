@@ -28,6 +28,8 @@ Commands:
   net-mode    Print the network mode of the running cluster, one word: netns or loopback
               (exit status 1 and nothing on stdout when no cluster runs). Tests print it.
   env         Print `export SLURM_CONF=...`; use as: eval "$(slurm/dev-cluster.sh env)"
+  settings    Print the state dir, port and subnet in effect, as shell assignments
+              (cluster_dir=... cluster_port=... cluster_subnet=...).
   -h, --help  This text.
 
 Each node runs in its own mount and UTS namespace: its own hostname (c1, c2, ...), its own
@@ -58,18 +60,21 @@ and every node declares the machine's real CPUs and topology (`slurmd -C`, e.g. 
 instead of 8, so that each task's CPU set is what the job asked for. Every node is on the
 same CPUs of this machine (jobs may share them: OverSubscribe=FORCE).
 
-Environment:
+Slurm 22.05 (Debian 12) and 24.11 (Debian 13, inside scripts/debian13.sh) are both supported:
+from Slurm 24.05 on, a cgroup.conf with CgroupPlugin=disabled lets slurmd run without systemd.
+
+Environment (the defaults in brackets are Debian 13's):
   JOBKIT_CLUSTER_DIR           state dir: slurm.conf, hosts, logs, spool, state, pid files
-                               (default /var/lib/jobkit-dev-cluster; not under /tmp or /dev/shm)
+                               (default /var/lib/jobkit-dev-cluster [-13]; not under /tmp or /dev/shm)
   JOBKIT_CLUSTER_NODES         default node count for `start` (3)
-  JOBKIT_CLUSTER_PORT          slurmctld port; node i listens on PORT+i (default 6817)
+  JOBKIT_CLUSTER_PORT          slurmctld port; node i listens on PORT+i (default 6817 [7217])
   JOBKIT_CLUSTER_SHARED_PATHS  colon-separated paths under /tmp or /dev/shm that every node
                                must still see (the per-node tmpfs would hide them). Default:
                                the repository containing this script, if it is under /tmp.
   JOBKIT_CLUSTER_START_TIMEOUT seconds `start` waits for the nodes to become idle (60)
   JOBKIT_CLUSTER_NET           network mode: netns, loopback or auto (default auto; see above)
   JOBKIT_CLUSTER_SUBNET        netns mode: the first three numbers of the nodes' /24, inside
-                               198.18.0.0/15 (default 198.18.0); two clusters need two subnets
+                               198.18.0.0/15 (default 198.18.0 [198.18.3]); two clusters need two subnets
   JOBKIT_CLUSTER_DEBIAN_HOSTS  netns mode: 1 (default): the last node maps its own name to
                                127.0.1.1, as Debian does; 0: to its address, like the others
   JOBKIT_CLUSTER_GRACE_TIME    partition "low": seconds from SIGTERM to SIGKILL on pre-emption (10)
@@ -81,12 +86,20 @@ EOF
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo_root=$(dirname "$script_dir")
 
-dir=$(realpath -m "${JOBKIT_CLUSTER_DIR:-/var/lib/jobkit-dev-cluster}")
+# Each platform's cluster has its own state dir, port and subnet, so that Debian 12's and
+# Debian 13's (scripts/debian13.sh, which shares this machine's network stack and processes) can
+# run side by side.
+if [[ $(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") == trixie ]]; then
+  default_dir=/var/lib/jobkit-dev-cluster-13 default_port=7217 default_subnet=198.18.3
+else
+  default_dir=/var/lib/jobkit-dev-cluster default_port=6817 default_subnet=198.18.0
+fi
+dir=$(realpath -m "${JOBKIT_CLUSTER_DIR:-$default_dir}")
 conf=$dir/slurm.conf
-port_base=${JOBKIT_CLUSTER_PORT:-6817}
+port_base=${JOBKIT_CLUSTER_PORT:-$default_port}
 start_timeout=${JOBKIT_CLUSTER_START_TIMEOUT:-60}
 net_req=${JOBKIT_CLUSTER_NET:-auto}
-subnet=${JOBKIT_CLUSTER_SUBNET:-198.18.0}
+subnet=${JOBKIT_CLUSTER_SUBNET:-$default_subnet}
 bind=${JOBKIT_CLUSTER_BIND:-0}
 grace_time=${JOBKIT_CLUSTER_GRACE_TIME:-10}
 debian_hosts=${JOBKIT_CLUSTER_DEBIAN_HOSTS:-1}
@@ -345,6 +358,18 @@ rm -rf "\$spool/pmix.\$SLURM_JOB_ID."* "\$spool/stepd.slurm.pmix.\$SLURM_JOB_ID.
 exit 0
 EOF
   chmod 755 "$dir/run/epilog.sh"
+}
+
+# Slurm 24.05 and later call the cgroup plugin from slurmd whatever the other plugins are, and
+# its default (autodetect -> cgroup/v2) needs systemd; "disabled" (new in 24.05) makes it a no-op.
+# Older releases do not know that value, and need no cgroup.conf with these plugins.
+write_cgroup_conf() {
+  local version
+  version=$(slurmd -V 2>/dev/null | awk '{print $2}')
+  rm -f "$dir/cgroup.conf"
+  if [[ $(printf '%s\n24.05\n' "$version" | sort -V | head -n 1) == 24.05 ]]; then
+    echo "CgroupPlugin=disabled  # written by slurm/dev-cluster.sh for Slurm $version" >"$dir/cgroup.conf"
+  fi
 }
 
 generate_conf() { # N net-mode node-cpus
@@ -684,6 +709,7 @@ cmd_start() {
   rm -rf "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node" "$dir/hosts"
   mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/node"
   printf '%s\n' "$new_conf" >"$conf"
+  write_cgroup_conf
   write_epilog
   printf '%s\n' "$shared" >"$dir/run/shared-paths"
   echo "$mode" >"$dir/run/net-mode"
@@ -824,7 +850,12 @@ cmd_env() {
   printf 'export SLURM_CONF=%q\n' "$conf"
 }
 
+cmd_settings() {
+  printf 'cluster_dir=%q cluster_port=%q cluster_subnet=%q\n' "$dir" "$port_base" "$subnet"
+}
+
 case ${1:-} in
+  settings) cmd_settings ;;
   start) shift; (($# <= 1)) || die "usage: $0 start [N]"; cmd_start "$@" ;;
   stop) cmd_stop ;;
   status) cmd_status ;;

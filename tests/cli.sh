@@ -73,7 +73,15 @@ expect "checkpoint bad --keep" 2 "^jobkit: checkpoint: --keep='-2' is not a coun
   "$jobkit" checkpoint commit "$ckpt" 12 --keep -2
 expect "checkpoint without action" 2 '^jobkit: checkpoint: no action given' "$jobkit" checkpoint
 expect "checkpoint --help" 0 'usage: jobkit checkpoint latest DIR' "$jobkit" checkpoint --help
-expect "time-left outside Slurm" 0 '^unknown$' env -u SLURM_JOB_ID "$jobkit" time-left
+expect "time-left outside Slurm" 0 '^unknown$' env -u SLURM_JOB_ID -u SLURM_JOB_END_TIME "$jobkit" time-left
+expect "time-left from SLURM_JOB_END_TIME" 0 '^(59|60)$' \
+  env SLURM_JOB_END_TIME=$(($(date +%s) + 60)) JOBKIT_LIBSLURM=/nonexistent/libslurm.so "$jobkit" time-left
+expect "time-left past SLURM_JOB_END_TIME" 0 '^0$' env SLURM_JOB_END_TIME=1000000000 "$jobkit" time-left
+expect "time-left with a bad SLURM_JOB_END_TIME" 2 \
+  "^jobkit: SLURM_JOB_END_TIME='soon' is not a time \\(seconds since 1970, as Slurm sets it\\)$" \
+  env SLURM_JOB_END_TIME=soon "$jobkit" time-left
+expect "time-left without libslurm" 0 '^unknown$' \
+  env -u SLURM_JOB_END_TIME SLURM_JOB_ID=1234 JOBKIT_LIBSLURM=/nonexistent/libslurm.so "$jobkit" time-left
 expect "requeue outside Slurm" 2 "^jobkit: requeue: not in a Slurm job \\(SLURM_JOB_ID is not set\\)$" \
   env -u SLURM_JOB_ID "$jobkit" requeue
 expect "requeue with a bad job id" 2 "^jobkit: SLURM_JOB_ID='7;rm' is not a Slurm job id$" \

@@ -10,7 +10,7 @@ namespace jobkit {
 enum class errc {
   invalid_environment,  ///< a launcher variable is malformed, partial or contradicts another source
   invalid_argument,     ///< a bad argument or configuration value passed by the caller
-  pmix,                 ///< a PMIx call failed; native_status() is the pmix_status_t
+  pmix,                 ///< a PMIx (or PMI-2) call failed; native_status() is the pmix_status_t (PMI-2's return code)
   timeout,              ///< a deadline expired
   peer_failure,         ///< another rank died, closed its connection or called a different collective
   nccl,                 ///< an NCCL call failed; native_status() is the ncclResult_t

@@ -8,12 +8,13 @@ namespace jobkit {
 /// Where the values of an identity came from, in discovery order.
 enum class identity_source {
   pmix,      ///< the PMIx server of the launcher (srun --mpi=pmix, Open MPI's mpirun)
+  pmi2,      ///< the PMI-2 server of the launcher (srun --mpi=pmi2, where Slurm has no mpi/pmix)
   slurm,     ///< the Slurm step environment (srun --mpi=none)
   torchrun,  ///< RANK, LOCAL_RANK, WORLD_SIZE, ... (torchrun, composer)
   defaults,  ///< no launcher: the single-rank defaults
 };
 
-/// "pmix", "slurm", "torchrun" or "default".
+/// "pmix", "pmi2", "slurm", "torchrun" or "default".
 std::string_view to_string(identity_source source) noexcept;
 
 /// Who this process is in its job step. A plain value: cheap to copy, compare and print.
@@ -25,7 +26,7 @@ struct identity {
   int node_rank = 0;         ///< index of this node among the step's nodes
   int num_nodes = 1;
   std::string hostname;
-  std::string job_id;   ///< SLURM_JOB_ID, or the PMIx namespace outside Slurm; empty without a launcher
+  std::string job_id;   ///< SLURM_JOB_ID, or the PMIx namespace (PMI-2 job id) outside Slurm; empty without a launcher
   std::string step_id;  ///< SLURM_STEP_ID; empty outside a Slurm step
   /// SLURM_RESTART_COUNT: how often Slurm requeued this job (pre-emption, jobkit::requeue); 0
   /// on its first run and outside Slurm.

@@ -97,18 +97,27 @@ class stop_guard {
 /// options, created on the first call. Collective over all ranks.
 bool stop_requested(std::source_location site = std::source_location::current());
 
-/// The time this job has left before its time limit, from Slurm (slurm_get_rem_time, one
-/// request to slurmctld), kept for `max_age` and counted down in between. nullopt when it is
-/// unknown: outside a Slurm job, a job without a time limit, or jobkit built without libslurm.
-/// @throws jobkit::error (invalid_environment) when SLURM_JOB_ID is malformed
+/// The time this job has left before its time limit. From SLURM_JOB_END_TIME when it is set
+/// (Slurm 23.02 and later; no libslurm needed; its value at the step's launch, so a later
+/// `scontrol update TimeLimit` is not seen). Else from Slurm (slurm_get_rem_time, one request to
+/// slurmctld, through libslurm in a child process killed after 10 s: see docs/environment.md,
+/// JOBKIT_LIBSLURM), kept for `max_age` and counted down in between. Zero once the end has passed.
+/// nullopt when it is unknown: outside a Slurm job, a job without a time limit (an end 300 days
+/// or more ahead), or libslurm gave no answer (a warning names why; not asked again while
+/// JOBKIT_LIBSLURM and SLURM_CONF keep their values). Never ends or stalls the caller, whatever
+/// libslurm does.
+/// @throws jobkit::error (invalid_environment) when SLURM_JOB_ID or SLURM_JOB_END_TIME is malformed
 std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age = std::chrono::seconds(60));
 
 /// Asks Slurm to requeue this job (SLURM_JOB_ID: for an array job, this task only). Slurm then
 /// ends the job (SIGTERM to every task, SIGKILL after KillWait) and starts it again once
 /// resources allow, with SLURM_RESTART_COUNT one higher. Call it on one rank, after the last
-/// checkpoint is committed. A job already requeued (pending) counts as success.
+/// checkpoint is committed. A job already requeued (pending) counts as success. libslurm is
+/// called in a child process killed after 10 s, as for time_left().
 /// @throws jobkit::error (invalid_environment) outside a Slurm job; (scheduler) when Slurm
-///         refuses, e.g. a job submitted with --no-requeue, or jobkit was built without libslurm
+///         refuses, e.g. a job submitted with --no-requeue, or libslurm gave no answer (none
+///         found, a soname jobkit does not know, libslurm exited, e.g. without a Slurm
+///         configuration, or the deadline passed: the message names the cause)
 void requeue();
 
 }  // namespace jobkit

@@ -59,7 +59,7 @@ class Identity:
     restart_count: int  # SLURM_RESTART_COUNT: how often Slurm requeued this job
     array_job_id: str  # "" outside an array job
     array_task_id: int  # -1 outside an array job
-    source: str  # "pmix", "slurm", "torchrun" or "default"
+    source: str  # "pmix", "pmi2", "slurm", "torchrun" or "default"
 
     def is_main_process(self):
         return self.rank == 0
@@ -518,8 +518,10 @@ def stop_requested():
 
 
 def time_left(max_age=60):
-    """Seconds this job has left before its time limit, from Slurm (kept for max_age seconds and
-    counted down in between); None outside Slurm, without a time limit, or without libslurm."""
+    """Seconds this job has left before its time limit: from SLURM_JOB_END_TIME when set (Slurm
+    23.02+), else from Slurm through libslurm in a child process (kept for max_age seconds and
+    counted down in between); 0 past the end; None outside Slurm, without a time limit, or when
+    libslurm gave no answer. InvalidEnvironmentError when SLURM_JOB_END_TIME is malformed."""
     return _jobkit.time_left(max_age)
 
 

@@ -124,7 +124,7 @@ class bench {
                   "ratio", "MB/s");
     }
     if (!fence_.active() && id_.rank == 0) {
-      std::fprintf(stderr, "jobkit bench: no PMIx server, so no fence floor (run it under srun --mpi=pmix)\n");
+      print_error_line("jobkit bench: no PMIx server, so no fence floor (run it under srun --mpi=pmix)");
     }
     jobkit::barrier();
     for (const auto& op : o_.ops) {

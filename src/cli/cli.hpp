@@ -27,6 +27,12 @@ inline std::string_view option_value(const std::vector<std::string_view>& args, 
 call_options timeout_option(std::string_view value);
 
 /// jobkit bench (bench.cpp).
+/// Writes line and a newline to standard error in one write(2), so that lines of processes sharing
+/// it (the tasks of a step, processes started inside one task) never interleave. fprintf to the
+/// unbuffered stderr does not promise that: glibc 2.37 and later (Debian 13) write it in pieces of
+/// 128 bytes.
+void print_error_line(std::string_view line);
+
 int run_bench(const std::vector<std::string_view>& args);
 /// jobkit on-main, once-per-node, n-at-a-time, zero-first (step_commands.cpp).
 int run_step_helper(std::string_view name, const std::vector<std::string_view>& args);

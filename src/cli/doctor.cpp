@@ -1,4 +1,5 @@
 // jobkit doctor: a preflight for a job step, one row per rank gathered on rank 0.
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <fmt/format.h>
@@ -11,7 +12,10 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "identity/environment.hpp"
 #include "jobkit/jobkit.hpp"
+#include "pmix/versions.hpp"
+#include "preemption/slurm_api.hpp"
 #if JOBKIT_HAS_NCCL
 #include "jobkit/nccl.hpp"
 #endif
@@ -26,7 +30,9 @@ constexpr std::string_view doctor_usage =
     "id), the GPU the device rule gives it, its CPU affinity and the NCCL version; rank 0 prints\n"
     "one row per rank and every problem found: a device rule that fails, two ranks of a node on\n"
     "one GPU, and with --nccl a rank without a GPU, a communicator that cannot start or an\n"
-    "all_reduce that is wrong.\n"
+    "all_reduce that is wrong. It also prints the PMIx client and server versions and the Slurm\n"
+    "release each rank sees, and warns on known-bad combinations (warnings do not fail it); when\n"
+    "PMIx_Init fails or hangs (JOBKIT_PMIX_INIT_TIMEOUT), it prints them before the error.\n"
     "  srun --mpi=pmix jobkit doctor --nccl\n"
     "\n"
     "options:\n"
@@ -50,10 +56,75 @@ std::string cpu_affinity() {
   return ranges;
 }
 
+/// The Slurm release on this node, without slurm_init in this process (it ends the process when no
+/// Slurm configuration is reachable, as in many containers): `srun --version` in a child gives the
+/// full release (srun reads its configuration first, and may retry for a minute when it finds none:
+/// bounded to 5 s); else libslurm's slurm_api_version() (dlopen, no other call), which is the API
+/// number, from which only the release series follows (libslurm.so.42 is 24.11).
+void find_slurm(detail::launcher_versions& versions) {
+  if (FILE* pipe = ::popen("timeout 5 srun --version 2>/dev/null", "r")) {
+    char line[256] = {};
+    const bool read = std::fgets(line, sizeof line, pipe) != nullptr;
+    ::pclose(pipe);
+    if (const auto found = read ? detail::parse_release(line) : std::nullopt; found && found->patch >= 0) {
+      versions.slurm = fmt::format("{}.{:02}.{}", found->major, found->minor, found->patch);
+      versions.slurm_origin = "srun --version";
+      return;
+    }
+  }
+  // The same libraries jobkit's time_left() looks for.
+  const std::vector<std::string> names = detail::libslurm_candidates();
+  static constexpr std::pair<int, const char*> series[] = {{37, "21.08"}, {38, "22.05"}, {39, "23.02"},
+                                                           {40, "23.11"}, {41, "24.05"}, {42, "24.11"},
+                                                           {43, "25.05"}, {44, "25.11"}, {45, "26.05"}};
+  for (const auto& name : names) {
+    void* library = ::dlopen(name.c_str(), RTLD_LAZY | RTLD_LOCAL);
+    if (library == nullptr) continue;
+    using api_version_function = long (*)();
+    const auto api_version = reinterpret_cast<api_version_function>(::dlsym(library, "slurm_api_version"));
+    if (api_version == nullptr) continue;
+    const long api = api_version();
+    const int current = static_cast<int>((api >> 16) & 0xff);
+    versions.slurm_origin =
+        fmt::format("{}: slurm_api_version() {}.{}.{}", name, current, (api >> 8) & 0xff, api & 0xff);
+    for (const auto& [number, release] : series) {
+      if (number == current) versions.slurm = release;
+    }
+    if (!versions.slurm) versions.slurm_origin += ", a release this jobkit does not know";
+    return;  // libslurm stays loaded: unloading it is not known to be safe
+  }
+  versions.slurm_origin = "no srun on PATH and no libslurm found";
+}
+
+detail::launcher_versions seen_versions() {
+  auto versions = detail::pmix_versions(detail::process_environment());
+  find_slurm(versions);
+  return versions;
+}
+
+/// The lines of the versions seen, and the advice on them, each prefixed.
+std::string versions_report(const detail::launcher_versions& versions) {
+  std::string text = fmt::format(
+      "pmix: client {}; server {}; PMIX_GDS_MODULE={}; PMIX_MCA_gds={}\n", versions.pmix_client,
+      versions.pmix_server ? fmt::format("{} (PMIX_VERSION)", *versions.pmix_server) : "unknown (no PMIX_VERSION)",
+      versions.gds_module.value_or("(unset)"), versions.mca_gds.value_or("(unset)"));
+  text += fmt::format("slurm: {} ({})\n", versions.slurm.value_or("unknown"), versions.slurm_origin);
+  for (const auto& advice : detail::advise(versions)) {
+    text += fmt::format("{}: {}\n", advice.warning ? "warning" : "note", advice.text);
+  }
+  return text;
+}
+
+/// What a rank reports of its launcher's versions, compared across ranks.
+std::string versions_summary(const detail::launcher_versions& versions) {
+  return fmt::format("pmix client {}, server {}, slurm {}", versions.pmix_client,
+                     versions.pmix_server.value_or("unknown"), versions.slurm.value_or("unknown"));
+}
+
 /// One rank's row: rank, host, local rank, node, GPUs seen, device, uuid, pci, cpus, nccl version,
-/// NCCL phases (text), problems (text, empty when none).
+/// NCCL phases (text), problems (text, empty when none), launcher versions (versions_summary).
 using row = std::tuple<int, std::string, int, int, std::string, int, std::string, std::string, std::string, std::string,
-                       std::string, std::string>;
+                       std::string, std::string, std::string>;
 
 }  // namespace
 
@@ -76,11 +147,34 @@ int run_doctor(const std::vector<std::string_view>& args) {
 #if !JOBKIT_HAS_NCCL
   if (with_nccl) throw usage_error{"doctor: --nccl needs a jobkit built with CUDA and NCCL"};
 #endif
-  const auto& id = current_identity();
-  row mine{
-      id.rank, id.hostname, id.local_rank, id.node_rank, "n/a (built without CUDA)", -1, "", "", cpu_affinity(), "n/a",
-      "",      ""};
-  auto& [rank, host, local_rank, node, gpus, device, uuid, pci, cpus, version, phases, problems] = mine;
+  // Before the identity: when PMIx_Init fails or hangs, the versions are what explains it.
+  const auto versions = seen_versions();
+  const jobkit::identity* found = nullptr;
+  try {
+    found = &current_identity();
+  } catch (const error&) {
+    const auto launched_rank = detail::process_environment().get("PMIX_RANK");
+    if (!launched_rank || *launched_rank == "0") {
+      std::printf("jobkit doctor: no identity (the error follows)\n%s", versions_report(versions).c_str());
+      std::fflush(stdout);
+    }
+    throw;
+  }
+  const auto& id = *found;
+  row mine{id.rank,
+           id.hostname,
+           id.local_rank,
+           id.node_rank,
+           "n/a (built without CUDA)",
+           -1,
+           "",
+           "",
+           cpu_affinity(),
+           "n/a",
+           "",
+           "",
+           versions_summary(versions)};
+  auto& [rank, host, local_rank, node, gpus, device, uuid, pci, cpus, version, phases, problems, launcher] = mine;
   [[maybe_unused]] const auto problem = [&](const std::string& text) {
     problems += (problems.empty() ? "" : "; ") + text;
   };
@@ -151,9 +245,16 @@ int run_doctor(const std::vector<std::string_view>& args) {
   if (id.rank == 0) {
     std::printf("jobkit doctor: %d ranks on %d nodes, job %s step %s\n", id.world_size, id.num_nodes,
                 id.job_id.empty() ? "-" : id.job_id.c_str(), id.step_id.empty() ? "-" : id.step_id.c_str());
+    std::printf("%s", versions_report(versions).c_str());
+    for (const auto& r : rows) {
+      if (std::get<12>(r) != launcher) {
+        std::printf("warning: rank %d (%s) sees other versions than rank 0: %s\n", std::get<0>(r),
+                    std::get<1>(r).c_str(), std::get<12>(r).c_str());
+      }
+    }
     std::printf("%5s  %-12s %5s %4s %5s %6s  %-40s %-14s %-12s %-8s %s\n", "rank", "host", "local", "node", "gpus",
                 "device", "uuid", "pci", "cpus", "nccl", "nccl check");
-    for (const auto& [r, h, l, n, g, d, u, p, c, v, ph, pr] : rows) {
+    for (const auto& [r, h, l, n, g, d, u, p, c, v, ph, pr, ls] : rows) {
       std::printf("%5d  %-12s %5d %4d %5s %6s  %-40s %-14s %-12s %-8s %s\n", r, h.c_str(), l, n, g.c_str(),
                   d >= 0 ? std::to_string(d).c_str() : "-", u.empty() ? "-" : u.c_str(), p.empty() ? "-" : p.c_str(),
                   c.c_str(), v.c_str(), ph.empty() ? "-" : ph.c_str());

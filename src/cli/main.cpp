@@ -9,7 +9,15 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/posix_io.hpp"
 #include "jobkit/jobkit.hpp"
+
+void jobkit::cli::print_error_line(std::string_view line) {
+  std::string text(line);
+  text += '\n';
+  std::fflush(stderr);
+  (void)jobkit::detail::write_file_all(STDERR_FILENO, text.data(), text.size());
+}
 
 namespace {
 
@@ -205,9 +213,9 @@ int main(int argc, char** argv) {
   try {
     return run(args);
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "jobkit: %s\n", e.message.c_str());
+    jobkit::cli::print_error_line("jobkit: " + e.message);
   } catch (const jobkit::error& e) {
-    std::fprintf(stderr, "jobkit: %s\n", e.what());
+    jobkit::cli::print_error_line(std::string("jobkit: ") + e.what());
     const bool caller_fault =
         e.code() == jobkit::errc::invalid_environment || e.code() == jobkit::errc::invalid_argument;
     return caller_fault ? 2 : 1;

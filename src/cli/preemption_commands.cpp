@@ -44,8 +44,11 @@ constexpr std::string_view requeue_usage =
 constexpr std::string_view time_left_usage =
     "usage: jobkit time-left\n"
     "\n"
-    "Print the seconds this job has left before its time limit, as Slurm sees it, or 'unknown'\n"
-    "(no time limit, not in a Slurm job, or no libslurm found: see JOBKIT_LIBSLURM).\n";
+    "Print the seconds this job has left before its time limit, or 'unknown' (no time limit, not\n"
+    "in a Slurm job, or libslurm gave no answer: a warning says why). From SLURM_JOB_END_TIME when\n"
+    "it is set (Slurm 23.02 and later; its value at the step's launch), else from slurmctld through\n"
+    "libslurm (see JOBKIT_LIBSLURM), called in a child process that is killed after 10 s. Exit\n"
+    "status 2 when SLURM_JOB_END_TIME or SLURM_JOB_ID is malformed.\n";
 
 std::int64_t parse_step(std::string_view value) {
   std::int64_t step = -1;

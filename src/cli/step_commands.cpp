@@ -42,7 +42,7 @@ constexpr std::string_view helpers_usage =
     "  zero-first     rank 0 runs CMD first, then every other rank (--local: local rank 0 of every\n"
     "                 node first, then all the other ranks, once every node's first run ended)\n"
     "\n"
-    "CMD runs without the PMIX_* variables (it is not a rank of the step). It receives the signals\n"
+    "CMD runs without the PMIX_* and PMI_* variables (it is not a rank of the step). It receives the signals\n"
     "its jobkit process receives (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT: Slurm's\n"
     "pre-emption, scancel --signal, sbatch --signal), and SIGKILL when its jobkit process dies.\n"
     "Every rank exits with status 0 when CMD succeeded wherever it ran. When it failed somewhere,\n"
@@ -129,11 +129,13 @@ class signal_forwarding {
 /// this process gets, and SIGKILL if this process dies first (PR_SET_PDEATHSIG): it never
 /// outlives the step.
 std::pair<int, std::string> run_command(const std::vector<std::string>& command) {
-  // CMD is not a rank of the step: it must not connect to the PMIx server as this process. The
-  // environment is prepared before fork: the child of a threaded process should only exec.
+  // CMD is not a rank of the step: it must not connect to the PMIx (or PMI-2: PMI_FD, PMI_RANK,
+  // ...) server as this process. The environment is prepared before fork: the child of a threaded
+  // process should only exec.
   std::vector<char*> environment;
   for (char** variable = environ; *variable; ++variable) {
-    if (!std::string_view(*variable).starts_with("PMIX_")) environment.push_back(*variable);
+    const std::string_view entry = *variable;
+    if (!entry.starts_with("PMIX_") && !entry.starts_with("PMI_")) environment.push_back(*variable);
   }
   environment.push_back(nullptr);
   std::vector<char*> argv;
@@ -213,8 +215,8 @@ std::optional<int> first_failure(const std::string& helper, const std::vector<st
   for (const auto& entry : all) {
     if (!entry || std::get<2>(*entry) == 0) continue;
     const auto& [rank, host, code, how] = *entry;
-    std::fprintf(stderr, "jobkit %s: '%s' failed on rank %d (%s): %s\n", helper.c_str(), join_command(command).c_str(),
-                 rank, host.c_str(), how.c_str());
+    print_error_line(
+        fmt::format("jobkit {}: '{}' failed on rank {} ({}): {}", helper, join_command(command), rank, host, how));
     if (!status) status = code;
   }
   return status;

@@ -26,17 +26,28 @@ std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view 
 
 namespace detail {
 
+namespace {
+
+/// A deadline from a variable of seconds: `fallback` when unset, parse_timeout's rule otherwise.
+std::chrono::milliseconds timeout_variable(std::string_view name, std::chrono::milliseconds fallback) {
+  const auto value = process_environment().get(name);
+  if (!value) return fallback;
+  try {
+    return parse_timeout(name, *value);
+  } catch (const error& e) {
+    throw error(errc::invalid_environment, e.what());
+  }
+}
+
+}  // namespace
+
 std::chrono::milliseconds default_timeout() {
-  static const auto timeout = [] {
-    const auto value = process_environment().get("JOBKIT_TIMEOUT");
-    if (!value) return std::chrono::milliseconds(1800 * 1000);
-    try {
-      return parse_timeout("JOBKIT_TIMEOUT", *value);
-    } catch (const error& e) {
-      throw error(errc::invalid_environment, e.what());
-    }
-  }();
+  static const auto timeout = timeout_variable("JOBKIT_TIMEOUT", std::chrono::seconds(1800));
   return timeout;
+}
+
+std::chrono::milliseconds pmix_init_timeout() {
+  return timeout_variable("JOBKIT_PMIX_INIT_TIMEOUT", std::chrono::seconds(60));
 }
 
 std::chrono::milliseconds timeout_of(std::chrono::milliseconds timeout, std::string_view operation) {

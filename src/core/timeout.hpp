@@ -11,6 +11,10 @@ namespace jobkit::detail {
 /// @throws jobkit::error (invalid_environment) naming the variable when it is malformed
 std::chrono::milliseconds default_timeout();
 
+/// How long PMIx_Init may take: JOBKIT_PMIX_INIT_TIMEOUT seconds (parse_timeout's rule), else 60 s.
+/// @throws jobkit::error (invalid_environment) naming the variable when it is malformed
+std::chrono::milliseconds pmix_init_timeout();
+
 /// The one timeout policy of every blocking call: zero means default_timeout(), a positive
 /// value is used as it is, a negative one is refused.
 /// @throws jobkit::error (invalid_argument) naming `operation` when timeout is negative

@@ -11,6 +11,8 @@
 #include <numeric>
 
 #include "jobkit/error.hpp"
+#include "pmi2/session.hpp"
+#include "pmi2/wire.hpp"
 #include "pmix/session.hpp"
 
 namespace jobkit::detail {
@@ -105,6 +107,32 @@ std::optional<candidate> slurm_candidate(const environment& env) {
   return c;
 }
 
+/// Open MPI's mpirun (ORTE in 4.x, PRRTE in 5.x) sets OMPI_COMM_WORLD_* for every process it
+/// starts; srun never does. A partial source: it has no node rank.
+std::optional<candidate> mpirun_candidate(const environment& env) {
+  if (!env.has("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
+  require_all_or_none(
+      env, "Open MPI mpirun environment",
+      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  candidate c{identity_source::pmix, "the Open MPI mpirun environment", {}, {}, {}, {}, {}, {}};
+  c.world_size = read_size(env, "OMPI_COMM_WORLD_SIZE");
+  c.rank = read_count(env, "OMPI_COMM_WORLD_RANK");
+  c.local_world_size = read_size(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
+  c.local_rank = read_count(env, "OMPI_COMM_WORLD_LOCAL_RANK");
+  require_less(*c.rank, *c.world_size);
+  require_less(*c.local_rank, *c.local_world_size);
+  return c;
+}
+
+/// The launcher's own environment source: mpirun's where mpirun started this process, else the
+/// Slurm step's. Inside a Slurm allocation, mpirun starts its daemons (orted, prted) with srun, and
+/// the ranks they start inherit that daemon step's SLURM_PROCID, SLURM_NODEID, ... which describe
+/// the daemons, not this job: they are not checked then (docs/launchers.md).
+std::optional<candidate> launcher_candidate(const environment& env) {
+  if (auto c = mpirun_candidate(env)) return c;
+  return slurm_candidate(env);
+}
+
 std::optional<candidate> torchrun_candidate(const environment& env) {
   static const std::vector<std::string_view> names = {"RANK",      "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                                       "NODE_RANK", "GROUP_RANK"};
@@ -181,8 +209,9 @@ candidate pmix_candidate(const pmix_facts& facts) {
   c.world_size = from(facts.world_size, "PMIX_JOB_SIZE");
   c.local_rank = from(facts.local_rank, "PMIX_LOCAL_RANK");
   c.local_world_size = from(facts.local_world_size, "PMIX_LOCAL_SIZE");
-  c.node_rank = from(facts.node_rank, "PMIX_NODEID");
-  c.num_nodes = from(facts.num_nodes, "PMIX_NUM_NODES");
+  const std::string node_origin = facts.node_origin.empty() ? "PMIX_NODEID" : facts.node_origin;
+  c.node_rank = field{facts.node_rank, fmt::format("PMIx node rank {} ({})", facts.node_rank, node_origin)};
+  c.num_nodes = field{facts.num_nodes, fmt::format("PMIx number of nodes {} ({})", facts.num_nodes, node_origin)};
   auto invalid = [](const std::string& what) {
     throw error(errc::pmix, fmt::format("the PMIx server reported an inconsistent identity: {}", what));
   };
@@ -197,11 +226,69 @@ candidate pmix_candidate(const pmix_facts& facts) {
   }
   if (!facts.local_peers.empty()) {
     const auto& peers = facts.local_peers;
-    if (static_cast<int>(peers.size()) != facts.local_world_size || peers[facts.local_rank] != facts.rank) {
-      invalid(fmt::format("PMIX_LOCAL_PEERS={} does not hold rank {} at local rank {} of {}", fmt::join(peers, ","),
-                          facts.rank, facts.local_rank, facts.local_world_size));
+    // Not in local-rank order under Open MPI 5's mpirun (PRRTE served "0,2,1" on one node): only
+    // the count and this rank's presence are checked (docs/launchers.md).
+    if (static_cast<int>(peers.size()) != facts.local_world_size ||
+        std::count(peers.begin(), peers.end(), facts.rank) != 1) {
+      invalid(fmt::format("PMIX_LOCAL_PEERS={} does not hold rank {} once among {} ranks (PMIX_LOCAL_SIZE)",
+                          fmt::join(peers, ","), facts.rank, facts.local_world_size));
     }
   }
+  return c;
+}
+
+std::optional<candidate> pmi_rank_candidate(const environment& env) {
+  auto rank = read_count(env, "PMI_RANK");
+  auto size = read_size(env, "PMI_SIZE");
+  if (!rank || !size) return std::nullopt;
+  candidate c{identity_source::pmi2, "PMI_RANK", {}, {}, {}, {}, {}, {}};
+  c.rank = rank;
+  c.world_size = size;
+  require_less(*c.rank, *c.world_size);
+  return c;
+}
+
+/// Rank and size from PMI2_Init; node rank, local rank, local world size and number of nodes from
+/// PMI_process_mapping, or from the Slurm step variables where the mapping cannot be used.
+candidate pmi2_candidate(const environment& env, const pmi2_facts& facts) {
+  candidate c{identity_source::pmi2, "PMI-2", {}, {}, {}, {}, {}, {}};
+  c.rank = field{facts.rank, fmt::format("PMI-2 rank={}", facts.rank)};
+  c.world_size = field{facts.world_size, fmt::format("PMI-2 size={}", facts.world_size)};
+  std::string unused;  // why the mapping is not used
+  const auto distribution = env.get("SLURM_DISTRIBUTION");
+  if (distribution && distribution->starts_with("arbitrary")) {
+    // Slurm's mpi/pmi2 (setup.c, 22.05 to 25.x) serves "(vector,(0,N,1))" for this distribution:
+    // every task on a node of its own.
+    unused = fmt::format("{}: Slurm's mpi/pmi2 then reports every task on a node of its own in PMI_process_mapping",
+                         quoted("SLURM_DISTRIBUTION", *distribution));
+  } else if (!facts.process_mapping) {
+    unused = facts.mapping_problem;
+  }
+  if (unused.empty()) {
+    const auto& text = *facts.process_mapping;
+    const auto place = place_of(parse_process_mapping(text, facts.world_size), facts.rank);
+    const auto origin = [&](std::string_view what, int value) {
+      return field{value, fmt::format("{} {} in PMI_process_mapping='{}'", what, value,
+                                      text.size() <= 60 ? text : text.substr(0, 60) + "...")};
+    };
+    c.node_rank = origin("node", place.node_rank);
+    c.local_rank = origin("local rank", place.local_rank);
+    c.local_world_size = origin("local size", place.local_world_size);
+    c.num_nodes = origin("nodes", place.num_nodes);
+    return c;
+  }
+  auto slurm = slurm_candidate(env);
+  if (!slurm) {
+    throw error(errc::pmix,
+                fmt::format("under PMI-2 the node rank, local rank and local world size come from "
+                            "PMI_process_mapping or the Slurm step variables, and neither is usable: {}, and "
+                            "SLURM_STEP_NUM_TASKS is not set",
+                            unused));
+  }
+  c.node_rank = slurm->node_rank;
+  c.local_rank = slurm->local_rank;
+  c.local_world_size = slurm->local_world_size;
+  c.num_nodes = slurm->num_nodes;
   return c;
 }
 
@@ -213,7 +300,7 @@ std::string spawn_hint(const environment& env, const candidate& a, const candida
   }
   return fmt::format(
       " Several processes seem to run inside one Slurm task ({}inside srun): each inherits the "
-      "task's SLURM_PROCID/PMIX_RANK. Launch one process per rank with srun "
+      "task's SLURM_PROCID/PMIX_RANK/PMI_RANK. Launch one process per rank with srun "
       "(--ntasks-per-node=N), or set JOBKIT_IDENTITY=torchrun to trust RANK and WORLD_SIZE.",
       env.has("TORCHELASTIC_RUN_ID") ? "torchrun " : "a process launcher ");
 }
@@ -261,14 +348,37 @@ source_request requested_source(const environment& env) {
   auto value = env.get("JOBKIT_IDENTITY");
   if (!value || value->empty() || *value == "auto") return source_request::automatic;
   if (*value == "pmix") return source_request::pmix;
+  if (*value == "pmi2") return source_request::pmi2;
   if (*value == "slurm") return source_request::slurm;
   if (*value == "torchrun") return source_request::torchrun;
   if (*value == "default") return source_request::defaults;
-  throw error(errc::invalid_argument,
-              fmt::format("{} is not one of auto, pmix, slurm, torchrun, default", quoted("JOBKIT_IDENTITY", *value)));
+  throw error(errc::invalid_argument, fmt::format("{} is not one of auto, pmix, pmi2, slurm, torchrun, default",
+                                                  quoted("JOBKIT_IDENTITY", *value)));
+}
+
+node_position place_in_node_list(std::string_view node_list, std::string_view hostname) {
+  std::vector<std::string_view> nodes;
+  for (std::string_view rest = node_list; !rest.empty();) {
+    const auto comma = rest.find(',');
+    nodes.push_back(rest.substr(0, comma));
+    rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+  }
+  const auto found = std::find(nodes.begin(), nodes.end(), hostname);
+  if (hostname.empty() || found == nodes.end() || std::count(nodes.begin(), nodes.end(), hostname) != 1 ||
+      std::count(nodes.begin(), nodes.end(), std::string_view()) != 0) {
+    throw error(errc::pmix, fmt::format("the PMIx server reported an inconsistent identity: this node's "
+                                        "PMIX_HOSTNAME='{}' is not in the job's node list "
+                                        "PMIx_Resolve_nodes='{}' exactly once",
+                                        hostname, node_list));
+  }
+  return {static_cast<int>(found - nodes.begin()), static_cast<int>(nodes.size())};
 }
 
 bool pmix_server_advertised(const environment& env) { return env.has("PMIX_RANK") && env.has("PMIX_NAMESPACE"); }
+
+bool pmi2_server_advertised(const environment& env) {
+  return env.has("PMI_FD") && env.has("PMI_RANK") && env.has("PMI_SIZE");
+}
 
 int parse_count(std::string_view name, std::string_view value) {
   if (!value.empty() && value.front() == '-' && value.size() > 1 &&
@@ -327,19 +437,24 @@ void check_environment_before_pmix(const environment& env) {
   if (requested_source(env) != source_request::automatic) return;
   // Complete sources first, so a contradiction is reported with every field that differs.
   std::vector<candidate> candidates;
-  for (auto c : {slurm_candidate(env), torchrun_candidate(env), pmix_rank_candidate(env)}) {
+  for (auto c : {launcher_candidate(env), torchrun_candidate(env), pmix_rank_candidate(env), pmi_rank_candidate(env)}) {
     if (c) candidates.push_back(std::move(*c));
   }
   check_agreement(env, candidates);
 }
 
-identity resolve_identity(const environment& env, const pmix_facts* pmix, std::string hostname) {
+identity resolve_identity(const environment& env, const pmix_facts* pmix, std::string hostname,
+                          const pmi2_facts* pmi2) {
   std::optional<candidate> truth;
   switch (requested_source(env)) {
     case source_request::defaults: break;
     case source_request::pmix:
       if (!pmix) fail("JOBKIT_IDENTITY='pmix' but no PMIx server is connected");
       truth = pmix_candidate(*pmix);
+      break;
+    case source_request::pmi2:
+      if (!pmi2) fail("JOBKIT_IDENTITY='pmi2' but no PMI-2 server is connected");
+      truth = pmi2_candidate(env, *pmi2);
       break;
     case source_request::slurm:
       truth = slurm_candidate(env);
@@ -352,7 +467,9 @@ identity resolve_identity(const environment& env, const pmix_facts* pmix, std::s
     case source_request::automatic: {
       std::vector<candidate> found;
       if (pmix) found.push_back(pmix_candidate(*pmix));
-      for (auto c : {slurm_candidate(env), torchrun_candidate(env)}) {
+      if (pmi2) found.push_back(pmi2_candidate(env, *pmi2));
+      // Without PMIx, mpirun's partial source cannot be the truth: the Slurm step's is the first.
+      for (auto c : {pmix ? launcher_candidate(env) : slurm_candidate(env), torchrun_candidate(env)}) {
         if (c) found.push_back(std::move(*c));
       }
       check_agreement(env, found);
@@ -368,6 +485,8 @@ identity resolve_identity(const environment& env, const pmix_facts* pmix, std::s
       id.job_id = *job;
     } else if (id.source == identity_source::pmix) {
       id.job_id = pmix->nspace;
+    } else if (id.source == identity_source::pmi2) {
+      id.job_id = pmi2->job_id;
     } else if (auto run = env.get("TORCHELASTIC_RUN_ID")) {
       id.job_id = *run;
     }
@@ -392,22 +511,34 @@ std::string local_hostname() {
 }
 }  // namespace
 
-identity discover_identity(const environment& env, std::optional<pmix_session>& pmix) {
+identity discover_identity(const environment& env, std::optional<pmix_session>& pmix,
+                           std::optional<pmi2_session>& pmi2) {
   const auto request = requested_source(env);
-  const bool use_pmix =
-      request == source_request::pmix || (request == source_request::automatic && pmix_server_advertised(env));
+  const bool automatic = request == source_request::automatic;
+  const bool use_pmix = request == source_request::pmix || (automatic && pmix_server_advertised(env));
+  const bool use_pmi2 = request == source_request::pmi2 || (automatic && !use_pmix && pmi2_server_advertised(env));
   if (request == source_request::pmix && !pmix_server_advertised(env)) {
     throw error(errc::invalid_environment,
                 "JOBKIT_IDENTITY='pmix' but no PMIx server is advertised (PMIX_RANK and "
                 "PMIX_NAMESPACE are not set): launch with srun --mpi=pmix or mpirun");
   }
+  if (request == source_request::pmi2 && !pmi2_server_advertised(env)) {
+    throw error(errc::invalid_environment,
+                "JOBKIT_IDENTITY='pmi2' but no PMI-2 server is advertised (PMI_FD, PMI_RANK and PMI_SIZE are "
+                "not all set): launch with srun --mpi=pmi2");
+  }
   std::optional<pmix_facts> facts;
+  std::optional<pmi2_facts> facts2;
   if (use_pmix) {
     check_environment_before_pmix(env);
     pmix.emplace();
     facts = pmix->query_facts();
+  } else if (use_pmi2) {
+    check_environment_before_pmix(env);
+    pmi2.emplace();
+    facts2 = pmi2->query_facts();
   }
-  return resolve_identity(env, facts ? &*facts : nullptr, local_hostname());
+  return resolve_identity(env, facts ? &*facts : nullptr, local_hostname(), facts2 ? &*facts2 : nullptr);
 }
 
 }  // namespace jobkit::detail

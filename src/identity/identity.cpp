@@ -10,6 +10,7 @@ using detail::json_string;
 std::string_view to_string(identity_source source) noexcept {
   switch (source) {
     case identity_source::pmix: return "pmix";
+    case identity_source::pmi2: return "pmi2";
     case identity_source::slurm: return "slurm";
     case identity_source::torchrun: return "torchrun";
     case identity_source::defaults: return "default";

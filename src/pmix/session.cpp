@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <cstdlib>
@@ -12,8 +13,12 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
 
+#include "core/timeout.hpp"
 #include "jobkit/error.hpp"
+#include "pmix/values.hpp"
+#include "pmix/versions.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -34,25 +39,7 @@ value_ptr get_value(const pmix_proc_t& proc, const char* key, bool local_only, p
   return value_ptr(*status == PMIX_SUCCESS ? value : nullptr);
 }
 
-std::optional<long long> to_number(const pmix_value_t& v) {
-  switch (v.type) {
-    case PMIX_UINT8: return v.data.uint8;
-    case PMIX_UINT16: return v.data.uint16;
-    case PMIX_UINT32: return v.data.uint32;
-    case PMIX_UINT64: return static_cast<long long>(v.data.uint64);
-    case PMIX_INT8: return v.data.int8;
-    case PMIX_INT16: return v.data.int16;
-    case PMIX_INT32: return v.data.int32;
-    case PMIX_INT64: return v.data.int64;
-    case PMIX_INT: return v.data.integer;
-    case PMIX_UINT: return v.data.uint;
-    case PMIX_SIZE: return static_cast<long long>(v.data.size);
-    case PMIX_PROC_RANK: return v.data.rank;
-    default: return std::nullopt;
-  }
-}
-
-std::vector<int> parse_rank_list(const char* text) {
+std::vector<int> parse_rank_list(std::string_view text) {
   std::vector<int> ranks;
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -74,9 +61,12 @@ std::vector<int> parse_rank_list(const char* text) {
 /// which has the server send the job data in its reply instead. But with "hash" every other rank's
 /// value is a request to the server (3 nodes x 24 ranks: 16-24 ms for the endpoint records, against
 /// 1-5 ms read in place), a cost that grows with the job while the saving is fixed. So by default
-/// (JOBKIT_PMIX_GDS=auto) jobkit asks for "hash" where the launcher offers it and the step has at
-/// most small_step_ranks ranks by the launcher's own count (SLURM_STEP_NUM_TASKS, or
-/// OMPI_COMM_WORLD_SIZE under mpirun); "hash" asks for it whatever the size, "launcher" never. The
+/// (JOBKIT_PMIX_GDS=auto) jobkit asks for "hash" where the launcher offers it and the Slurm step has
+/// at most small_step_ranks ranks (SLURM_STEP_NUM_TASKS); "hash" asks for it whatever the size,
+/// "launcher" never. Never by default under mpirun (OMPI_COMM_WORLD_SIZE set): with "hash", Open
+/// MPI 4.1's mpirun hands every rank the node-level keys of every node, and a job-level
+/// PMIX_LOCAL_PEERS read gives the last node's (measured: ranks 0,1 on c2 read "2,3", c3's;
+/// docs/launchers.md). The
 /// variable is changed for the duration of PMIx_Init only and only where the launcher set it (an
 /// in-place replacement, never a new entry), and not at all when PMIx is already initialised in this
 /// process (by MPI, say).
@@ -111,6 +101,9 @@ class gds_choice {
   /// Whether this PMIx_Init asks the server for the hash store.
   bool hash() const noexcept { return hash_; }
   static constexpr long small_step_ranks = 16;
+  /// Leaves the variable as PMIx_Init found it: a PMIx_Init still running on another thread may
+  /// read it, and setenv must not race with its getenv.
+  void keep() noexcept { original_.reset(); }
   ~gds_choice() {
     if (original_) ::setenv("PMIX_GDS_MODULE", original_->c_str(), 1);
   }
@@ -118,9 +111,10 @@ class gds_choice {
   gds_choice& operator=(const gds_choice&) = delete;
 
  private:
-  /// Whether the launcher says this step has at most small_step_ranks ranks (unknown: no).
+  /// Whether Slurm says this step has at most small_step_ranks ranks (unknown, or mpirun: no).
   static bool small_step() {
-    for (const char* variable : {"SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"}) {
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return false;  // mpirun's, whatever Slurm says
+    for (const char* variable : {"SLURM_STEP_NUM_TASKS"}) {
       const char* value = std::getenv(variable);
       if (value == nullptr) continue;
       long ranks = 0;
@@ -139,12 +133,78 @@ class gds_choice {
 
 std::string pmix_status_text(pmix_status_t status) { return fmt::format("{} ({})", PMIx_Error_string(status), status); }
 
+namespace {
+
+/// Set once a PMIx_Init ran past its deadline: that call still holds PMIx's locks and its
+/// connection, so no PMIx call may follow in this process (PMIx_Initialized included).
+std::atomic<bool> init_abandoned{false};
+
+/// One PMIx_Init on a thread of its own. The thread owns a reference to this state, so a
+/// PMIx_Init that returns after its caller gave up writes here and nowhere else.
+struct init_call {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  pmix_status_t status = PMIX_ERR_TIMEOUT;
+  pmix_proc_t proc{};
+};
+
+std::string init_timeout_message(std::chrono::milliseconds timeout) {
+  const auto versions = pmix_versions(process_environment());
+  const char* uri = nullptr;
+  for (const char* name :
+       {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21", "PMIX_SERVER_URI2"}) {
+    if (std::getenv(name) != nullptr) {
+      uri = name;
+      break;
+    }
+  }
+  return fmt::format(
+      "PMIx_Init did not return within {} ms (JOBKIT_PMIX_INIT_TIMEOUT): the launcher's PMIx server{} never "
+      "completed it. PMIx client library: {}; PMIx server: {}{}. A known cause: {}. The stuck PMIx_Init cannot be "
+      "cancelled: it is left running, and this process must not use PMIx (nor MPI) again. `jobkit doctor` "
+      "reports the versions and known-bad combinations",
+      timeout.count(), uri ? fmt::format(" ({}={})", uri, std::getenv(uri)) : std::string(), versions.pmix_client,
+      versions.pmix_server ? fmt::format("{} (PMIX_VERSION)", *versions.pmix_server)
+                           : std::string("unknown (the launcher set no PMIX_VERSION)"),
+      std::getenv("SLURM_JOB_ID") != nullptr ? "; launched by Slurm (`srun --version` names its release)" : "",
+      known_init_hang());
+}
+
+}  // namespace
+
 pmix_session::pmix_session() {
   std::memset(&self_, 0, sizeof self_);
+  if (init_abandoned) {
+    throw error(errc::pmix,
+                "PMIx cannot be used in this process: an earlier PMIx_Init ran past JOBKIT_PMIX_INIT_TIMEOUT and "
+                "never returned");
+  }
+  const auto timeout = pmix_init_timeout();
+  auto call = std::make_shared<init_call>();
   pmix_status_t status = PMIX_SUCCESS;
   {
-    const gds_choice choice;
-    status = PMIx_Init(&self_, nullptr, 0);
+    gds_choice choice;
+    std::thread([call] {
+      pmix_proc_t proc;
+      std::memset(&proc, 0, sizeof proc);
+      const pmix_status_t result = PMIx_Init(&proc, nullptr, 0);
+      {
+        std::lock_guard lock(call->mutex);
+        call->status = result;
+        call->proc = proc;
+        call->done = true;
+      }
+      call->finished.notify_all();
+    }).detach();
+    std::unique_lock lock(call->mutex);
+    if (!call->finished.wait_for(lock, timeout, [&] { return call->done; })) {
+      init_abandoned = true;
+      choice.keep();
+      throw timeout_error(init_timeout_message(timeout), PMIX_ERR_TIMEOUT);
+    }
+    status = call->status;
+    self_ = call->proc;
     hash_store_ = choice.hash();
   }
   if (status != PMIX_SUCCESS) {
@@ -200,9 +260,15 @@ struct fence_wait {
   }
 };
 
+/// Held across each of jobkit's fences: fences over one process set are matched in the order each
+/// process calls them, so two threads of one rank must never have two in flight (the data path's
+/// set-up and an NCCL id exchange, say).
+std::mutex fence_order;
+
 }  // namespace
 
 void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+  const std::scoped_lock one_at_a_time(fence_order);
   pmix_status_t status = PMIx_Commit();
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
@@ -258,13 +324,15 @@ struct gets_wait {
   std::mutex mutex;
   std::condition_variable answered;
   std::vector<pmix_status_t> status;                         // per rank; PMIX_ERR_TIMEOUT until answered
-  std::vector<std::optional<std::vector<std::byte>>> bytes;  // per rank, when the answer is a byte object
+  std::vector<std::optional<std::vector<std::byte>>> bytes;  // per rank, when the answer could be read
+  std::vector<std::string> refusal;                          // per rank, why an answer could not be read
   int pending = 0;
 };
 
 struct get_call {
   std::shared_ptr<gets_wait> wait;
   int rank;
+  std::string key;
   static void on_value(pmix_status_t status, pmix_value_t* value, void* data) {
     auto* call = static_cast<get_call*>(data);
     const value_ptr owned(value);  // PMIx hands the value over to the callback
@@ -272,9 +340,12 @@ struct get_call {
       std::lock_guard lock(call->wait->mutex);
       const auto r = static_cast<std::size_t>(call->rank);
       call->wait->status[r] = status;
-      if (status == PMIX_SUCCESS && value != nullptr && value->type == PMIX_BYTE_OBJECT) {
-        const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
-        call->wait->bytes[r].emplace(begin, begin + value->data.bo.size);
+      if (status == PMIX_SUCCESS && value != nullptr) {
+        try {  // nothing may escape into PMIx's thread
+          call->wait->bytes[r] = pmix_bytes(*value, call->key + fmt::format(" of rank {}", call->rank));
+        } catch (const std::exception& e) {
+          call->wait->refusal[r] = e.what();
+        }
       }
       --call->wait->pending;
     }
@@ -284,10 +355,11 @@ struct get_call {
 };
 
 /// What get_each found: per rank of the world, the status (PMIX_ERR_TIMEOUT when no answer came,
-/// PMIX_SUCCESS for ranks not asked) and the bytes of a byte-object answer.
+/// PMIX_SUCCESS for ranks not asked), the bytes of an answer, and why an answer could not be read.
 struct gets {
   std::vector<pmix_status_t> status;
   std::vector<std::optional<std::vector<std::byte>>> bytes;
+  std::vector<std::string> refusal;
 };
 
 /// Asks for `key` of every rank in `ranks` at once (PMIx_Get_nb, with `info`), and waits until
@@ -298,11 +370,12 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
   const auto n = static_cast<std::size_t>(world_size);
   wait->status.assign(n, PMIX_SUCCESS);
   wait->bytes.resize(n);
+  wait->refusal.resize(n);
   for (const int r : ranks) wait->status[static_cast<std::size_t>(r)] = PMIX_ERR_TIMEOUT;
   for (const int r : ranks) {
     pmix_proc_t proc;
     PMIX_LOAD_PROCID(&proc, nspace, static_cast<pmix_rank_t>(r));
-    auto* call = new get_call{wait, r};
+    auto* call = new get_call{wait, r, key};
     {
       std::lock_guard lock(wait->mutex);
       ++wait->pending;
@@ -318,10 +391,12 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
   std::unique_lock lock(wait->mutex);
   wait->answered.wait_until(lock, until, [&] { return wait->pending == 0; });
   // A late answer writes only its own rank's entries, which are still empty: the others can move.
-  gets found{wait->status, {}};
+  gets found{wait->status, {}, {}};
   found.bytes.resize(n);
+  found.refusal.resize(n);
   for (std::size_t r = 0; r < n; ++r) {
     if (wait->bytes[r]) found.bytes[r] = std::move(wait->bytes[r]);
+    if (!wait->refusal[r].empty()) found.refusal[r] = std::move(wait->refusal[r]);
   }
   return found;
 }
@@ -358,11 +433,7 @@ std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
     throw error(errc::pmix, fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
                 status);
   }
-  if (value->type != PMIX_BYTE_OBJECT) {
-    throw error(errc::pmix, fmt::format("PMIx key {} of rank {} is not a byte object", key, rank));
-  }
-  const auto* begin = reinterpret_cast<const std::byte*>(value->data.bo.bytes);
-  return {begin, begin + value->data.bo.size};
+  return pmix_bytes(*value, fmt::format("{} of rank {}", key, rank));
 }
 
 std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key, int world_size,
@@ -381,7 +452,9 @@ std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key
     if (found.status[i] == PMIX_ERR_TIMEOUT) {
       late.push_back(r);
     } else if (found.status[i] == PMIX_SUCCESS) {
-      throw error(errc::pmix, fmt::format("PMIx key {} of rank {} is not a byte object", key, r));
+      throw error(errc::pmix, found.refusal[i].empty()
+                                  ? fmt::format("PMIx_Get({}) of rank {} returned no value", key, r)
+                                  : found.refusal[i]);
     } else {
       throw error(errc::pmix,
                   fmt::format("PMIx_Get({}) of rank {} failed: {}", key, r, pmix_status_text(found.status[i])),
@@ -410,12 +483,7 @@ pmix_facts pmix_session::query_facts() const {
       if (status == PMIX_ERR_NOT_FOUND) return std::nullopt;
       throw error(errc::pmix, fmt::format("PMIx_Get({}) failed: {}", name, pmix_status_text(status)), status);
     }
-    auto n = to_number(*value);
-    if (!n) {
-      throw error(errc::pmix,
-                  fmt::format("PMIx key {} has the non-numeric type {}", name, PMIx_Data_type_string(value->type)));
-    }
-    return static_cast<int>(*n);
+    return pmix_count(*value, name);
   };
   auto required = [&](const pmix_proc_t& proc, const char* key, const char* name) {
     auto n = number(proc, key, name);
@@ -429,27 +497,43 @@ pmix_facts pmix_session::query_facts() const {
   facts.world_size = required(job, PMIX_JOB_SIZE, "PMIX_JOB_SIZE");
   facts.local_rank = required(self_, PMIX_LOCAL_RANK, "PMIX_LOCAL_RANK");
   facts.local_world_size = required(job, PMIX_LOCAL_SIZE, "PMIX_LOCAL_SIZE");
-  // A process's own PMIX_NODEID is right under Slurm 22.05 (only other ranks' values are wrong).
-  facts.node_rank = required(self_, PMIX_NODEID, "PMIX_NODEID");
-
-  if (auto nodes = number(job, PMIX_NUM_NODES, "PMIX_NUM_NODES")) {
-    facts.num_nodes = *nodes;
+  // The node's rank and the number of nodes: from the job's node list (place_in_node_list has the
+  // policy). PMIX_NODEID and PMIX_NUM_NODES only where the server lists no nodes or no hostname:
+  // under PRRTE node ids can have gaps and PMIX_NUM_NODES differs between ranks of one job
+  // (docs/launchers.md).
+  const auto node_id = number(self_, PMIX_NODEID, "PMIX_NODEID");
+  std::optional<std::string> hostname;
+  {
+    pmix_status_t status = PMIX_SUCCESS;
+    if (auto value = get_value(self_, PMIX_HOSTNAME, true, &status)) hostname = pmix_text(*value, "PMIX_HOSTNAME");
+  }
+  char* node_list = nullptr;
+  const pmix_status_t listed = PMIx_Resolve_nodes(self_.nspace, &node_list);
+  const std::string nodes = listed == PMIX_SUCCESS && node_list != nullptr ? node_list : "";
+  std::free(node_list);
+  if (!nodes.empty() && hostname) {
+    const auto place = place_in_node_list(nodes, *hostname);
+    facts.node_rank = place.node_rank;
+    facts.num_nodes = place.num_nodes;
+    facts.node_origin = fmt::format("position of PMIX_HOSTNAME='{}' in PMIx_Resolve_nodes='{}'{}", *hostname, nodes,
+                                    node_id ? fmt::format(", PMIX_NODEID={}", *node_id) : std::string());
   } else {
-    char* node_list = nullptr;
-    pmix_status_t status = PMIx_Resolve_nodes(self_.nspace, &node_list);
-    if (status != PMIX_SUCCESS || node_list == nullptr) {
+    if (!node_id) throw error(errc::pmix, "the PMIx server provides neither a node list nor PMIX_NODEID");
+    facts.node_rank = *node_id;
+    auto count = number(job, PMIX_NUM_NODES, "PMIX_NUM_NODES");
+    if (!count) {
       throw error(
           errc::pmix,
-          fmt::format("the PMIx server provides neither PMIX_NUM_NODES nor a node list: {}", pmix_status_text(status)),
-          status);
+          fmt::format("the PMIx server provides neither PMIX_NUM_NODES nor a node list: {}", pmix_status_text(listed)),
+          listed);
     }
-    facts.num_nodes = 1 + static_cast<int>(std::count(node_list, node_list + std::strlen(node_list), ','));
-    std::free(node_list);
+    facts.num_nodes = *count;
+    facts.node_origin = fmt::format("PMIX_NODEID={}, PMIX_NUM_NODES={}", *node_id, *count);
   }
 
   pmix_status_t status = PMIX_SUCCESS;
-  if (auto peers = get_value(job, PMIX_LOCAL_PEERS, true, &status); peers && peers->type == PMIX_STRING) {
-    facts.local_peers = parse_rank_list(peers->data.string);
+  if (auto peers = get_value(job, PMIX_LOCAL_PEERS, true, &status)) {
+    facts.local_peers = parse_rank_list(pmix_text(*peers, "PMIX_LOCAL_PEERS"));
   }
   return facts;
 }

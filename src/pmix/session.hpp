@@ -32,6 +32,9 @@ class pmix_session final : public rendezvous {
   /// PMIx_Commit, then a fence over all ranks that collects the data: a real barrier across nodes
   /// (a fence without data collection is not one under Slurm 22.05), bounded by timeout. The
   /// while_waiting check matters: Slurm 22.05 does not always end a fence when a rank dies.
+  /// One of jobkit's fences at a time per process (a process-wide lock). Fences are matched in
+  /// call order, so no other user of PMIx in the process (MPI_Init runs several fences under Open
+  /// MPI 5) may fence at the same time on another thread: that is the caller's to order.
   void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
   std::vector<std::byte> get(int rank, const std::string& key) override;
   /// Every rank's key. With a shared-memory store, through one PMIx_Get_nb per rank, all in flight

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
+#include "jobkit/log.hpp"
 #include "preemption/slurm_api.hpp"
 
 namespace jobkit {
@@ -151,26 +153,46 @@ bool stop_requested(std::source_location site) {
 }
 
 std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age) {
+  // A job without a time limit ends in a year (Slurm's stand-in for INFINITE).
+  constexpr std::chrono::seconds no_limit{300L * 24 * 3600};
+  const auto job = detail::slurm_job_id();
+  // First the end time Slurm put in the step's environment: no libslurm, no slurmctld, a snapshot
+  // from the step's launch.
+  if (const auto end = detail::slurm_job_end_time()) {
+    const auto left = std::chrono::floor<std::chrono::seconds>(*end - std::chrono::system_clock::now());
+    if (left >= no_limit) return std::nullopt;
+    return std::max(std::chrono::seconds(0), left);
+  }
+  if (!job) return std::nullopt;
   using clock = std::chrono::steady_clock;
   struct cache {
     std::mutex lock;
     std::optional<clock::time_point> asked;
     std::optional<clock::time_point> end;
+    /// The library (JOBKIT_LIBSLURM) and configuration (SLURM_CONF) of a libslurm call that gave
+    /// no answer: not asked again while they stay the same.
+    std::optional<std::string> failed_with;
   };
   static cache known;
-  const auto job = detail::slurm_job_id();
-  if (!job) return std::nullopt;
+  const auto setting = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value ? fmt::format("{}='{}'", name, value) : fmt::format("{} unset", name);
+  };
+  const auto libslurm_setting = setting("JOBKIT_LIBSLURM") + ", " + setting("SLURM_CONF");
   std::scoped_lock hold(known.lock);
+  if (known.failed_with == libslurm_setting) return std::nullopt;
   const auto now = clock::now();
-  if (!known.asked || now - *known.asked >= max_age) {
-    auto& slurm = detail::slurm_api::get();
-    if (!slurm.available()) return std::nullopt;
+  if (!known.asked || now - *known.asked >= max_age || known.failed_with) {
     known.asked = now;
     known.end.reset();
-    // A job without a time limit ends in a year (Slurm's stand-in for INFINITE).
-    constexpr long no_limit = 300L * 24 * 3600;
-    if (const auto left = slurm.remaining_seconds(*job); left && *left < no_limit) {
-      known.end = now + std::chrono::seconds(*left);
+    known.failed_with.reset();
+    const auto answer = detail::slurm_remaining_seconds(*job);
+    if (!answer.answered) {
+      known.failed_with = libslurm_setting;
+      log::warn("time_left: the time left of job {} is unknown, and libslurm is not asked again with {}: {}", *job,
+                libslurm_setting, answer.message);
+    } else if (answer.value >= 0 && std::chrono::seconds(answer.value) < no_limit) {
+      known.end = now + std::chrono::seconds(answer.value);
     }
   }
   if (!known.end) return std::nullopt;
@@ -180,17 +202,14 @@ std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age) {
 void requeue() {
   const auto job = detail::slurm_job_id();
   if (!job) throw error(errc::invalid_environment, "requeue: not in a Slurm job (SLURM_JOB_ID is not set)");
-  auto& slurm = detail::slurm_api::get();
-  if (!slurm.available()) {
-    throw error(errc::scheduler, fmt::format("requeue of job {}: {}", *job, slurm.unavailable_reason()));
-  }
-  std::string message;
-  if (const int code = slurm.requeue(*job, message); code != 0) {
+  const auto answer = detail::slurm_requeue(*job);
+  if (!answer.answered) throw error(errc::scheduler, fmt::format("requeue of job {}: {}", *job, answer.message));
+  if (answer.value != 0) {
     throw error(errc::scheduler,
                 fmt::format("requeue of job {}: Slurm refused: {} (a job submitted with --no-requeue, an "
                             "interactive allocation and a cluster with JobRequeue=0 cannot be requeued)",
-                            *job, message),
-                code);
+                            *job, answer.message),
+                static_cast<int>(answer.value));
   }
 }
 

@@ -12,6 +12,7 @@
 #include "core/timeout.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
+#include "pmi2/session.hpp"
 #include "pmix/session.hpp"
 #include "runtime/access.hpp"
 #include "transport/fabric.hpp"
@@ -21,6 +22,7 @@
 namespace jobkit {
 struct runtime::impl {
   std::optional<detail::pmix_session> pmix;
+  std::optional<detail::pmi2_session> pmi2;  // where no PMIx server is advertised (srun --mpi=pmi2)
   jobkit::identity id;
   std::unique_ptr<detail::tcp_fabric> fabric;
   std::shared_ptr<detail::group_state> world_state;
@@ -28,13 +30,15 @@ struct runtime::impl {
   std::optional<std::pair<errc, std::string>> setup_failure;
   std::shared_ptr<const bool> alive = std::make_shared<const bool>(true);
 
-  void require_pmix() const {
-    if (!pmix) {
-      throw error(errc::invalid_environment,
-                  fmt::format("collectives across {} ranks need the launcher's PMIx server, but this rank's "
-                              "identity came from '{}' variables: launch with srun --mpi=pmix (or mpirun)",
-                              id.world_size, to_string(id.source)));
-    }
+  /// The launcher's rendezvous: PMIx, else PMI-2.
+  detail::rendezvous& require_rendezvous() {
+    if (pmix) return *pmix;
+    if (pmi2) return *pmi2;
+    throw error(errc::invalid_environment,
+                fmt::format("collectives across {} ranks need the launcher's PMIx (or PMI-2) server, but this "
+                            "rank's identity came from '{}' variables: launch with srun --mpi=pmix (or mpirun), or "
+                            "srun --mpi=pmi2 where Slurm has no mpi/pmix",
+                            id.world_size, to_string(id.source)));
   }
 
   group& world_group() {
@@ -42,7 +46,7 @@ struct runtime::impl {
       if (id.world_size == 1) {
         world = detail::make_single_rank_group(0, id.hostname);
       } else {
-        require_pmix();
+        require_rendezvous();
         world_state = std::make_shared<detail::group_state>();
         world_state->world_ranks.resize(static_cast<std::size_t>(id.world_size));
         for (int r = 0; r < id.world_size; ++r) world_state->world_ranks[static_cast<std::size_t>(r)] = r;
@@ -65,14 +69,14 @@ struct runtime::impl {
   /// The endpoint exchange and the world's tree, set up together, so that a rank that dies later
   /// is seen by its world neighbours whatever group the others are busy with.
   detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
-    require_pmix();
+    auto& rendezvous = require_rendezvous();
     if (setup_failure) {
       throw error(setup_failure->first, "the data path is unusable after its setup failed: " + setup_failure->second);
     }
     if (!fabric) {
       world_group();
       try {
-        auto created = std::make_unique<detail::tcp_fabric>(*pmix, id, timeout, detail::settings_for(id));
+        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, timeout, detail::settings_for(id));
         world_state->link = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
         for (const auto& e : created->endpoints()) {
           world_state->hosts.push_back(e.host);
@@ -106,7 +110,7 @@ struct runtime::impl {
 };
 
 runtime::runtime() : impl_(std::make_unique<impl>()) {
-  impl_->id = detail::discover_identity(detail::process_environment(), impl_->pmix);
+  impl_->id = detail::discover_identity(detail::process_environment(), impl_->pmix, impl_->pmi2);
 }
 
 runtime::~runtime() = default;
@@ -196,7 +200,8 @@ group& runtime::node_leaders_group() {
 }
 
 detail::rendezvous* detail::runtime_access::rendezvous_of(runtime& rt) noexcept {
-  return rt.impl_->pmix ? &*rt.impl_->pmix : nullptr;
+  if (rt.impl_->pmix) return &*rt.impl_->pmix;
+  return rt.impl_->pmi2 ? &*rt.impl_->pmi2 : nullptr;
 }
 
 runtime& default_runtime() {

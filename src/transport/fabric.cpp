@@ -146,7 +146,9 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
     } catch (const error& e) {
       const auto call = rv.ranks_without(key, self.world_size, std::chrono::seconds(2));
       std::string who;
-      if (!call.absent.empty()) {
+      if (call.asked.empty()) {
+        who = "this launcher's rendezvous (PMI-2) cannot say which rank never arrived";
+      } else if (!call.absent.empty()) {
         who = fmt::format("rank(s) {} never reached jobkit (exited or crashed before it, or stuck)",
                           fmt::join(call.absent, ", "));
       } else if (static_cast<int>(call.asked.size()) < self.world_size) {

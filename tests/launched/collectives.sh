@@ -46,13 +46,7 @@ case $mode in
     [[ -z $early ]] || fail "ranks left the barrier early: $early"
     (($(count 'left the barrier') == 9)) || fail "not every rank left the barrier" ;;
   die-*)
-    ((status != 0)) || fail "the step succeeded"
-    # Rank 8 shares c3 with its node leader: seen through its pidfd, or its group's departure.
-    (($(count 'rank error: rank 8 (c3) \(closed its connection\|exited\|left the group\)') == 8)) ||
-      fail "not every surviving rank named the dead rank"
-    (($(count 'without noticing') == 0)) || fail "a rank missed the death"
-    ((elapsed_ms < 5000)) || fail "took ${elapsed_ms} ms, more than 5 s"
-    no_segments_left ;;
+    last_rank_died_and_was_named ;;
   node-death-*)
     ((status != 0)) || fail "the step succeeded"
     victim=$(awk '/ dies at / {print $2}' <<<"$out")

@@ -25,13 +25,14 @@ if ! command -v srun >/dev/null || ! command -v slurmd >/dev/null; then
 fi
 
 cluster=$repo/slurm/dev-cluster.sh
-main_port=${JOBKIT_CLUSTER_PORT:-6817}
-main_subnet=${JOBKIT_CLUSTER_SUBNET:-198.18.0}
+# The suite's cluster's settings (this platform's defaults unless set); the binding cluster takes
+# the next port block and the next subnet.
+eval "$("$cluster" settings)"
 # The network mode of the suite's cluster, if one runs; else dev-cluster.sh's own choice.
 net=$("$cluster" net-mode 2>/dev/null) || net=${JOBKIT_CLUSTER_NET:-auto}
-export JOBKIT_CLUSTER_DIR=${JOBKIT_CLUSTER_DIR:-/var/lib/jobkit-dev-cluster}-bind
-export JOBKIT_CLUSTER_PORT=$((main_port + 100))
-if [[ $main_subnet == 198.18.1 ]]; then export JOBKIT_CLUSTER_SUBNET=198.18.2; else export JOBKIT_CLUSTER_SUBNET=198.18.1; fi
+export JOBKIT_CLUSTER_DIR=$cluster_dir-bind
+export JOBKIT_CLUSTER_PORT=$((cluster_port + 100))
+export JOBKIT_CLUSTER_SUBNET=${cluster_subnet%.*}.$((${cluster_subnet##*.} + 1))
 export JOBKIT_CLUSTER_NET=$net JOBKIT_CLUSTER_BIND=1
 
 stop_cluster() { "$cluster" stop >/dev/null 2>&1 || "$cluster" stop; }

@@ -45,6 +45,11 @@ def target_ports():
                 continue
             if os.stat(f"/proc/{pid}/ns/net").st_ino != my_netns:
                 continue
+            # Only this allocation's ranks: a rank of an earlier job may still be exiting, and once
+            # its port is gone the stranger would stop before this job's ranks listen.
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if my_job not in environ.read().split(b"\0"):
+                    continue
             inodes = socket_inodes(pid) - slurm
             for table in ("tcp", "tcp6"):
                 for line in open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]:
@@ -67,6 +72,7 @@ def host_addresses():
 
 
 addresses = host_addresses()
+my_job = f"SLURM_JOB_ID={os.environ['SLURM_JOB_ID']}".encode()
 
 
 def connect(port):

@@ -278,9 +278,19 @@ def test_stop_guard_options_are_checked():
 
 def test_time_left_and_requeue_outside_slurm(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOB_END_TIME", raising=False)
     assert jobkit.time_left() is None
     with pytest.raises(jobkit.InvalidEnvironmentError, match="SLURM_JOB_ID is not set"):
         jobkit.requeue()
+
+
+def test_time_left_from_slurm_job_end_time(monkeypatch):
+    monkeypatch.setenv("JOBKIT_LIBSLURM", "/nonexistent/libslurm.so")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 600))
+    assert 598 <= jobkit.time_left() <= 600
+    monkeypatch.setenv("SLURM_JOB_END_TIME", "soon")
+    with pytest.raises(jobkit.InvalidEnvironmentError, match="SLURM_JOB_END_TIME='soon'"):
+        jobkit.time_left()
 
 
 def test_checkpoints_commit_latest_verify(tmp_path):

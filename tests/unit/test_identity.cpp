@@ -405,3 +405,45 @@ TEST_CASE("a requeued array task knows its restart count and array ids", "[ident
   env.unset("SLURM_ARRAY_TASK_ID");
   CHECK(contains(error_of(env, nullptr), "SLURM_ARRAY_JOB_ID='40' is set but SLURM_ARRAY_TASK_ID is not"));
 }
+
+TEST_CASE("a node's rank under PMIx is its position in the job's node list", "[identity]") {
+  using jobkit::detail::place_in_node_list;
+  // Slurm: the step's nodes in node id order; PRRTE: the nodes that run ranks, whatever their ids
+  // (mpirun's own host is node id 0 even without ranks: ids 1 and 2 are node ranks 0 and 1).
+  CHECK(place_in_node_list("c1,c2,c3", "c3").node_rank == 2);
+  CHECK(place_in_node_list("c1,c2,c3", "c3").num_nodes == 3);
+  CHECK(place_in_node_list("c2,c3", "c2").node_rank == 0);
+  CHECK(place_in_node_list("c2,c3", "c3").node_rank == 1);
+  CHECK(place_in_node_list("c2,c3", "c3").num_nodes == 2);
+  CHECK(place_in_node_list("n17", "n17").node_rank == 0);
+  CHECK(place_in_node_list("n1,n10,n100", "n10").node_rank == 1);  // whole names, not prefixes
+  for (const auto& [list, host] :
+       {std::pair{"c2,c3", "c1"}, {"c2,c3", "c"}, {"c2,c2", "c2"}, {"c2,,c3", "c2"}, {"", "c1"}, {"c1", ""}}) {
+    INFO(list << " / " << host);
+    try {
+      place_in_node_list(list, host);
+      FAIL("no error");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == errc::pmix);
+      CHECK(contains(e.what(), "is not in the job's node list"));
+    }
+  }
+}
+
+TEST_CASE("PMIx's node rank is checked against SLURM_NODEID, naming the node list", "[identity][errors]") {
+  auto facts = pmix_rank5();
+  facts.node_rank = 2;
+  facts.node_origin = "position of PMIX_HOSTNAME='c3' in PMIx_Resolve_nodes='c1,c2,c3'";
+  const auto message = error_of(slurm_step(), &facts);
+  CHECK(contains(message,
+                 "node rank PMIx node rank 2 (position of PMIX_HOSTNAME='c3' in "
+                 "PMIx_Resolve_nodes='c1,c2,c3') vs SLURM_NODEID='1'"));
+}
+
+TEST_CASE("PMIX_LOCAL_PEERS may come in any order (Open MPI 5's mpirun)", "[identity]") {
+  auto facts = pmix_rank5();
+  facts.local_peers = {5, 4};
+  CHECK(resolve_identity(map_environment{}, &facts, "h").local_rank == 1);
+  facts.local_peers = {5, 5};
+  CHECK(contains(error_of(map_environment{}, &facts), "PMIX_LOCAL_PEERS=5,5 does not hold rank 5 once"));
+}
