@@ -42,26 +42,7 @@ fi
 slurm/dev-cluster.sh start 3
 
 status=0
-if [[ $codename == trixie ]]; then
-  # Debian 13 (Slurm 24.11, PMIx 5.0.7, Open MPI 5, torch 2.6): every test but these, which do not
-  # pass there yet (each is an open finding, measured 2026-11-24):
-  # - cli-dead: a rank exits before reaching jobkit; the others time out in the fence as they should,
-  #   but rank 0 never returns;
-  # - workspace-blocked: its step waited 60 s for resources that an earlier step still held;
-  # - step-exec, template-python: Debian's torch 2.6 is built without libuv, and torch 2.4 and later
-  #   ask env:// for a libuv TCPStore ("use_libuv was requested but PyTorch was build without libuv
-  #   support"; USE_LIBUV=0 avoids it);
-  # - preemption-time-margin: the ranks were not stopped by the time margin;
-  # - nccl-die-root: Slurm's PMIx server fails the NCCL id fence (UNPACK_READ_PAST_END_OF_BUFFER)
-  #   when the root dies, and the others then time out in PMIx_Get instead of naming the root;
-  # - doctor-plain, doctor-nccl: skipped, sinfo gave no answer within 10 s after nccl-die-root.
-  debian13_not_yet='^(cli-dead|workspace-blocked|step-exec|template-python|preemption-time-margin|nccl-die-root|doctor-plain|doctor-nccl)$'
-  mapfile -t chosen < <(meson test -C "$build" --list --no-rebuild 2>/dev/null | sed -n 's|^jobkit:[a-z_]* / ||p' |
-    grep -vE "$debian13_not_yet")
-  meson test -C "$build" --print-errorlogs --num-processes 1 "${chosen[@]}" || status=$?
-else
-  meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
-fi
+meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
 if [[ $codename != trixie ]]; then
   meson test -C "$build_nogpu" --suite unit --print-errorlogs || status=$?
   # The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS (default 60).

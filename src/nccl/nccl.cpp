@@ -119,9 +119,27 @@ std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root, call_options opti
   // Slurm 22.05 does not always end the fence then.
   auto& all = world();
   all.setup(options);
-  pmix->fence(timeout, [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
+  // Slurm 24.11's server has failed this fence (UNPACK_READ_PAST_END_OF_BUFFER), or ended it on
+  // some ranks, while a root was dying: a failed fence and every read of an id also look for a
+  // dead peer, so that the error names it.
+  try {
+    pmix->fence(timeout, [&] { all.check_peers("the NCCL id exchange (PMIx fence)"); });
+  } catch (const error&) {
+    all.check_peers("the NCCL id exchange (PMIx fence)");
+    throw;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int i = 0; i < roots; ++i) {
-    const auto bytes = pmix->get(root_rank(i), key(i));
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto check = [&] { all.check_peers("the NCCL id exchange (PMIx_Get of an id)"); };
+    std::vector<std::byte> bytes;
+    try {
+      bytes = pmix->get(root_rank(i), key(i), std::max(left, std::chrono::milliseconds(0)), check);
+    } catch (const error&) {
+      check();  // Slurm 24.11 answered PMIX_ERR_NOT_FOUND on other nodes when the root had died
+      throw;
+    }
     if (bytes.size() != sizeof(ncclUniqueId)) {
       throw error(errc::pmix, fmt::format("the NCCL id from rank {} has {} bytes, not {}", root_rank(i), bytes.size(),
                                           sizeof(ncclUniqueId)));

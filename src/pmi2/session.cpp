@@ -292,7 +292,8 @@ void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<
   }
 }
 
-std::vector<std::byte> pmi2_session::get(int rank, const std::string& key) {
+std::vector<std::byte> pmi2_session::get(int rank, const std::string& key, std::chrono::milliseconds,
+                                         const std::function<void()>&) {
   auto& c = *connection_;
   std::lock_guard lock(c.mutex);
   c.require_usable("get " + key);

@@ -45,7 +45,10 @@ class pmi2_session final : public rendezvous {
   /// A rank that exits before its fence does not end the others' (Slurm does not tell PMI-2
   /// clients): only the deadline does, or srun --kill-on-bad-exit=1 ending the step.
   void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
-  std::vector<std::byte> get(int rank, const std::string& key) override;
+  /// PMI2_KVS_Get: a request to the node's slurmstepd, which answers from what the last fence
+  /// brought (it does not wait for a rank); timeout and while_waiting are not used.
+  std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                             const std::function<void()>& while_waiting = {}) override;
   /// PMI-2 cannot ask anything while a fence is pending: nobody is asked.
   roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
 

@@ -363,9 +363,11 @@ struct gets {
 };
 
 /// Asks for `key` of every rank in `ranks` at once (PMIx_Get_nb, with `info`), and waits until
-/// all answered or until `until`.
+/// all answered or until `until`, running `while_waiting` (when set) every 50 ms meanwhile; an
+/// exception from it ends the wait.
 gets get_each(const char* nspace, const std::string& key, const std::vector<int>& ranks, int world_size,
-              const pmix_info_t* info, std::size_t ninfo, std::chrono::steady_clock::time_point until) {
+              const pmix_info_t* info, std::size_t ninfo, std::chrono::steady_clock::time_point until,
+              const std::function<void()>& while_waiting = {}) {
   auto wait = std::make_shared<gets_wait>();
   const auto n = static_cast<std::size_t>(world_size);
   wait->status.assign(n, PMIX_SUCCESS);
@@ -389,7 +391,16 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
     }
   }
   std::unique_lock lock(wait->mutex);
-  wait->answered.wait_until(lock, until, [&] { return wait->pending == 0; });
+  while (wait->pending != 0 && std::chrono::steady_clock::now() < until) {
+    const auto step =
+        while_waiting ? std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)) : until;
+    wait->answered.wait_until(lock, step, [&] { return wait->pending == 0; });
+    if (wait->pending != 0 && while_waiting) {
+      lock.unlock();
+      while_waiting();
+      lock.lock();
+    }
+  }
   // A late answer writes only its own rank's entries, which are still empty: the others can move.
   gets found{wait->status, {}, {}};
   found.bytes.resize(n);
@@ -424,41 +435,64 @@ rendezvous::roll_call pmix_session::ranks_without(const std::string& key, int wo
   return call;
 }
 
-std::vector<std::byte> pmix_session::get(int rank, const std::string& key) {
-  pmix_proc_t proc;
-  PMIX_LOAD_PROCID(&proc, self_.nspace, static_cast<pmix_rank_t>(rank));
-  pmix_status_t status = PMIX_SUCCESS;
-  const auto value = get_value(proc, key.c_str(), false, &status);
-  if (!value) {
-    throw error(errc::pmix, fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
-                status);
+namespace {
+
+/// The answer for `rank` in what get_each found. @throws jobkit::timeout_error when none came
+/// (naming `timeout`), jobkit::error when PMIx failed or the value could not be read
+std::vector<std::byte> answer_of(gets& found, int rank, const std::string& key, std::chrono::milliseconds timeout) {
+  const auto i = static_cast<std::size_t>(rank);
+  if (found.bytes[i]) return std::move(*found.bytes[i]);
+  const pmix_status_t status = found.status[i];
+  if (status == PMIX_ERR_TIMEOUT) {
+    throw timeout_error(
+        fmt::format("PMIx_Get({}) of rank(s) {} gave no answer within {} ms", key, rank, timeout.count()), status);
   }
-  return pmix_bytes(*value, fmt::format("{} of rank {}", key, rank));
+  if (status == PMIX_SUCCESS) {
+    throw error(errc::pmix, found.refusal[i].empty()
+                                ? fmt::format("PMIx_Get({}) of rank {} returned no value", key, rank)
+                                : found.refusal[i]);
+  }
+  throw error(errc::pmix, fmt::format("PMIx_Get({}) of rank {} failed: {}", key, rank, pmix_status_text(status)),
+              status);
+}
+
+}  // namespace
+
+std::vector<std::byte> pmix_session::get(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                                         const std::function<void()>& while_waiting) {
+  auto found = get_each(self_.nspace, key, {rank}, rank + 1, nullptr, 0, std::chrono::steady_clock::now() + timeout,
+                        while_waiting);
+  return answer_of(found, rank, key, timeout);
 }
 
 std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key, int world_size,
                                                           std::chrono::milliseconds timeout) {
   // With the hash store every value is a request to the server: all of them in flight at once
   // took 45 ms on 1 node x 4 ranks (one after another: 1 to 9 ms).
-  if (hash_store_) return rendezvous::get_all(key, world_size, timeout);
+  // Either way every request is bounded by the deadline: a fence that returned does not prove that
+  // every rank put the key (Slurm 24.11's server ended the fence on some ranks of a node whose other
+  // rank exited before PMIx_Init; a blocking PMIx_Get of that rank's key then never returned).
+  const auto until = std::chrono::steady_clock::now() + timeout;
   std::vector<int> everyone(static_cast<std::size_t>(world_size));
   for (int r = 0; r < world_size; ++r) everyone[static_cast<std::size_t>(r)] = r;
-  auto found =
-      get_each(self_.nspace, key, everyone, world_size, nullptr, 0, std::chrono::steady_clock::now() + timeout);
+  if (hash_store_) {
+    std::vector<std::vector<std::byte>> values;
+    values.reserve(everyone.size());
+    for (const int r : everyone) {
+      auto one = get_each(self_.nspace, key, {r}, world_size, nullptr, 0, until);
+      values.push_back(answer_of(one, r, key, timeout));
+    }
+    return values;
+  }
+  auto found = get_each(self_.nspace, key, everyone, world_size, nullptr, 0, until);
   std::vector<int> late;
   for (int r = 0; r < world_size; ++r) {
     const auto i = static_cast<std::size_t>(r);
     if (found.bytes[i]) continue;
     if (found.status[i] == PMIX_ERR_TIMEOUT) {
       late.push_back(r);
-    } else if (found.status[i] == PMIX_SUCCESS) {
-      throw error(errc::pmix, found.refusal[i].empty()
-                                  ? fmt::format("PMIx_Get({}) of rank {} returned no value", key, r)
-                                  : found.refusal[i]);
     } else {
-      throw error(errc::pmix,
-                  fmt::format("PMIx_Get({}) of rank {} failed: {}", key, r, pmix_status_text(found.status[i])),
-                  found.status[i]);
+      answer_of(found, r, key, timeout);  // throws: PMIx failed, or the value could not be read
     }
   }
   if (!late.empty()) {

@@ -36,11 +36,13 @@ class pmix_session final : public rendezvous {
   /// call order, so no other user of PMIx in the process (MPI_Init runs several fences under Open
   /// MPI 5) may fence at the same time on another thread: that is the caller's to order.
   void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
-  std::vector<std::byte> get(int rank, const std::string& key) override;
+  std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                             const std::function<void()>& while_waiting = {}) override;
   /// Every rank's key. With a shared-memory store, through one PMIx_Get_nb per rank, all in flight
   /// at once: one blocking PMIx_Get after another cost a hand-over to PMIx's progress thread and
   /// back each (measured, 3 nodes x 24 ranks on 2 cores: 6 to 24 ms for the 24 values, 1 to 5 ms
-  /// all at once). With the hash store, one after another (see session.cpp).
+  /// all at once). With the hash store, one after another (see session.cpp). Either way bounded
+  /// by timeout: a rank that never answers is named in a timeout_error.
   std::vector<std::vector<std::byte>> get_all(const std::string& key, int world_size,
                                               std::chrono::milliseconds timeout) override;
   /// Asks for the key of every other rank of this node at once (PMIx_Get_nb), each bounded by

@@ -141,8 +141,12 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
   const std::string key = "jobkit.endpoint";
   try {
     rv.put(key, as_bytes(encode_endpoint(self.rank, mine)));
+    std::vector<std::vector<std::byte>> records;
     try {
       rv.fence(timeout);
+      // A fence that returned does not prove that every rank put its endpoint (Slurm 24.11: see
+      // pmix_session::get_all), so a missing record is named like a missing rank at the fence.
+      records = rv.get_all(key, self.world_size, timeout);
     } catch (const error& e) {
       const auto call = rv.ranks_without(key, self.world_size, std::chrono::seconds(2));
       std::string who;
@@ -162,7 +166,6 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
                         rank_label(self.rank, self.hostname), e.what(), who),
             e.native_status());
     }
-    const auto records = rv.get_all(key, self.world_size, timeout);
     for (int r = 0; r < self.world_size; ++r) {
       endpoints_.push_back(decode_endpoint(records[static_cast<std::size_t>(r)], r));
     }

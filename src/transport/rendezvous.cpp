@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "jobkit/error.hpp"
 
 namespace jobkit::detail {
@@ -45,14 +47,20 @@ void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::func
 }
 
 std::vector<std::vector<std::byte>> rendezvous::get_all(const std::string& key, int world_size,
-                                                        std::chrono::milliseconds) {
+                                                        std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<std::vector<std::byte>> values;
   values.reserve(static_cast<std::size_t>(world_size));
-  for (int r = 0; r < world_size; ++r) values.push_back(get(r, key));
+  for (int r = 0; r < world_size; ++r) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    values.push_back(get(r, key, std::max(left, std::chrono::milliseconds(0))));
+  }
   return values;
 }
 
-std::vector<std::byte> memory_rendezvous::get(int rank, const std::string& key) {
+std::vector<std::byte> memory_rendezvous::get(int rank, const std::string& key, std::chrono::milliseconds,
+                                              const std::function<void()>&) {
   std::lock_guard lock(store_->mutex_);
   const auto it = store_->visible_.find({rank, key});
   if (it == store_->visible_.end()) {

@@ -28,8 +28,12 @@ class rendezvous {
   /// visible. While it waits, `while_waiting` runs every 50 ms; an exception from it ends the wait.
   /// @throws jobkit::timeout_error after timeout
   virtual void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) = 0;
-  /// A key that `rank` put before the last fence. @throws jobkit::error when it is missing
-  virtual std::vector<std::byte> get(int rank, const std::string& key) = 0;
+  /// A key that `rank` put before the last fence. @throws jobkit::error when it is missing,
+  /// jobkit::timeout_error when no answer came within timeout (a fence that returned does not
+  /// prove that every rank put its keys: Slurm 24.11, see pmix_session::get_all). While it waits,
+  /// `while_waiting` runs every 50 ms, as in fence.
+  virtual std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                                     const std::function<void()>& while_waiting = {}) = 0;
   /// The key of every rank from 0 to world_size - 1, in rank order, each put before the last fence.
   /// This one reads them one by one; the PMIx session asks for all of them at once.
   /// @throws jobkit::error when one is missing, jobkit::timeout_error naming the ranks whose value
@@ -65,7 +69,8 @@ class memory_rendezvous final : public rendezvous {
   memory_rendezvous(std::shared_ptr<memory_rendezvous_store> store, int rank) : store_(std::move(store)), rank_(rank) {}
   void put(const std::string& key, std::span<const std::byte> bytes) override;
   void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
-  std::vector<std::byte> get(int rank, const std::string& key) override;
+  std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                             const std::function<void()>& while_waiting = {}) override;
   roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
 
  private:

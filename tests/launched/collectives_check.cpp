@@ -306,6 +306,30 @@ int churn(int rounds) {
   return check.bad == 0 ? 0 : 1;
 }
 
+/// `die` mode: 100 rounds of `op`; at round 50 the last rank dies (`how`: exit, kill, abort, term),
+/// saying when. A broadcast's root does not wait for the others (as MPI_Bcast): it may learn of the
+/// death only at its next collective, the barrier after the rounds.
+void die_during(const std::string& how, const std::string& op, int me, int last) {
+  for (int i = 0; i < 100; ++i) {
+    if (i == 50 && me == last) {
+      std::printf("rank %d dies at %lld\n", me, wall_ns());
+      std::fflush(stdout);
+      if (how == "exit") std::exit(1);
+      if (how == "kill") ::kill(::getpid(), SIGKILL);
+      if (how == "abort") std::abort();
+      if (how == "term") ::kill(::getpid(), SIGTERM);
+    }
+    if (op == "barrier") jobkit::barrier();
+    if (op == "broadcast") jobkit::broadcast(payload(0, static_cast<std::uint64_t>(i)), 0);
+    if (op == "all_gather") jobkit::all_gather(payload(me, static_cast<std::uint64_t>(i)));
+    if (op == "broadcast_into") {
+      std::vector<char> buffer(3 << 20, static_cast<char>(i));
+      jobkit::broadcast_into(buffer, 0);
+    }
+  }
+  jobkit::barrier();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,25 +391,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "die") {
-      for (int i = 0; i < 100; ++i) {
-        if (i == 50 && me == last) {
-          std::fflush(stdout);
-          if (arg == "exit") std::exit(1);
-          if (arg == "kill") ::kill(::getpid(), SIGKILL);
-          if (arg == "abort") std::abort();
-          if (arg == "term") ::kill(::getpid(), SIGTERM);
-        }
-        if (arg2 == "barrier") jobkit::barrier();
-        if (arg2 == "broadcast") jobkit::broadcast(payload(0, static_cast<std::uint64_t>(i)), 0);
-        if (arg2 == "all_gather") jobkit::all_gather(payload(me, static_cast<std::uint64_t>(i)));
-        if (arg2 == "broadcast_into") {
-          std::vector<char> buffer(3 << 20, static_cast<char>(i));
-          jobkit::broadcast_into(buffer, 0);
-        }
+      try {
+        die_during(arg, arg2, me, last);
+      } catch (const jobkit::error&) {
+        std::printf("rank %d noticed at %lld\n", me, wall_ns());
+        throw;
       }
-      // A broadcast's root does not wait for the others (as MPI_Bcast): it may learn of the death
-      // only at its next collective.
-      jobkit::barrier();
       std::printf("rank %d: finished without noticing the death\n", me);
       return 0;
     }

@@ -57,7 +57,10 @@ case $mode in
   env) run_step "${step[@]}" "$jobkit" env ;;
   exec)
     /usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch not installed (apt-get install python3-torch)"
-    run_step "${step[@]}" "$jobkit" exec -- /usr/bin/python3 "$here/torch_allreduce.py" ;;
+    # A torch without libuv (Debian 13's 2.6) needs USE_LIBUV=0 for env://, as slurm/train-python.sbatch sets it.
+    uv=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$repo/slurm/train-python.sbatch" |
+      PYTHON=/usr/bin/python3 bash -c 'source /dev/stdin; echo "${USE_LIBUV:-}"')
+    run_step env ${uv:+USE_LIBUV=$uv} "${step[@]}" "$jobkit" exec -- /usr/bin/python3 "$here/torch_allreduce.py" ;;
   exec-refuse) run_step env RANK=5 "${step[@]}" "$jobkit" exec -- true ;;
   exec-overwrite) run_step env RANK=5 "${step[@]}" "$jobkit" exec --overwrite -- bash -c 'echo "RANK=$RANK of $SLURM_PROCID"' ;;
   *) fail "unknown mode $mode" ;;

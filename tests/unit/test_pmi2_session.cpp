@@ -71,14 +71,15 @@ TEST_CASE("the PMI-2 rendezvous loads libpmi2, carries bytes and bounds its fenc
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 7);
   session.put("jobkit.test", big);
   session.put("jobkit.empty", {});
-  CHECK_THROWS_AS(session.get(0, "jobkit.test"), jobkit::error);  // not visible before the fence
+  CHECK_THROWS_AS(session.get(0, "jobkit.test", std::chrono::seconds(1)),
+                  jobkit::error);  // not visible before the fence
   ::setenv("FAKE_PMI2_FENCE", "ok", 1);
   session.fence(std::chrono::seconds(5));
-  CHECK(session.get(0, "jobkit.test") == big);
-  CHECK(second.get(0, "jobkit.empty").empty());
+  CHECK(session.get(0, "jobkit.test", std::chrono::seconds(1)) == big);
+  CHECK(second.get(0, "jobkit.empty", std::chrono::seconds(1)).empty());
   CHECK(session.get_all("jobkit.test", 1, std::chrono::seconds(1)) == std::vector<std::vector<std::byte>>{big});
   try {
-    session.get(0, "jobkit.never");
+    session.get(0, "jobkit.never", std::chrono::seconds(1));
     FAIL("a key never put was found");
   } catch (const jobkit::error& e) {
     CHECK(contains(e.what(), "PMI2_KVS_Get(jobkit.never@0) of rank 0 failed: PMI2_ERR_OTHER (14)"));
