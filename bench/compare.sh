@@ -23,7 +23,8 @@
 #   bench/compare.sh [OUT_DIR [BUILD_DIR]]     (defaults: bench/results, build-test)
 # Environment: ITERS (jobkit and C peers, default 1000), TORCH_ITERS (default 200), SECTIONS,
 # ROUNDS (default 2), LARGE_BYTES (default 64 MiB), LARGE_ITERS (default 5), LAYOUTS (same_loop's,
-# default "1x4 3x8 3x24"), PIN (none, cyclic or block: bench/pin.sh binds every task of every side).
+# default "1x4 3x8 3x24"), PIN (none, cyclic or block: bench/pin.sh binds every task of every side),
+# IMPLS (same_loop's sides, default "jobkit mpi fence torch").
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -55,7 +56,7 @@ if section same_loop; then
   for layout in ${LAYOUTS:-1x4 3x8 3x24}; do
     nodes=${layout%x*} ranks=${layout#*x}
     for round in $(seq "${ROUNDS:-2}"); do
-      for impl in jobkit mpi fence torch; do
+      for impl in ${IMPLS:-jobkit mpi fence torch}; do
         echo "compare: same loop, $impl, $nodes x $ranks, round $round" >&2
         case $impl in
           jobkit | mpi)
