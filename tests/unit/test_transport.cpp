@@ -759,6 +759,9 @@ TEST_CASE(
     CHECK(*o.value == 0);
   }
 
+  // How late the rank chosen to arrive last comes: 100 ms once lost to a leader that was slower
+  // still to leave the barrier before it, in a loaded CI run (rank 0 applied the op, not rank 3).
+  static constexpr auto last_by = 300ms;
   // The last to arrive applies the op: the leader, or a node-mate. 150 KB pieces from every rank
   // make that member grow the data region too (it starts at 64 KiB).
   for (const int last : {0, 2, 3}) {
@@ -768,12 +771,12 @@ TEST_CASE(
         return std::string(150000 + static_cast<std::size_t>(r), static_cast<char>('a' + r));
       };
       g.barrier();
-      if (g.rank() == last) std::this_thread::sleep_for(100ms);
+      if (g.rank() == last) std::this_thread::sleep_for(last_by);
       const auto all = g.all_gather(big(g.rank()));
       bool right = all.size() == 4;
       for (int r = 0; right && r < 4; ++r) right = all[static_cast<std::size_t>(r)] == big(r);
       g.barrier();
-      if (g.rank() == last) std::this_thread::sleep_for(100ms);
+      if (g.rank() == last) std::this_thread::sleep_for(last_by);
       const int sum = g.all_reduce(g.rank(), [&](int a, int b) {
         applied_by = g.rank();
         return a + b;
@@ -793,7 +796,7 @@ TEST_CASE(
   const auto thrown = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     try {
       g.barrier();
-      if (g.rank() == 2) std::this_thread::sleep_for(100ms);
+      if (g.rank() == 2) std::this_thread::sleep_for(last_by);
       g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("overflow"); });
     } catch (const jobkit::error& e) {
       return std::string(e.what());
@@ -816,7 +819,7 @@ TEST_CASE(
   // and it fails as they did instead of publishing.
   const auto slow = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     g.barrier();
-    if (g.rank() == 2) std::this_thread::sleep_for(100ms);
+    if (g.rank() == 2) std::this_thread::sleep_for(last_by);
     return g.all_reduce(g.rank(),
                         [](int a, int b) {
                           std::this_thread::sleep_for(1s);
