@@ -264,22 +264,15 @@ void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<
   };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(call->mutex);
-  while (!call->done && std::chrono::steady_clock::now() < deadline) {
-    const auto step = while_waiting ? std::chrono::milliseconds(50) : timeout;
-    call->done_signal.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + step),
-                                 [&] { return call->done; });
-    if (!call->done && while_waiting) {
-      lock.unlock();
-      try {
-        while_waiting();
-      } catch (...) {
-        abandon("an earlier fence was abandoned while pending (PMI-2 cannot cancel one)");
-        throw;
-      }
-      lock.lock();
-    }
+  bool done = false;
+  try {
+    done = wait_checking(
+        lock, call->done_signal, deadline, [&] { return call->done; }, while_waiting);
+  } catch (...) {
+    abandon("an earlier fence was abandoned while pending (PMI-2 cannot cancel one)");
+    throw;
   }
-  if (!call->done) {
+  if (!done) {
     abandon(fmt::format("an earlier fence timed out after {} ms and is still pending (PMI-2 cannot cancel one)",
                         timeout.count()));
     throw timeout_error(fmt::format(

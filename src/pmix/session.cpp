@@ -285,16 +285,8 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(wait->mutex);
-  while (!wait->done && std::chrono::steady_clock::now() < deadline) {
-    const auto step = while_waiting ? std::chrono::milliseconds(50) : timeout;
-    wait->done_signal.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + step),
-                                 [&] { return wait->done; });
-    if (!wait->done && while_waiting) {
-      lock.unlock();
-      while_waiting();
-      lock.lock();
-    }
-  }
+  wait_checking(
+      lock, wait->done_signal, deadline, [&] { return wait->done; }, while_waiting);
   // PMIX_TIMEOUT carries this same deadline, so the launcher may report it first; before the
   // deadline, a timeout is the launcher's own (for Slurm: SLURM_PMIX_TIMEOUT).
   const bool past_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline;
@@ -391,16 +383,8 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
     }
   }
   std::unique_lock lock(wait->mutex);
-  while (wait->pending != 0 && std::chrono::steady_clock::now() < until) {
-    const auto step =
-        while_waiting ? std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)) : until;
-    wait->answered.wait_until(lock, step, [&] { return wait->pending == 0; });
-    if (wait->pending != 0 && while_waiting) {
-      lock.unlock();
-      while_waiting();
-      lock.lock();
-    }
-  }
+  wait_checking(
+      lock, wait->answered, until, [&] { return wait->pending == 0; }, while_waiting);
   // A late answer writes only its own rank's entries, which are still empty: the others can move.
   gets found{wait->status, {}, {}};
   found.bytes.resize(n);

@@ -13,6 +13,22 @@ void memory_rendezvous::put(const std::string& key, std::span<const std::byte> b
   store_->pending_[{rank_, key}].assign(bytes.begin(), bytes.end());
 }
 
+bool wait_checking(std::unique_lock<std::mutex>& lock, std::condition_variable& signal,
+                   std::chrono::steady_clock::time_point deadline, const std::function<bool()>& done,
+                   const std::function<void()>& while_waiting) {
+  constexpr auto look_every = std::chrono::milliseconds(50);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    const auto until = while_waiting ? std::min(deadline, std::chrono::steady_clock::now() + look_every) : deadline;
+    signal.wait_until(lock, until, done);
+    if (!done() && while_waiting) {
+      lock.unlock();
+      while_waiting();
+      lock.lock();
+    }
+  }
+  return done();
+}
+
 void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
   auto& s = *store_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -26,23 +42,18 @@ void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::func
     s.fenced_.notify_all();
     return;
   }
-  while (s.generation_ == generation) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      --s.arrived_;
-      throw timeout_error(fmt::format("rank {}: the rendezvous fence timed out after {} ms", rank_, timeout.count()));
-    }
-    s.fenced_.wait_for(lock, std::chrono::milliseconds(50));
-    if (while_waiting && s.generation_ == generation) {
-      lock.unlock();
-      try {
-        while_waiting();
-      } catch (...) {
-        lock.lock();
-        --s.arrived_;
-        throw;
-      }
-      lock.lock();
-    }
+  bool fenced = false;
+  try {
+    fenced = wait_checking(
+        lock, s.fenced_, deadline, [&] { return s.generation_ != generation; }, while_waiting);
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    --s.arrived_;
+    throw;
+  }
+  if (!fenced) {
+    --s.arrived_;
+    throw timeout_error(fmt::format("rank {}: the rendezvous fence timed out after {} ms", rank_, timeout.count()));
   }
 }
 
