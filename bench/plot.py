@@ -3,9 +3,9 @@
 same_loop section (jobkit_loop, mpi_bench, pmix_floor, torch_gloo.py; fields: impl, op, bytes,
 nodes, ranks, round, median_us, loop_avg_us, mb_per_s, cpu_pct, rank0_median_us).
 
-usage: plot.py [--out DIR] [LABEL=FILE.jsonl ...]
+usage: plot.py [--out DIR | --table] [LABEL=FILE.jsonl ...]
 Without inputs: the Debian 12 and Debian 13 runs in bench/results. Writes DIR/*.png (default
-bench/results/plots) and prints each path. Needs matplotlib (Debian: python3-matplotlib)."""
+bench/results/plots) and prints each path; with --table, prints RESULTS.md's table instead. Needs matplotlib (Debian: python3-matplotlib)."""
 import argparse
 import json
 import math
@@ -214,15 +214,72 @@ def cpu_figure(inputs, out, written):
     save(fig, out, "cpu-waiting", written)
 
 
+def mean_or_none(xs):
+    return statistics.mean(xs) if xs else None
+
+
+def fmt(x):
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+
+def table(inputs):
+    """RESULTS.md's table: per layout and measure, the mean of the rounds for each side, and
+    jobkit's over Open MPI's (times, or CPU shares; for MB/s Open MPI's over jobkit's, so that under
+    1 always means jobkit better)."""
+    measures = [(f"{name} (µs, loop avg)", op, nbytes, False, "loop_avg_us") for op, nbytes, name in SMALL]
+    measures += [(f"{name} (MB/s)", op, None, True, "mb_per_s") for op, name in LARGE]
+    head = ["layout", "measure"]
+    with_torch = [any(r["impl"] == "torch_gloo" for r in rows) for _, rows in inputs]
+    for (name, _), torch in zip(inputs, with_torch):
+        head += [f"{name.split(':')[0]}: jobkit", "Open MPI", "jobkit / MPI", "PMIx fence"] + ["torch gloo"] * torch
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for layout in LAYOUTS:
+        rows_out = []
+        for mname, op, nbytes, large, field in measures:
+            cells = []
+            for _, rows in inputs:
+                j, m, t = (mean_or_none(values(rows, impl, layout, op, field, large, nbytes))
+                           for impl in ("jobkit", "mpi", "torch_gloo"))
+                fence = mean_or_none(values(rows, "pmix", layout, "barrier", "median_us")) if op == "barrier" else None
+                ratio = None if j is None or m is None else (m / j if large else j / m)
+                cells += [fmt(j), fmt(m), f"{ratio:.2f}" if ratio else "-", fmt(fence)] + [fmt(t)] * (t is not None)
+            rows_out.append([mname] + cells)
+        cells = []
+        for _, rows in inputs:  # setup: rank 0, ms (torch: its init_process_group call alone)
+            v = {impl: mean_or_none([x / 1000 for x in values(rows, impl, layout, op, f)])
+                 for impl, op, f in (("jobkit", "init", "rank0_median_us"), ("mpi", "init", "median_us"),
+                                     ("pmix", "init", "rank0_median_us"),
+                                     ("torch_gloo", "init_process_group", "median_us"))}
+            cells += [fmt(v["jobkit"]), fmt(v["mpi"]), f"{v['jobkit'] / v['mpi']:.2f}", fmt(v["pmix"])]
+            cells += [fmt(v["torch_gloo"])] * (v["torch_gloo"] is not None)
+        rows_out.append(["setup, rank 0 (ms)"] + cells)
+        cells = []
+        for _, rows in inputs:  # the busiest rank's CPU share in the small-operation loops
+            v = {impl: mean_or_none([float(r["cpu_pct"]) for r in rows if r["impl"] == impl and "cpu_pct" in r
+                                     and (r["nodes"], r["ranks"]) == layout and r["bytes"] < 1 << 20])
+                 for impl in ("jobkit", "mpi", "torch_gloo")}
+            cells += [fmt(v["jobkit"]), fmt(v["mpi"]), f"{v['jobkit'] / v['mpi']:.2f}", "-"]
+            cells += [fmt(v["torch_gloo"])] * (v["torch_gloo"] is not None)
+        rows_out.append(["CPU while waiting (% of a core)"] + cells)
+        for r in rows_out:
+            print(f"| {label(layout)} | " + " | ".join(r) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(HERE, "results", "plots"))
+    p.add_argument("--table", action="store_true", help="print the markdown table, draw nothing")
     p.add_argument("inputs", nargs="*", help="LABEL=FILE.jsonl (default: the Debian 12 and 13 runs)")
     a = p.parse_args()
     inputs = []
     for spec in a.inputs or DEFAULT_INPUTS:
         name, sep, path = spec.rpartition("=")
         inputs.append((name if sep else os.path.basename(path), load(path)))
+    if a.table:
+        return table(inputs)
     os.makedirs(a.out, exist_ok=True)
     written = []
     for draw in (ratio_figure, small_ops_figure, bandwidth_figure, setup_figure, cpu_figure):
