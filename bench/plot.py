@@ -5,7 +5,8 @@ nodes, ranks, round, median_us, loop_avg_us, mb_per_s, cpu_pct, rank0_median_us)
 
 usage: plot.py [--out DIR | --table] [LABEL=FILE.jsonl ...]
 Without inputs: the Debian 12 and Debian 13 runs in bench/results. Writes DIR/*.png (default
-bench/results/plots) and prints each path; with --table, prints RESULTS.md's table instead. Needs matplotlib (Debian: python3-matplotlib)."""
+bench/results/plots) and prints each path; with --table, prints RESULTS.md's table instead.
+Needs matplotlib (Debian: python3-matplotlib)."""
 import argparse
 import json
 import math
