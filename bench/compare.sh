@@ -20,7 +20,8 @@
 # Writes OUT_DIR/results.jsonl (every JSON line of every run) and OUT_DIR/summary.md
 # (bench/summarize.py), and prints the summary.
 #
-#   bench/compare.sh [OUT_DIR [BUILD_DIR]]     (defaults: bench/results, build-test)
+#   bench/compare.sh [OUT_DIR [BUILD_DIR]]     (defaults: /tmp/jobkit-compare, build-test)
+# bench/results keeps only the runs bench/RESULTS.md cites, named by what they measure: copy them there.
 # Environment: ITERS (jobkit and C peers, default 1000), TORCH_ITERS (default 200), SECTIONS,
 # ROUNDS (default 2), LARGE_BYTES (default 64 MiB), LARGE_ITERS (default 5), LAYOUTS (same_loop's,
 # default "1x4 3x8 3x24"), PIN (none, cyclic or block: bench/pin.sh binds every task of every side),
@@ -28,7 +29,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
-out=$(realpath -m "${1:-$here/results}")
+out=$(realpath -m "${1:-/tmp/jobkit-compare}")
 build=$(realpath -m "${2:-$repo/build-test}")
 jobkit=$build/src/cli/jobkit
 [[ -x $jobkit ]] || { echo "$0: $jobkit missing: build first (meson setup $build && ninja -C $build)" >&2; exit 1; }

@@ -18,6 +18,7 @@ packages=(
   iproute2 procps                                # the dev cluster's network namespaces; ps, pkill in tests
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
   python3-torch                                  # jobkit exec tests and the torch gloo peer benchmark
+  python3-matplotlib                             # bench/plot.py: the figures of bench/RESULTS.md (test plots)
   pybind11-dev python3-dev                       # the Python module (python/jobkit)
   python3-pytest python3-mesonpy python3-venv    # its unit tests, pip install . and a venv to try it in
 )
