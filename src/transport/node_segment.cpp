@@ -19,7 +19,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 
 namespace jobkit::detail {
 
