@@ -158,7 +158,7 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
     });
   }
   // The node first, as the ordinary exchange does: measured faster on nodes with more ranks than
-  // cores (bench/RESULTS.md, "a one-way broadcast across nodes": 404f3f4, recorded 2026-11-24 at 8bb13f0).
+  // cores (bench/RESULTS.md, "2026-11-24, 8bb13f0: a one-way broadcast across nodes").
   if (node_) {
     const auto bytes = b.one_way ? std::span<const std::byte>(b.entries.front().bytes) : std::span<const std::byte>{};
     node_->post_mail(ex, deadline, bytes, b.one_way, b.source_site);
