@@ -38,7 +38,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
     const auto& mates = node_->mates();
     for (std::size_t i = 1; i < mates.size(); ++i) {
       const int index = static_cast<int>(i);
-      const auto& slot = node_->segment().member(index);
+      const auto& slot = node_->slot(index);
       if (slot.bulk_size != bx.buffer.size()) context_.sizes_differ(ex, mates[i], slot.bulk_size, bx.buffer.size());
       if (!bx.contributes(mates[i])) continue;
       const auto piece = node_->contribution(index, used);

@@ -142,10 +142,6 @@ void tree_node::copy_text(char (&to)[node_segment::text_capacity], std::uint32_t
   std::memcpy(to, text.data(), size);
 }
 
-bool tree_node::has(int group_rank) const {
-  return std::find(mates_.begin(), mates_.end(), group_rank) != mates_.end();
-}
-
 void tree_node::post_abort(int origin, errc code, const std::string& message) noexcept {
   if (segment_) segment_->post_abort(origin, code, message);
 }

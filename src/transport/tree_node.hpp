@@ -49,10 +49,9 @@ class tree_node {
   void start_watching();
 
   bool leader() const noexcept { return index_ == 0; }
-  int index() const noexcept { return index_; }
   const std::vector<int>& mates() const noexcept { return mates_; }
-  bool has(int group_rank) const;
-  node_segment& segment() { return *segment_; }
+  /// Node-mate `index`'s slot, as it signed it for the current exchange.
+  const node_segment::slot& slot(int index) const { return segment_->member(index); }
   void post_abort(int origin, errc code, const std::string& message) noexcept;
 
   /// Fails on an abort in the segment, a node-mate that left or (deaths) ended, or the mail of a
