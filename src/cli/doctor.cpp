@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 #include "jobkit/jobkit.hpp"
 #include "pmix/versions.hpp"
 #include "preemption/slurm_api.hpp"

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 
 namespace jobkit {
 

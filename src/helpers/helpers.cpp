@@ -10,9 +10,9 @@
 #include <cstring>
 #include <tuple>
 
+#include "core/environment.hpp"
 #include "core/failure.hpp"
 #include "core/timeout.hpp"
-#include "identity/environment.hpp"
 
 namespace jobkit {
 namespace detail {

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit::detail {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <charconv>
 
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/runtime.hpp"
 

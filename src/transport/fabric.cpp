@@ -17,14 +17,14 @@
 #include <cstring>
 
 #include "core/embedder.hpp"
+#include "core/environment.hpp"
 #include "core/failure.hpp"
-#include "identity/environment.hpp"
+#include "core/names.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
 #include "transport/addresses.hpp"
 #include "transport/frame.hpp"
 #include "transport/sha256.hpp"
-#include "workspace/names.hpp"
 
 namespace jobkit::detail {
 namespace {

@@ -1,3 +1,7 @@
+// A node's shared memory segment as memory: its creation, mapping and unlinking, the layout of
+// slots, mailboxes and the growing data region, the futex bells and the pidfd watches. What the
+// members write there and when, the on-node protocol, is tree_node's (tree_node.cpp).
+
 #include "transport/node_segment.hpp"
 
 #include <fcntl.h>
@@ -19,7 +23,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 
 namespace jobkit::detail {
 

@@ -18,10 +18,10 @@
 #include <tuple>
 
 #include "core/failure.hpp"
+#include "core/names.hpp"
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/runtime.hpp"
-#include "workspace/names.hpp"
 
 namespace jobkit {
 

@@ -19,10 +19,10 @@
 
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
+#include "core/names.hpp"
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/runtime.hpp"
-#include "workspace/names.hpp"
 
 namespace jobkit {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "core/environment.hpp"
 #include "identity/discovery.hpp"
-#include "identity/environment.hpp"
 #include "jobkit/error.hpp"
 #include "support.hpp"
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "core/environment.hpp"
 #include "identity/discovery.hpp"
-#include "identity/environment.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
 #include "pmi2/wire.hpp"

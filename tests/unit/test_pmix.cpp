@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "core/environment.hpp"
 #include "core/timeout.hpp"
-#include "identity/environment.hpp"
 #include "jobkit/error.hpp"
 #include "pmix/values.hpp"
 #include "pmix/versions.hpp"

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "core/names.hpp"
 #include "jobkit/runtime.hpp"
 #include "support.hpp"
 #include "transport/inprocess.hpp"
-#include "workspace/names.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "identity/environment.hpp"
+#include "core/environment.hpp"
 
 #include <cstdlib>
 

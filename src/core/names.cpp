@@ -1,4 +1,4 @@
-#include "workspace/names.hpp"
+#include "core/names.hpp"
 
 #include <fmt/format.h>
 

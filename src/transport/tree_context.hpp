@@ -1,0 +1,74 @@
+#pragma once
+
+// What the two halves of the tree protocol share: the group's members, this rank's place, the
+// exchange's number, and how a failure is told (tree_node: the members of a node in their shared
+// segment; tree_links: the node leaders over TCP; tcp_tree composes them and spreads a failure
+// on both media).
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/posix_io.hpp"
+#include "jobkit/error.hpp"
+#include "transport/transport.hpp"
+
+namespace jobkit::detail {
+
+/// One rank's collective: which rank, the collective's name and number, and where it was called.
+struct call_site {
+  int group_rank;
+  std::string_view name;
+  std::uint64_t sequence;
+  std::string_view site;
+};
+
+struct tree_context {
+  using time_point = steady_clock::time_point;
+
+  std::vector<int> members;        // world ranks in group-rank order
+  std::vector<std::string> hosts;  // per group rank
+  int rank = 0;                    // group rank
+  std::uint64_t sequence = 0;      // the current exchange's number
+  errc broken_code = errc::peer_failure;
+  std::string broken;  // set once the tree failed
+  /// Tells every member on both media (set by tcp_tree); must not throw.
+  std::function<void(const std::string& message, int origin, errc code)> spread_abort;
+
+  std::string describe(int group_rank) const;
+  /// Spreads the abort, then throws it.
+  [[noreturn]] void fail(const std::string& message, int origin, errc code = errc::peer_failure);
+  [[noreturn]] void out_of_step(const call_site& one, const call_site& other);
+  /// out_of_step against this rank's current exchange.
+  [[noreturn]] void out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
+                                const exchange& ex);
+  [[noreturn]] void never_arrived(const exchange& ex, const std::vector<int>& missing);
+  [[noreturn]] void sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine);
+  /// Fails the group when a payload exceeds what one frame may carry.
+  void check_size(std::uint64_t size, const exchange& ex);
+  /// Runs fold or finish; an exception reaches every member as an abort and is rethrown here.
+  template <class Step>
+  std::vector<rank_bytes> user_step(const exchange& ex, Step&& step) {
+    try {
+      return step();
+    } catch (...) {
+      step_failed(ex, std::current_exception());
+      throw;
+    }
+  }
+
+ private:
+  void step_failed(const exchange& ex, const std::exception_ptr& e) noexcept;
+};
+
+/// Every entry, serialised as one result for everyone.
+std::vector<std::byte> all_entries(const std::vector<rank_bytes>& entries);
+
+/// The low 32 bits of an exchange's number, as the segment's words hold them.
+inline std::uint32_t low_bits(std::uint64_t sequence) { return static_cast<std::uint32_t>(sequence); }
+
+}  // namespace jobkit::detail

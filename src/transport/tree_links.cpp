@@ -1,0 +1,622 @@
+// The across-node half of the tree protocol (tree_links): a node leader's TCP links to its
+// parent and children, the frames of each exchange up and down them, receipts for one-way
+// broadcasts, and aborts spread to every neighbour. Frames and their limits are frame.hpp's.
+
+#include "transport/tree_links.hpp"
+
+#include <linux/sockios.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/embedder.hpp"
+#include "core/failure.hpp"
+#include "transport/frame.hpp"
+#include "transport/node_segment.hpp"
+
+namespace jobkit::detail {
+
+namespace {
+
+using clock = steady_clock;
+
+/// How often a leader waiting for a broadcast looks at its node.
+constexpr std::chrono::milliseconds check_interval{100};
+
+/// What a leader receives from its parent before passing it on: big enough for the socket
+/// calls to be few, small enough that every level of the tree works at once.
+constexpr std::size_t bulk_chunk = std::size_t{1} << 20;
+
+bool readable_now(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+/// Closes a link whose peer may still send receipts nobody reads. A close with unread data sends
+/// a reset, and a reset makes the peer's kernel drop what it has not acknowledged yet: so the
+/// close waits (a bounded time) until the peer acknowledged everything sent, which then stays
+/// readable for it however the connection ends.
+void close_after_delivery(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  const auto until = clock::now() + std::chrono::seconds(1);
+  char discard[4096];
+  while (clock::now() < until) {
+    ssize_t n = 0;
+    while ((n = ::recv(fd, discard, sizeof discard, MSG_DONTWAIT)) > 0) {
+    }
+    // The peer closed or reset: it reads nothing more, and a reset keeps the count from reaching 0.
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    int unacknowledged = 0;
+    if (::ioctl(fd, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged == 0) break;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 1);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+tree_links::tree_links(tree_context& context, std::optional<link> parent, const std::vector<link>& children,
+                       std::vector<std::vector<int>> subtrees)
+    : context_(context), parent_(parent), subtrees_(std::move(subtrees)) {
+  child_of_.assign(context.members.size(), -1);
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    children_.push_back(child_link{children[i], {}});
+    for (const int g : subtrees_[i]) child_of_[static_cast<std::size_t>(g)] = static_cast<int>(i);
+  }
+}
+
+tree_links::~tree_links() {
+  for (auto& child : children_) {
+    if (child.fd < 0) continue;
+    if (child.unconfirmed.empty()) {
+      ::close(child.fd);
+    } else {
+      close_after_delivery(child.fd);
+    }
+  }
+  if (parent_ && parent_->fd >= 0) ::close(parent_->fd);
+}
+
+void tree_links::spread_abort(const std::string& message, int origin, errc code) noexcept {
+  std::vector<link*> links;
+  for (auto& child : children_) links.push_back(&child);
+  if (parent_) links.push_back(&*parent_);
+  // Tell every neighbour, so the failure reaches every member instead of a deadline. Then close
+  // gracefully: a close with unread data sends a reset, which can destroy the abort in flight.
+  const auto deadline = clock::now() + std::chrono::milliseconds(200);
+  const auto code_text = std::to_string(static_cast<int>(code));
+  for (auto* l : links) {
+    if (l->fd < 0) continue;
+    if (l->peer != origin) {
+      try {
+        send_frame(l->fd, frame_type::abort, context_.sequence, origin, code_text, "", as_bytes(message), deadline);
+      } catch (...) {
+      }
+    }
+    ::shutdown(l->fd, SHUT_WR);
+  }
+  for (auto* l : links) {
+    if (l->fd < 0) continue;
+    char discard[4096];
+    try {
+      while (true) {
+        wait_ready(l->fd, POLLIN, deadline);
+        const ssize_t n = ::recv(l->fd, discard, sizeof discard, 0);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+      }
+    } catch (...) {
+    }
+    ::close(l->fd);
+    l->fd = -1;
+  }
+}
+
+void tree_links::check_closed(const exchange& context) {
+  std::vector<pollfd> fds;
+  std::vector<const link*> links;
+  for (const auto& child : children_) links.push_back(&child);
+  if (parent_) links.push_back(&*parent_);
+  for (const auto* l : links) fds.push_back(pollfd{l->fd, POLLRDHUP, 0});
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) lost(*links[i], "connection closed", context);
+  }
+}
+
+tree_links::child_wait tree_links::start_gather(std::function<bool(std::size_t)> take) const {
+  return child_wait{std::vector<bool>(children_.size(), false), children_.size(), std::move(take)};
+}
+
+void tree_links::node_timed_out(const exchange& ex, time_point deadline, const child_wait& wait,
+                                std::vector<int> missing) {
+  std::vector<bool> arrived = wait.done;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    const auto next = arrived[i] ? std::nullopt : skip_receipts(i, ex, deadline);
+    arrived[i] = arrived[i] || (next && !is(*next, frame_type::receipt));
+  }
+  time_out(ex, arrived, std::move(missing));
+}
+
+std::vector<rank_bytes> tree_links::up_and_back(const exchange& ex, time_point deadline,
+                                                const std::vector<rank_bytes>& entries,
+                                                std::vector<std::byte>& everyone) {
+  const auto& parent = *parent_;
+  std::vector<const rank_bytes*> up;
+  for (const auto& e : entries) up.push_back(&e);
+  std::vector<std::byte> payload;
+  append_entries(payload, up);
+  context_.check_size(payload.size(), ex);
+  try {
+    send_frame(parent.fd, frame_type::up, context_.sequence, context_.rank, ex.name, ex.site, payload, deadline);
+    frame f = receive_frame(parent.fd, deadline);
+    check_from_parent(f, ex);
+    auto result = parse_entries(f.payload, static_cast<int>(context_.members.size()));
+    if (ex.to == delivery::everyone) everyone = std::move(f.payload);
+    return result;
+  } catch (...) {
+    result_failed(parent, ex);
+  }
+}
+
+void tree_links::send_down(const exchange& ex, time_point deadline, const std::vector<rank_bytes>& entries,
+                           std::span<const std::byte> everyone) {
+  std::vector<std::byte> selected;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    const auto below = [&](const rank_bytes& e) {
+      const int rank = ex.to == delivery::one_rank ? ex.target : e.rank;
+      return rank >= 0 && rank < static_cast<int>(child_of_.size()) &&
+             child_of_[static_cast<std::size_t>(rank)] == static_cast<int>(i);
+    };
+    if (ex.to != delivery::everyone) {
+      std::vector<const rank_bytes*> down;
+      for (const auto& e : entries) {
+        if (below(e)) down.push_back(&e);
+      }
+      selected.clear();
+      append_entries(selected, down);
+    }
+    const auto& child = children_[i];
+    const auto down = ex.to == delivery::everyone ? everyone : std::span<const std::byte>(selected);
+    context_.check_size(down.size(), ex);
+    try {
+      send_frame(child.fd, frame_type::down, context_.sequence, context_.rank, ex.name, ex.site, down, deadline);
+    } catch (...) {
+      send_failed(child, ex);
+    }
+  }
+}
+
+tree_links::broadcast tree_links::receive_broadcast(const exchange& ex, time_point deadline,
+                                                    const std::function<void()>& watch_node) {
+  const auto& parent = *parent_;
+  try {
+    send_frame(parent.fd, frame_type::receipt, context_.sequence, context_.rank, ex.name, ex.site, {}, deadline);
+  } catch (const socket_closed&) {
+    // The parent may have passed the bytes on and left the group: they wait in this socket.
+  } catch (...) {
+    send_failed(parent, ex);
+  }
+  // Owed from here on: the children's receipts may arrive while this rank waits.
+  for (auto& child : children_) child.unconfirmed.push_back({context_.sequence, ex.name, ex.site});
+  frame f = await_broadcast(ex, deadline, watch_node);
+  for (auto& child : children_) {  // unless the receipt came back while this rank waited
+    if (!child.unconfirmed.empty() && child.unconfirmed.back().sequence == context_.sequence)
+      child.unconfirmed.back().site = f.site;
+  }
+  broadcast b;
+  b.one_way = is(f.header, frame_type::down);
+  if (b.one_way) {
+    try {
+      b.entries = parse_entries(f.payload, static_cast<int>(context_.members.size()));
+      if (b.entries.size() != 1 || b.entries.front().rank != 0 ||
+          b.entries.front().bytes.size() > node_segment::inline_capacity) {
+        throw protocol_violation{"a one-way broadcast that is not one entry of group rank 0 within 7 KiB"};
+      }
+    } catch (const protocol_violation& v) {
+      broke_protocol(parent, v, ex);
+    }
+    b.everyone = std::move(f.payload);
+  }
+  b.source_site = std::move(f.site);
+  return b;
+}
+
+void tree_links::pass_on_broadcast(const exchange& ex, time_point deadline, const broadcast& b) {
+  for (auto& child : children_) {
+    try {
+      send_frame(child.fd, b.one_way ? frame_type::down : frame_type::by_tree, context_.sequence, 0, ex.name,
+                 b.source_site, b.everyone, deadline);
+    } catch (...) {
+      send_failed(child, ex);
+    }
+    if (!parent_) child.unconfirmed.push_back({context_.sequence, ex.name, ex.site});
+  }
+  drain_receipts(ex, deadline);
+}
+
+void tree_links::lost(const link& l, const std::string& why, const exchange& ex) {
+  // The peer may have sent an abort just before closing: its reason is the one to report.
+  try {
+    const auto until = clock::now() + std::chrono::milliseconds(100);
+    frame f = receive_frame(l.fd, until);
+    while (is(f.header, frame_type::receipt)) f = receive_frame(l.fd, until);
+    if (auto notice = abort_in(f)) context_.fail(notice->reason, notice->origin, notice->code);
+  } catch (const socket_closed&) {
+  } catch (const socket_timeout&) {
+  } catch (const protocol_violation&) {
+  }
+  context_.fail(fmt::format("{} closed its connection ({}) during {}{}: the process died or exited",
+                            context_.describe(l.peer), why, ex.name, ex.site.empty() ? "" : " at " + ex.site),
+                l.peer);
+}
+
+void tree_links::broke_protocol(const link& l, const protocol_violation& v, const exchange& ex) {
+  context_.fail(fmt::format("{} sent {} during {}{}: the connection breaks jobkit's data path protocol (a bug, memory "
+                            "corruption, or two jobkit builds in one step)",
+                            context_.describe(l.peer), v.what, ex.name, ex.site.empty() ? "" : " at " + ex.site),
+                context_.rank, errc::internal);
+}
+
+void tree_links::time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (done[i]) continue;
+    for (const int g : subtrees_[i]) missing.push_back(context_.members[static_cast<std::size_t>(g)]);
+  }
+  std::sort(missing.begin(), missing.end());
+  context_.never_arrived(ex, missing);
+}
+
+void tree_links::message_failed(const link& l, const exchange& ex) {
+  try {
+    throw;
+  } catch (const protocol_violation& v) {
+    broke_protocol(l, v, ex);
+  } catch (const socket_closed& e) {
+    lost(l, e.why, ex);
+  } catch (const socket_timeout&) {
+    context_.fail(fmt::format("{} stalled mid-message during {} at {}", context_.describe(l.peer), ex.name, ex.site),
+                  l.peer);
+  }
+}
+
+void tree_links::send_failed(const link& l, const exchange& ex) {
+  try {
+    throw;
+  } catch (const socket_closed& e) {
+    lost(l, e.why, ex);
+  } catch (const socket_timeout&) {
+    context_.fail(fmt::format("{} stopped reading during {} at {}", context_.describe(l.peer), ex.name, ex.site),
+                  l.peer);
+  }
+}
+
+void tree_links::result_failed(const link& parent, const exchange& ex) {
+  try {
+    throw;
+  } catch (const socket_timeout&) {
+    context_.fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+                              "this rank's subtree never arrived",
+                              ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
+                              context_.describe(parent.peer)),
+                  context_.rank, errc::timeout);
+  } catch (...) {
+    message_failed(parent, ex);
+  }
+}
+
+void tree_links::parent_spoke(const exchange& ex, time_point deadline) {
+  const auto& parent = *parent_;
+  try {
+    const frame f = receive_frame(parent.fd, deadline);
+    check_from_parent(f, ex);
+    context_.fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", context_.describe(parent.peer),
+                              f.name, f.header.sequence, context_.describe(context_.rank), ex.name, context_.sequence),
+                  context_.rank, errc::internal);
+  } catch (...) {
+    message_failed(parent, ex);
+  }
+}
+
+bool tree_links::receive_child(std::size_t i, const exchange& ex, time_point deadline,
+                               std::vector<rank_bytes>& entries) {
+  const auto& child = children_[i];
+  std::vector<rank_bytes> under;
+  try {
+    auto f = next_from_child(i, ex, deadline);
+    if (!f) return false;
+    check_in_step(child, *f, ex, deadline);
+    receive_payload(child.fd, *f, deadline);
+    under = parse_entries(f->payload, static_cast<int>(context_.members.size()));
+  } catch (...) {
+    message_failed(child, ex);
+  }
+  std::move(under.begin(), under.end(), std::back_inserter(entries));
+  return true;
+}
+
+std::optional<frame> tree_links::next_from_child(std::size_t i, const exchange& ex, time_point deadline) {
+  auto& child = children_[i];
+  while (true) {
+    frame f = receive_frame_head(child.fd, deadline);
+    if (!is(f.header, frame_type::receipt)) {
+      const auto& pending = child.unconfirmed;
+      if (is(f.header, frame_type::up) && !pending.empty() && pending.front().sequence == f.header.sequence) {
+        const auto& b = pending.front();
+        context_.out_of_step({child.peer, f.name, f.header.sequence, f.site}, {0, b.name, b.sequence, b.site});
+      }
+      return f;
+    }
+    confirm(i, f, ex);
+    if (!readable_now(child.fd)) return std::nullopt;
+  }
+}
+
+void tree_links::confirm(std::size_t i, const frame& receipt, const exchange& ex) {
+  auto& child = children_[i];
+  auto& pending = child.unconfirmed;
+  const auto sequence = receipt.header.sequence;
+  const call_site theirs{child.peer, receipt.name, sequence, receipt.site};
+  if (!pending.empty() && pending.front().sequence == sequence) {
+    if (pending.front().name != receipt.name) {
+      context_.out_of_step(theirs, {0, pending.front().name, sequence, pending.front().site});
+    }
+    pending.pop_front();
+    return;
+  }
+  // The child entered a broadcast that went one way while this rank is in another collective.
+  if (sequence == context_.sequence) context_.out_of_step(theirs, {context_.rank, ex.name, context_.sequence, ex.site});
+  throw protocol_violation{
+      fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name, sequence)};
+}
+
+std::optional<frame_header> tree_links::skip_receipts(std::size_t i, const exchange& ex, time_point deadline) {
+  auto& child = children_[i];
+  while (true) {
+    frame_header h{};
+    // Nothing, part of a header, the end or an error: the blocking reads report those.
+    if (::recv(child.fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h)) return std::nullopt;
+    // Only what is owed: behind it may come a receipt for the child's next collective.
+    if (!is(h, frame_type::receipt) || child.unconfirmed.empty()) return h;
+    try {
+      confirm(i, receive_frame_head(child.fd, deadline), ex);
+    } catch (...) {
+      message_failed(child, ex);
+    }
+  }
+}
+
+void tree_links::check_child(std::size_t i, const exchange& ex, time_point deadline) {
+  const auto& child = children_[i];
+  const auto next = skip_receipts(i, ex, deadline);
+  if (next && is(*next, frame_type::receipt)) return;
+  pollfd p{child.fd, POLLRDHUP, 0};
+  if (!next && (::poll(&p, 1, 0) <= 0 || p.revents == 0)) return;  // a header still on its way
+  try {
+    auto f = next_from_child(i, ex, deadline);  // names a contribution to the broadcast as out of step
+    if (!f) return;
+    check_in_step(child, *f, ex, deadline);
+    throw protocol_violation{fmt::format("a frame of type {} in a broadcast that went one way", f->header.type)};
+  } catch (...) {
+    message_failed(child, ex);
+  }
+}
+
+void tree_links::drain_receipts(const exchange& ex, time_point deadline) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    const auto next = skip_receipts(i, ex, deadline);
+    // A failure behind the receipts reaches this rank now rather than at its next collective.
+    if (next && (is(*next, frame_type::abort) || (is(*next, frame_type::up) && !children_[i].unconfirmed.empty())))
+      check_child(i, ex, deadline);
+  }
+}
+
+void tree_links::check_from_parent(const frame& f, const exchange& ex) {
+  if (auto notice = abort_in(f)) context_.fail(notice->reason, notice->origin, notice->code);
+  if (f.header.sequence == context_.sequence && f.name == ex.name) return;
+  // Only a broadcast that went one way comes down before this rank's contribution went up: its
+  // origin is the source, its site the source's.
+  const auto source = static_cast<int>(std::min<std::uint64_t>(f.header.origin, context_.members.size() - 1));
+  context_.out_of_step({context_.rank, ex.name, context_.sequence, ex.site},
+                       {source, f.name, f.header.sequence, f.site});
+}
+
+void tree_links::check_links(const exchange& ex, time_point deadline, child_wait& wait) {
+  auto& [done, pending, take] = wait;
+  std::vector<pollfd> fds;
+  for (std::size_t i = 0; i < children_.size(); ++i)
+    fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN | POLLRDHUP, 0});
+  if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
+    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0 || !take(i)) continue;
+    done[i] = true;
+    --pending;
+  }
+}
+
+void tree_links::await_children(const exchange& ex, time_point deadline, child_wait& wait) {
+  auto& [done, pending, take] = wait;
+  std::vector<pollfd> fds;
+  while (pending > 0) {
+    fds.clear();
+    for (std::size_t i = 0; i < children_.size(); ++i) fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN, 0});
+    // The parent sends nothing before it has this rank's contribution, except an abort or its
+    // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
+    if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
+    const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
+    if (ready < 0 && errno == EINTR) {
+      interruption_point();
+      continue;
+    }
+    if (ready == 0) time_out(ex, done, {});
+    if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
+    for (std::size_t i = 0; i < children_.size(); ++i) {
+      if (done[i] || fds[i].revents == 0 || !take(i)) continue;
+      done[i] = true;
+      --pending;
+    }
+  }
+}
+
+frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const std::function<void()>& watch_node) {
+  const auto& parent = *parent_;
+  // The children too: one that fails, dies or is in another collective must not wait for the root.
+  std::vector<pollfd> fds;
+  while (true) {
+    fds.clear();
+    fds.push_back(pollfd{parent.fd, POLLIN, 0});
+    for (const auto& child : children_) fds.push_back(pollfd{child.fd, POLLIN | POLLRDHUP, 0});
+    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(check_interval.count()));
+    const int ready = ::poll(fds.data(), fds.size(), wait);
+    if (ready < 0 && errno == EINTR) interruption_point();
+    if (ready > 0 && fds.front().revents != 0) break;
+    for (std::size_t i = 0; ready > 0 && i < children_.size(); ++i) {
+      if (fds[i + 1].revents != 0) check_child(i, ex, deadline);
+    }
+    watch_node();
+    if (clock::now() >= deadline) {
+      context_.fail(
+          fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}: rank {} or a rank "
+                      "between never arrived",
+                      ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
+                      context_.describe(parent.peer), context_.members.front()),
+          context_.rank, errc::timeout);
+    }
+  }
+  try {
+    frame f = receive_frame(parent.fd, deadline);
+    check_from_parent(f, ex);
+    if (!is(f.header, frame_type::down) && !is(f.header, frame_type::by_tree)) {
+      throw protocol_violation{fmt::format("a frame of type {} where a broadcast was due", f.header.type)};
+    }
+    return f;
+  } catch (...) {
+    result_failed(parent, ex);
+  }
+}
+
+void tree_links::check_in_step(const link& l, frame& f, const exchange& ex, time_point deadline) {
+  if (is(f.header, frame_type::abort)) {
+    if (f.payload.size() != f.header.payload_size) receive_payload(l.fd, f, deadline);
+    const auto notice = abort_in(f);
+    context_.fail(notice->reason, notice->origin, notice->code);
+  }
+  if (f.header.sequence != context_.sequence || f.name != ex.name)
+    context_.out_of_step(l.peer, f.name, f.header.sequence, f.site, ex);
+}
+
+bool tree_links::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline) {
+  const auto& ex = bx.base;
+  const auto& child = children_[i];
+  try {
+    auto f = next_from_child(i, ex, deadline);
+    if (!f) return false;
+    check_in_step(child, *f, ex, deadline);
+    if (!is(f->header, frame_type::up)) {
+      throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f->header.type)};
+    }
+    const auto size = read_bulk_pieces(
+        [&](void* to, std::size_t n) { receive_all(child.fd, to, n, deadline); }, f->header.payload_size, bx,
+        static_cast<int>(context_.members.size()),
+        [&](int g) { return child_of_[static_cast<std::size_t>(g)] == static_cast<int>(i) && bx.contributes(g); });
+    if (size != bx.buffer.size()) context_.sizes_differ(ex, child.peer, size, bx.buffer.size());
+  } catch (...) {
+    message_failed(child, ex);
+  }
+  return true;
+}
+
+void tree_links::send_up_bulk(const bulk_exchange& bx, time_point deadline, const std::vector<int>& pieces) {
+  const auto& ex = bx.base;
+  const auto& parent = *parent_;
+  const std::uint64_t size = bx.buffer.size();
+  const auto count = static_cast<std::uint32_t>(pieces.size());
+  std::vector<std::byte> heads(bulk_head_size + pieces.size() * bulk_piece_head_size);
+  std::memcpy(heads.data(), &size, sizeof size);
+  std::memcpy(heads.data() + sizeof size, &count, sizeof count);
+  std::vector<iovec> parts{{heads.data(), bulk_head_size}};
+  std::uint64_t payload_size = parts.front().iov_len;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    auto* head = heads.data() + bulk_head_size + k * bulk_piece_head_size;
+    const auto r = static_cast<std::uint32_t>(pieces[k]);
+    const std::uint64_t n = bx.piece_size();
+    std::memcpy(head, &r, sizeof r);
+    std::memcpy(head + sizeof r, &n, sizeof n);
+    parts.push_back({head, bulk_piece_head_size});
+    parts.push_back({bx.buffer.data() + bx.offset(pieces[k]), n});
+    payload_size += bulk_piece_head_size + n;
+  }
+  context_.check_size(payload_size, ex);
+  try {
+    send_frame_parts(parent.fd, frame_type::up, context_.sequence, context_.rank, ex.name, ex.site, payload_size, parts,
+                     deadline);
+  } catch (...) {
+    send_failed(parent, ex);
+  }
+}
+
+void tree_links::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
+  const auto& ex = bx.base;
+  const auto size = bx.buffer.size();
+  if (parent_) {
+    const auto& parent = *parent_;
+    try {
+      frame f = receive_frame_head(parent.fd, deadline);
+      check_in_step(parent, f, ex, deadline);
+      if (!is(f.header, frame_type::down) || f.header.payload_size != size) {
+        throw protocol_violation{fmt::format("a frame of type {} and {} bytes where the {}-byte result was due",
+                                             f.header.type, f.header.payload_size, size)};
+      }
+    } catch (...) {
+      result_failed(parent, ex);
+    }
+  }
+  const auto to_children = [&](const iovec* part) {
+    for (const auto& child : children_) {
+      try {
+        if (part) {
+          iovec left = *part;  // send_all advances it
+          send_all(child.fd, &left, 1, deadline);
+        } else {
+          send_frame_parts(child.fd, frame_type::down, context_.sequence, context_.rank, ex.name, ex.site, size, {},
+                           deadline);
+        }
+      } catch (...) {
+        send_failed(child, ex);
+      }
+    }
+  };
+  to_children(nullptr);
+  for (std::size_t at = 0; at < size;) {
+    const auto n = std::min(bulk_chunk, size - at);
+    if (parent_) {
+      const auto& parent = *parent_;
+      try {
+        receive_all(parent.fd, bx.buffer.data() + at, n, deadline);
+      } catch (const socket_closed& e) {
+        lost(parent, e.why, ex);
+      } catch (const socket_timeout&) {
+        context_.fail(
+            fmt::format("{} stalled mid-message during {} at {}", context_.describe(parent.peer), ex.name, ex.site),
+            parent.peer);
+      }
+    }
+    const iovec part{bx.buffer.data() + at, n};
+    to_children(&part);
+    at += n;
+  }
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,127 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/tree_context.hpp"
+
+namespace jobkit::detail {
+
+struct protocol_violation;
+struct frame;
+struct frame_header;
+
+/// The across-node half of the tree protocol: a node leader's TCP links to its parent and
+/// children in the binomial tree of node leaders under group rank 0. Contributions go up as
+/// frames and results come down; one-way broadcasts go down with receipts coming back up; an
+/// abort goes to every neighbour. What happens on the node meanwhile is tree_node's.
+class tree_links {
+ public:
+  using time_point = tree_context::time_point;
+  struct link {
+    int fd = -1;
+    int peer = -1;  // group rank
+  };
+  /// The children not heard from yet in a gather; take(i) receives child i's contribution, false
+  /// when only receipts were waiting.
+  struct child_wait {
+    std::vector<bool> done;
+    std::size_t pending = 0;
+    std::function<bool(std::size_t)> take;
+  };
+  /// A one-way broadcast as it came to this leader: entries (empty when it was too large for
+  /// mail, and goes the ordinary way), the frame to pass on, and the source's call site.
+  struct broadcast {
+    bool one_way = false;
+    std::vector<rank_bytes> entries;
+    std::vector<std::byte> everyone;
+    std::string source_site;
+  };
+
+  /// Takes the connections; subtrees[i]: the group ranks under children[i].
+  tree_links(tree_context& context, std::optional<link> parent, const std::vector<link>& children,
+             std::vector<std::vector<int>> subtrees);
+  /// Closes the links, once the peer acknowledged what was sent where receipts are still owed.
+  ~tree_links();
+  tree_links(const tree_links&) = delete;
+  tree_links& operator=(const tree_links&) = delete;
+
+  bool root() const noexcept { return !parent_; }
+  std::size_t children() const noexcept { return children_.size(); }
+  const std::vector<std::vector<int>>& subtrees() const noexcept { return subtrees_; }
+  /// Sends an abort to every neighbour but the one at origin and closes the links (noexcept).
+  void spread_abort(const std::string& message, int origin, errc code) noexcept;
+  /// Fails when a link was closed.
+  void check_closed(const exchange& context);
+
+  child_wait start_gather(std::function<bool(std::size_t)> take) const;
+  /// Child i's contribution, appended to entries; false when only receipts were waiting.
+  bool receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
+  /// Between node waits: fails on an abort from the parent or a child that closed; takes the
+  /// contributions of the children that have one waiting.
+  void check_links(const exchange& ex, time_point deadline, child_wait& wait);
+  /// Waits for the children not done yet, and takes each contribution as it arrives.
+  void await_children(const exchange& ex, time_point deadline, child_wait& wait);
+  /// At the deadline of a wait for the node: names the node-mates missing and the children whose
+  /// contribution has not arrived.
+  [[noreturn]] void node_timed_out(const exchange& ex, time_point deadline, const child_wait& wait,
+                                   std::vector<int> missing);
+  /// Sends this subtree's entries up and returns the parent's result (with its frame's payload
+  /// in `everyone` when the result goes to every member).
+  std::vector<rank_bytes> up_and_back(const exchange& ex, time_point deadline, const std::vector<rank_bytes>& entries,
+                                      std::vector<std::byte>& everyone);
+  /// Sends each child its part of the result.
+  void send_down(const exchange& ex, time_point deadline, const std::vector<rank_bytes>& entries,
+                 std::span<const std::byte> everyone);
+
+  /// A leader below the root: sends its receipt and waits for the parent's frame (watch_node runs
+  /// between looks at the links).
+  broadcast receive_broadcast(const exchange& ex, time_point deadline, const std::function<void()>& watch_node);
+  /// Passes a broadcast on to the children, then reads the receipts that came back.
+  void pass_on_broadcast(const exchange& ex, time_point deadline, const broadcast& b);
+
+  /// Bulk exchanges: child i's pieces straight into the buffer; this subtree's pieces up (those
+  /// of the group ranks in `pieces`); the whole buffer down in chunks, received from the parent
+  /// (unless root) and passed on as they arrive.
+  bool receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline);
+  void send_up_bulk(const bulk_exchange& bx, time_point deadline, const std::vector<int>& pieces);
+  void pass_down_bulk(const bulk_exchange& bx, time_point deadline);
+
+ private:
+  /// A one-way broadcast sent down a link, whose receipt has not come back yet.
+  struct unconfirmed_broadcast {
+    std::uint64_t sequence;
+    std::string name, site;  // the source's call site
+  };
+  struct child_link : link {
+    std::deque<unconfirmed_broadcast> unconfirmed;
+  };
+  std::optional<frame> next_from_child(std::size_t i, const exchange& ex, time_point deadline);
+  void confirm(std::size_t i, const frame& receipt, const exchange& ex);
+  std::optional<frame_header> skip_receipts(std::size_t i, const exchange& ex, time_point deadline);
+  void check_child(std::size_t i, const exchange& ex, time_point deadline);
+  void drain_receipts(const exchange& ex, time_point deadline);
+  frame await_broadcast(const exchange& ex, time_point deadline, const std::function<void()>& watch_node);
+  void check_from_parent(const frame& f, const exchange& ex);
+  void check_in_step(const link& l, frame& f, const exchange& ex, time_point deadline);
+  [[noreturn]] void parent_spoke(const exchange& ex, time_point deadline);
+  [[noreturn]] void message_failed(const link& l, const exchange& ex);
+  [[noreturn]] void send_failed(const link& l, const exchange& ex);
+  [[noreturn]] void result_failed(const link& parent, const exchange& ex);
+  [[noreturn]] void lost(const link& l, const std::string& why, const exchange& ex);
+  [[noreturn]] void broke_protocol(const link& l, const protocol_violation& v, const exchange& ex);
+  [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
+
+  tree_context& context_;
+  std::optional<link> parent_;
+  std::vector<child_link> children_;
+  std::vector<std::vector<int>> subtrees_;  // group ranks under each child
+  std::vector<int> child_of_;               // group rank -> index of the child whose subtree has it, or -1
+};
+
+}  // namespace jobkit::detail

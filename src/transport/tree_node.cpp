@@ -1,0 +1,587 @@
+// The on-node half of the tree protocol (tree_node): slots, the last arriver finishing, the
+// leader gathering and publishing for a group that spans nodes, one-way broadcasts as mail, and
+// every wait on the segment's futexes with the node-mates' pidfds looked at in between. The
+// segment itself (its layout, futexes, pidfd watches) is node_segment.
+
+#include "transport/tree_node.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "core/embedder.hpp"
+#include "core/failure.hpp"
+#include "transport/frame.hpp"
+
+namespace jobkit::detail {
+
+namespace {
+
+using clock = steady_clock;
+
+/// How often a wait in shared memory looks at what a futex cannot tell: node-mates' pidfds and
+/// the leader's TCP links.
+constexpr std::chrono::milliseconds check_interval{100};
+
+/// Whether a member's contribution goes through the data region (past its slot) rather than in place.
+bool in_data_region(const node_segment::slot& slot) {
+  return slot.has_payload != 0 && slot.size > node_segment::inline_capacity;
+}
+
+}  // namespace
+
+tree_node::tree_node(tree_context& context, std::vector<int> mates, int index)
+    : context_(context), mates_(std::move(mates)), index_(index) {}
+
+tree_node::~tree_node() {
+  if (!segment_) return;
+  segment_->store(segment_->member(index_).left, 1);
+  segment_->ring(node_segment::bell::up);
+  segment_->ring(node_segment::bell::down);
+}
+
+void tree_node::create(const std::string& name) {
+  segment_ = std::make_unique<node_segment>(name, static_cast<int>(mates_.size()), context_.describe(context_.rank));
+  segment_->store(segment_->member(0).pid, static_cast<std::uint32_t>(::getpid()));
+}
+
+void tree_node::attach(const std::string& name) {
+  segment_ = std::make_unique<node_segment>(node_segment::attach, name, static_cast<int>(mates_.size()),
+                                            context_.describe(context_.rank));
+  segment_->store(segment_->member(index_).pid, static_cast<std::uint32_t>(::getpid()));
+}
+
+void tree_node::start_watching() {
+  if (!leader()) {
+    watched_.emplace_back(static_cast<pid_t>(segment_->load(segment_->member(0).pid)));
+    watched_members_.push_back(0);
+    return;
+  }
+  segment_->unlink();  // every node-mate has it mapped: from now on no exit can leave it behind
+  for (std::size_t i = 1; i < mates_.size(); ++i) {
+    watched_.emplace_back(static_cast<pid_t>(segment_->load(segment_->member(static_cast<int>(i)).pid)));
+    watched_members_.push_back(static_cast<int>(i));
+  }
+}
+
+void tree_node::join(int fd, time_point deadline) {
+  const int leader = mates_.front();
+  const auto who = context_.describe(context_.rank);
+  try {
+    std::uint32_t size = 0;
+    receive_all(fd, &size, sizeof size, deadline);
+    if (size == 0 || size > 255) {
+      throw error(errc::internal, fmt::format("data path setup: {} announced a {}-byte segment name to {}",
+                                              context_.describe(leader), size, who));
+    }
+    std::string name(size, '\0');
+    receive_all(fd, name.data(), size, deadline);
+    attach(name);
+    const char mapped = 1;
+    iovec part{const_cast<char*>(&mapped), 1};
+    send_all(fd, &part, 1, deadline);
+  } catch (const socket_closed& e) {
+    throw error(errc::peer_failure,
+                fmt::format("data path setup: {} closed its connection ({}) before {} mapped their node's shared "
+                            "memory: the process died or exited",
+                            context_.describe(leader), e.why, who));
+  } catch (const socket_timeout&) {
+    throw timeout_error(fmt::format("data path setup: {} waited in vain for {} to share their node's shared memory",
+                                    who, context_.describe(leader)));
+  }
+  start_watching();
+}
+
+void tree_node::share(const std::vector<int>& fds, time_point deadline) {
+  std::deque<descriptor> setup;  // closed on return: they were only for the setup
+  for (const int fd : fds) setup.emplace_back(fd);
+  const auto& name = segment_->name();
+  const auto size = static_cast<std::uint32_t>(name.size());
+  for (std::size_t i = 0; i < setup.size(); ++i) {
+    const auto mate = context_.describe(mates_[i + 1]);
+    try {
+      iovec parts[2] = {{const_cast<std::uint32_t*>(&size), sizeof size}, {const_cast<char*>(name.data()), size}};
+      send_all(setup[i].get(), parts, 2, deadline);
+    } catch (const socket_closed& e) {
+      throw error(errc::peer_failure, fmt::format("data path setup: {} closed its connection ({}) before it mapped "
+                                                  "the node's shared memory: the process died or exited",
+                                                  mate, e.why));
+    } catch (const socket_timeout&) {
+      throw timeout_error(
+          fmt::format("data path setup: {} did not take the name of the node's shared memory "
+                      "from {} in time",
+                      mate, context_.describe(context_.rank)));
+    }
+  }
+  for (std::size_t i = 0; i < setup.size(); ++i) {
+    const auto mate = context_.describe(mates_[i + 1]);
+    try {
+      char mapped = 0;
+      receive_all(setup[i].get(), &mapped, 1, deadline);
+    } catch (const socket_closed& e) {
+      throw error(errc::peer_failure,
+                  fmt::format("data path setup: {} could not map the node's shared memory segment {} ({}); its own "
+                              "error says why",
+                              mate, name, e.why));
+    } catch (const socket_timeout&) {
+      throw timeout_error(
+          fmt::format("data path setup: {} did not map the node's shared memory segment {} in time", mate, name));
+    }
+  }
+  start_watching();
+}
+
+void tree_node::copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text) {
+  size = static_cast<std::uint32_t>(std::min(text.size(), sizeof to));
+  std::memcpy(to, text.data(), size);
+}
+
+void tree_node::post_abort(int origin, errc code, const std::string& message) noexcept {
+  if (segment_) segment_->post_abort(origin, code, message);
+}
+
+void tree_node::segment_failed(const exchange& ex, const error& e) { segment_failed(ex, e); }
+
+void tree_node::check(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
+  check_members(ex, deaths, excused);
+  check_mail_in_step(ex);
+}
+
+void tree_node::check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
+  const auto aborted = [&] {
+    if (auto notice = segment_->abort_notice()) context_.fail(notice->reason, notice->origin, notice->code);
+  };
+  aborted();
+  const auto during = [&] { return fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site); };
+  for (std::size_t i = 0; i < watched_.size(); ++i) {
+    const int index = watched_members_[i];
+    const int g = mates_[static_cast<std::size_t>(index)];
+    const bool left = segment_->load(segment_->member(index).left) != 0;
+    const bool ended = !left && deaths && watched_[i].ended();
+    if ((!left && !ended) || (excused && excused())) continue;
+    // A member that left because of an abort posted after the look above: the abort is the cause.
+    aborted();
+    if (left) {
+      context_.fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting",
+                                context_.describe(g), during()),
+                    g);
+    }
+    context_.fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)",
+                              context_.describe(g), during()),
+                  g);
+  }
+}
+
+void tree_node::wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline,
+                                const std::function<bool()>& ready, const std::function<void()>& timed_out) {
+  auto next_check = clock::now() + check_interval;
+  std::uint32_t last = 0;
+  for (bool first = true;; first = false) {
+    const auto seen = segment_->bell_value(b);
+    if (ready()) return;
+    const auto now = clock::now();
+    const bool tick = now >= next_check;
+    check(ex, tick, ready);
+    if (now >= deadline) timed_out();
+    if (tick) next_check = now + check_interval;
+    // Spins only after something happened, not after a wake-up for the checks.
+    if (segment_->wait(b, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
+    last = seen;
+  }
+}
+
+void tree_node::wait_for_leader(const exchange& ex, time_point deadline, const std::function<bool()>& ready) {
+  wait_in_segment(node_segment::bell::down, ex, deadline, ready, [&] {
+    if (const auto missing = not_arrived(); !missing.empty()) context_.never_arrived(ex, missing);
+    context_.fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+                              "this rank's node never arrived",
+                              ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
+                              context_.describe(mates_.front())),
+                  context_.rank, errc::timeout);
+  });
+}
+
+void tree_node::wait_for_result(const exchange& ex, time_point deadline) {
+  const auto seq = low_bits(context_.sequence);
+  wait_for_leader(ex, deadline, [&] { return segment_->load(segment_->result_word()) == seq; });
+}
+
+void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload,
+                          std::uint64_t bulk_size) {
+  auto& slot = segment_->member(index_);
+  slot.sequence = context_.sequence;
+  slot.size = mine.size();
+  slot.has_payload = has_payload ? 1 : 0;
+  slot.bulk_size = bulk_size;
+  copy_text(slot.name, slot.name_size, ex.name);
+  copy_text(slot.site, slot.site_size, ex.site);
+  if (!mine.empty() && mine.size() <= node_segment::inline_capacity) {
+    std::memcpy(slot.payload, mine.data(), mine.size());
+  }
+  segment_->store(slot.arrived, low_bits(context_.sequence));
+}
+
+void tree_node::contribute(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
+                           std::uint64_t bulk_size) {
+  auto& segment = *segment_;
+  const auto seq = low_bits(context_.sequence);
+  sign_slot(ex, mine, has_payload, bulk_size);
+  const bool large = mine.size() > node_segment::inline_capacity;
+  // One wake-up of the leader per exchange, by the last to arrive (the leader counts itself too):
+  // on a node with more ranks than cores each wake-up is a context switch.
+  if (segment.arrive() == context_.sequence * mates_.size()) segment.ring(node_segment::bell::up);
+  if (!large) return;
+  wait_for_leader(ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; });
+  fill_granted(ex, mine);
+}
+
+void tree_node::fill_granted(const exchange& ex, std::span<const std::byte> mine) {
+  auto& segment = *segment_;
+  auto& slot = segment.member(index_);
+  try {
+    std::memcpy(
+        segment.data(slot.data_offset + mine.size(), context_.describe(context_.rank)).data() + slot.data_offset,
+        mine.data(), mine.size());
+  } catch (const error& e) {
+    segment_failed(ex, e);
+  }
+  segment.store(slot.filled, low_bits(context_.sequence));
+  segment.ring(node_segment::bell::up);
+}
+
+std::size_t tree_node::grant_places(const exchange& ex, int finisher) {
+  auto& segment = *segment_;
+  std::size_t total = 0;
+  for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
+    auto& slot = segment.member(i);
+    if (i == finisher || !in_data_region(slot)) continue;
+    slot.data_offset = total;
+    total += (slot.size + 63) / 64 * 64;
+  }
+  if (total == 0) return 0;
+  try {
+    segment.reserve(total, context_.describe(context_.rank));
+  } catch (const error& e) {
+    segment_failed(ex, e);
+  }
+  segment.store(segment.grant_word(), low_bits(context_.sequence));
+  segment.ring(node_segment::bell::down);
+  return total;
+}
+
+std::span<const std::byte> tree_node::contribution(int index, std::size_t used) {
+  auto& slot = segment_->member(index);
+  if (slot.size <= node_segment::inline_capacity) return {slot.payload, static_cast<std::size_t>(slot.size)};
+  return segment_->data(used, context_.describe(context_.rank)).subspan(slot.data_offset, slot.size);
+}
+
+std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto deadline = clock::now() + ex.timeout;
+  const auto seq = low_bits(context_.sequence);
+  const auto target = context_.sequence * mates_.size();
+  check(ex, false);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (ex.mine) context_.check_size(mine.size(), ex);
+  sign_slot(ex, mine, ex.mine.has_value(), 0);
+  std::optional<std::vector<rank_bytes>> finished;
+  // One member finishes (the claim), before anyone can leave and sign its slot anew.
+  const auto try_finish = [&] {
+    if (finished || !segment.claim(seq, index_)) return;
+    try {
+      finished = finish_on_node(ex, deadline, mine);
+    } catch (...) {
+      // fail() and user_step() have told the others; anything else (no memory, an interruption)
+      // must too, or they would wait for this rank's result until their deadline.
+      if (context_.broken.empty()) {
+        context_.spread_abort(fmt::format("{} at {} failed on {}, which was finishing it for its node", ex.name,
+                                          ex.site, context_.describe(context_.rank)),
+                              context_.rank, errc::peer_failure);
+      }
+      throw;
+    }
+  };
+  const auto published = [&] { return segment.load(segment.result_word()) == seq; };
+  // A node-mate in another collective may be the last: it rings only the leader's bell, so the
+  // leader, which looks again at least every check_interval, finds that out.
+  const auto leader_looks = [&] {
+    if (index_ == 0 && !published() && segment.arrivals() >= target) try_finish();
+  };
+  const auto stalled = [&] { finish_stalled(ex); };
+  if (segment.arrive() == target) try_finish();
+  if (mine.size() > node_segment::inline_capacity && !finished) {
+    wait_in_segment(
+        node_segment::bell::down, ex, deadline,
+        [&] {
+          leader_looks();
+          return finished || segment.load(segment.grant_word()) == seq;
+        },
+        stalled);
+    if (!finished) fill_granted(ex, mine);
+  }
+  if (finished) return std::move(*finished);
+  wait_in_segment(
+      node_segment::bell::down, ex, deadline,
+      [&] {
+        leader_looks();
+        return finished || published();
+      },
+      stalled);
+  if (finished) return std::move(*finished);
+  if (ex.synchronize_only) return {};
+  return read_result(ex);
+}
+
+std::vector<int> tree_node::unfilled(int finisher) {
+  auto& segment = *segment_;
+  std::vector<int> ranks;
+  for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
+    const auto& slot = segment.member(i);
+    if (i != finisher && in_data_region(slot) && segment.load(slot.filled) != low_bits(context_.sequence))
+      ranks.push_back(context_.members[static_cast<std::size_t>(mates_[static_cast<std::size_t>(i)])]);
+  }
+  return ranks;
+}
+
+void tree_node::pieces_not_filled(const exchange& ex, const std::vector<int>& ranks) {
+  context_.fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} arrived but never copied in their "
+                            "contribution past {} bytes (stuck, or stopped)",
+                            ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
+                            fmt::join(ranks, ", "), node_segment::inline_capacity),
+                context_.rank, errc::timeout);
+}
+
+std::vector<int> tree_node::not_arrived() {
+  std::vector<int> ranks;
+  for (std::size_t i = 0; i < mates_.size(); ++i) {
+    if (segment_->load(segment_->member(static_cast<int>(i)).arrived) != low_bits(context_.sequence))
+      ranks.push_back(context_.members[static_cast<std::size_t>(mates_[i])]);
+  }
+  return ranks;
+}
+
+void tree_node::finish_stalled(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto seq = low_bits(context_.sequence);
+  if (const auto missing = not_arrived(); !missing.empty()) context_.never_arrived(ex, missing);
+  const int finisher = segment.finisher(seq);
+  if (finisher >= 0 && segment.load(segment.grant_word()) == seq) {
+    if (const auto ranks = unfilled(finisher); !ranks.empty()) pieces_not_filled(ex, ranks);
+  }
+  const auto who = finisher >= 0 ? context_.describe(mates_[static_cast<std::size_t>(finisher)]) : "no rank";
+  context_.fail(fmt::format("{} at {} timed out after {} ms on {}: every rank arrived, but {}, which arrived last and "
+                            "finishes the exchange, did not publish the result (a slow operation, or stopped)",
+                            ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), who),
+                context_.rank, errc::timeout);
+}
+
+std::vector<rank_bytes> tree_node::finish_on_node(const exchange& ex, time_point deadline,
+                                                  std::span<const std::byte> mine) {
+  auto& segment = *segment_;
+  const auto count = static_cast<int>(mates_.size());
+  check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
+  for (int i = 0; i < count; ++i) check_slot_in_step(i, ex);
+  const auto total = grant_places(ex, index_);
+  if (total > 0) {
+    wait_in_segment(
+        node_segment::bell::up, ex, deadline, [&] { return unfilled(index_).empty(); },
+        [&] { pieces_not_filled(ex, unfilled(index_)); });
+  }
+  std::vector<rank_bytes> entries;
+  for (int i = 0; i < count; ++i) {
+    if (segment.member(i).has_payload == 0) continue;
+    const auto bytes = i == index_ ? mine : contribution(i, total);
+    entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {bytes.begin(), bytes.end()}});
+  }
+  if (ex.fold && !entries.empty()) {
+    entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  const auto everyone = all_entries(entries);
+  check_members(ex, false);  // the others may have given up meanwhile (a slow operation): fail as they did
+  publish(ex, entries, everyone);
+  return entries;
+}
+
+std::vector<rank_bytes> tree_node::run_as_mate(const exchange& ex) {
+  const auto deadline = clock::now() + ex.timeout;
+  check(ex, false);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (ex.mine) context_.check_size(mine.size(), ex);
+  contribute(ex, deadline, mine, ex.mine.has_value(), 0);
+  wait_for_result(ex, deadline);
+  return read_result(ex);
+}
+
+std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
+  auto& segment = *segment_;
+  const auto size = static_cast<std::size_t>(segment.result_size());
+  std::vector<rank_bytes> entries;
+  try {
+    entries = parse_entries(segment.data(size, context_.describe(context_.rank)).first(size),
+                            static_cast<int>(context_.members.size()));
+  } catch (const protocol_violation& v) {
+    context_.fail(
+        fmt::format("{} found {} in the node's shared memory during {} at {}: a bug, memory corruption, or two "
+                    "jobkit builds in one step",
+                    context_.describe(context_.rank), v.what, ex.name, ex.site),
+        context_.rank, errc::internal);
+  } catch (const error& e) {
+    segment_failed(ex, e);
+  }
+  if (ex.to == delivery::one_rank && ex.target != context_.rank) return {};
+  if (ex.to == delivery::each_own) {
+    std::erase_if(entries, [&](const rank_bytes& e) { return e.rank != context_.rank; });
+  }
+  return entries;
+}
+
+std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, const link_watch& links) {
+  using bell = node_segment::bell;
+  auto& segment = *segment_;
+  const auto seq = low_bits(context_.sequence);
+  const auto count = mates_.size();
+  // For the messages of node-mates that time out or find themselves out of step.
+  sign_slot(ex, {}, false, 0);
+  segment.arrive();
+  // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
+  const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
+    auto waiting = static_cast<std::size_t>(std::count(in.begin(), in.end(), false));
+    auto next_check = clock::now() + check_interval;
+    std::uint32_t last = 0;
+    for (bool first = true;; first = false) {
+      const auto seen = segment.bell_value(bell::up);
+      for (std::size_t i = 1; i < count; ++i) {
+        if (in[i]) continue;
+        auto& slot = segment.member(static_cast<int>(i));
+        if (segment.load(word_of(slot)) != seq) continue;
+        check_slot_in_step(static_cast<int>(i), ex);
+        in[i] = true;
+        --waiting;
+      }
+      if (waiting == 0) return;
+      const auto now = clock::now();
+      const bool tick = now >= next_check;
+      check(ex, tick);
+      if (now >= deadline) {
+        std::vector<int> missing;
+        for (std::size_t i = 1; i < count; ++i) {
+          if (!in[i]) missing.push_back(context_.members[static_cast<std::size_t>(mates_[i])]);
+        }
+        links.timed_out(missing);
+      }
+      if (tick) {
+        links.tick();
+        next_check = now + check_interval;
+      }
+      // Spins only after something happened, not after a wake-up for the checks.
+      if (segment.wait(bell::up, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
+      last = seen;
+    }
+  };
+  std::vector<bool> in(count, false);
+  in[0] = true;
+  wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; }, in);
+
+  // Large contributions: the leader says where each goes in the data region, then waits for them.
+  const auto total = grant_places(ex, 0);
+  if (total > 0) {
+    for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(segment.member(static_cast<int>(i)));
+    wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
+  }
+  return total;
+}
+
+void tree_node::publish(const exchange& ex, const std::vector<rank_bytes>& entries,
+                        std::span<const std::byte> everyone) {
+  std::vector<std::byte> selected;
+  if (ex.to != delivery::everyone) {
+    std::vector<const rank_bytes*> down;
+    for (const auto& e : entries) {
+      const int r = ex.to == delivery::one_rank ? ex.target : e.rank;
+      if (r != context_.rank && std::find(mates_.begin(), mates_.end(), r) != mates_.end()) down.push_back(&e);
+    }
+    append_entries(selected, down);
+    everyone = selected;
+  }
+  context_.check_size(everyone.size(), ex);
+  try {
+    segment_->reserve(everyone.size(), context_.describe(context_.rank));
+  } catch (const error& e) {
+    segment_failed(ex, e);
+  }
+  if (!everyone.empty()) {
+    std::memcpy(segment_->data(everyone.size(), context_.describe(context_.rank)).data(), everyone.data(),
+                everyone.size());
+  }
+  segment_->set_result_size(everyone.size());
+  segment_->store(segment_->result_word(), low_bits(context_.sequence));
+  segment_->ring(node_segment::bell::down);
+}
+
+void tree_node::check_slot_in_step(int index, const exchange& ex) {
+  const auto& slot = segment_->member(index);
+  const std::string_view name(slot.name, slot.name_size);
+  if (slot.sequence != context_.sequence || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+    const call_site member{mates_[static_cast<std::size_t>(index)], name, slot.sequence,
+                           std::string_view(slot.site, slot.site_size)};
+    // A member behind this one may be behind because a source posted a broadcast with its number
+    // and went on: that broadcast, not the source's later collective, is the other call site.
+    const auto* mail = slot.sequence < context_.sequence ? posted_mail(slot.sequence) : nullptr;
+    if (mail && std::string_view(mail->name, mail->name_size) != name) {
+      context_.out_of_step(member, {mail->source, std::string_view(mail->name, mail->name_size), slot.sequence,
+                                    std::string_view(mail->site, mail->site_size)});
+    }
+    context_.out_of_step(member, {context_.rank, ex.name, context_.sequence, ex.site});
+  }
+}
+
+void tree_node::bulk_as_mate(const bulk_exchange& bx) {
+  const auto& ex = bx.base;
+  auto& segment = *segment_;
+  const auto deadline = clock::now() + ex.timeout;
+  check(ex, false);
+  const bool contributes = bx.contributes(context_.rank);
+  const auto mine = contributes
+                        ? std::span<const std::byte>(bx.buffer).subspan(bx.offset(context_.rank), bx.piece_size())
+                        : std::span<const std::byte>{};
+  contribute(ex, deadline, mine, contributes, bx.buffer.size());
+  wait_for_result(ex, deadline);
+  const auto size = segment.result_size();
+  if (size != bx.buffer.size()) {
+    context_.fail(
+        fmt::format("{} found a result of {} bytes in the node's shared memory during {} at {}, where {} were "
+                    "due: a bug, memory corruption, or two jobkit builds in one step",
+                    context_.describe(context_.rank), size, ex.name, ex.site, bx.buffer.size()),
+        context_.rank, errc::internal);
+  }
+  if (size == 0) return;
+  std::span<std::byte> result;
+  try {
+    result = segment.data(size, context_.describe(context_.rank));
+  } catch (const error& e) {
+    segment_failed(ex, e);
+  }
+  std::memcpy(bx.buffer.data(), result.data(), size);
+}
+
+void tree_node::publish_buffer(const exchange& ex, std::span<const std::byte> buffer) {
+  const auto size = buffer.size();
+  try {
+    segment_->reserve(size, context_.describe(context_.rank));
+    if (size > 0) std::memcpy(segment_->data(size, context_.describe(context_.rank)).data(), buffer.data(), size);
+  } catch (const error& e) {
+    segment_failed(ex, e);
+  }
+  segment_->set_result_size(size);
+  segment_->store(segment_->result_word(), low_bits(context_.sequence));
+  segment_->ring(node_segment::bell::down);
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,143 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "transport/node_segment.hpp"
+#include "transport/tree_context.hpp"
+
+namespace jobkit::detail {
+
+/// The on-node half of the tree protocol: a group's members on one node meet in a node_segment
+/// under their first member, the leader. Each signs its slot and counts itself in; the last to
+/// arrive (or the leader, when the group spans nodes) finishes the exchange and publishes the
+/// result; broadcasts go one way as mail. Waits sleep on the segment's futexes and look at the
+/// node-mates' pidfds and aborts in between; the leader's TCP links are watched through `links`.
+class tree_node {
+ public:
+  using time_point = tree_context::time_point;
+  /// What a leader waiting for its node-mates watches besides them (its TCP links): tick runs at
+  /// every check, timed_out (must throw) at the deadline with the world ranks of the missing mates.
+  struct link_watch {
+    std::function<void()> tick;
+    std::function<void(std::vector<int>)> timed_out;
+  };
+
+  /// mates: the group ranks on this node, leader first (two or more); this rank is mates[index].
+  tree_node(tree_context& context, std::vector<int> mates, int index);
+  /// Tells the node-mates this member left (the leader: also when its setup failed), so that none
+  /// waits for it.
+  ~tree_node();
+  tree_node(const tree_node&) = delete;
+  tree_node& operator=(const tree_node&) = delete;
+
+  /// The leader: creates the segment (node_segment's name rules).
+  void create(const std::string& name);
+  /// The leader's setup over one connection per node-mate: tells each the segment's name, waits
+  /// until each mapped it, unlinks it and watches them.
+  void share(const std::vector<int>& fds, time_point deadline);
+  /// A node-mate's setup: the segment's name from the leader over `fd`, mapped, then said so.
+  void join(int fd, time_point deadline);
+  /// Without setup connections (unit tests): map the segment; then, once every member mapped it,
+  /// start_watching (the leader unlinks it).
+  void attach(const std::string& name);
+  void start_watching();
+
+  bool leader() const noexcept { return index_ == 0; }
+  const std::vector<int>& mates() const noexcept { return mates_; }
+  /// Node-mate `index`'s slot, as it signed it for the current exchange.
+  const node_segment::slot& slot(int index) const { return segment_->member(index); }
+  void post_abort(int origin, errc code, const std::string& message) noexcept;
+
+  /// Fails on an abort in the segment, a node-mate that left or (deaths) ended, or the mail of a
+  /// broadcast with this exchange's number while this member is in another collective.
+  void check(const exchange& ex, bool deaths, const std::function<bool()>& excused = {});
+  /// check without the mail: outside an exchange, or across nodes.
+  void check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused = {});
+
+  /// A barrier, all_gather or all_reduce of a group on one node: the last to arrive finishes.
+  std::vector<rank_bytes> exchange_on_node(const exchange& ex);
+  /// A broadcast of a group on one node: the source posts mail and goes on. Empty when too large
+  /// for mail: every member then runs the ordinary exchange.
+  std::optional<std::vector<rank_bytes>> broadcast_on_node(const exchange& ex);
+  /// A node-mate's ordinary exchange: its contribution up, its leader's result back.
+  std::vector<rank_bytes> run_as_mate(const exchange& ex);
+  void bulk_as_mate(const bulk_exchange& bx);
+  /// Posts a broadcast's bytes (or a notice that they did not fit) for the node-mates.
+  bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits,
+                 std::string_view source_site);
+  std::optional<std::vector<rank_bytes>> take_mail(const exchange& ex, time_point deadline);
+
+  /// The leader's wait for its node-mates' contributions; returns the bytes of the data region
+  /// in use by large ones.
+  std::size_t await_mates(const exchange& ex, time_point deadline, const link_watch& links);
+  /// Node-mate `index`'s contribution, in its slot or in the data region.
+  std::span<const std::byte> contribution(int index, std::size_t used);
+  /// The leader: the result for its node-mates (`everyone` when it goes to every member).
+  void publish(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
+  /// The leader: a bulk exchange's whole buffer for its node-mates.
+  void publish_buffer(const exchange& ex, std::span<const std::byte> buffer);
+
+ private:
+  /// The mail of the broadcast numbered `sequence`, once its source posted it; else null.
+  const node_segment::mail* posted_mail(std::uint64_t sequence);
+  void check_mail_in_step(const exchange& ex);
+  /// This member's slot for the current exchange: number, name, call site, its contribution when
+  /// it fits in place, then the arrival word.
+  void sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload, std::uint64_t bulk_size);
+  /// Fails unless node-mate `index` signed its slot for this exchange (number and name).
+  void check_slot_in_step(int index, const exchange& ex);
+  /// The deadline of a broadcast whose mailbox still holds an earlier broadcast that some member
+  /// has not taken: names them.
+  [[noreturn]] void mail_not_taken(const exchange& ex, node_segment::mail& mail);
+  /// The node index of the member that posts a broadcast's mail: the source, or the leader when
+  /// the source is on another node.
+  int mail_poster(int source) const;
+  /// Checks every slot, has the large contributions copied into the data region, folds, and
+  /// publishes the result; returns this member's entries. `mine` is this member's contribution.
+  std::vector<rank_bytes> finish_on_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
+  /// Gives each large contribution but the finisher's own (node index) a place in the data region,
+  /// sized for all of them, and grants them; returns the bytes of the region in use (0: none).
+  std::size_t grant_places(const exchange& ex, int finisher);
+  /// Copies a large contribution where the finisher granted it a place, and says so.
+  void fill_granted(const exchange& ex, std::span<const std::byte> mine);
+  /// World ranks of the node-mates (this rank included) that have not arrived at this exchange.
+  std::vector<int> not_arrived();
+  /// World ranks of the members other than `finisher` whose large contribution is not in yet.
+  std::vector<int> unfilled(int finisher);
+  [[noreturn]] void pieces_not_filled(const exchange& ex, const std::vector<int>& ranks);
+  /// The deadline of a member waiting in exchange_on_node: names who never arrived, whose large
+  /// contribution never came, or the member that took on finishing and never published.
+  [[noreturn]] void finish_stalled(const exchange& ex);
+  /// A node-mate's entries of the result its leader (or the finisher) published.
+  std::vector<rank_bytes> read_result(const exchange& ex);
+  /// A node-mate's contribution into its slot (large ones into the data region once granted).
+  void contribute(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
+                  std::uint64_t bulk_size);
+  /// A node-mate's wait for the result of the current exchange from its leader.
+  void wait_for_result(const exchange& ex, time_point deadline);
+  /// A node-mate's wait for its leader until ready() holds; at the deadline, names the node-mates
+  /// that never arrived, or else some rank outside the node.
+  void wait_for_leader(const exchange& ex, time_point deadline, const std::function<bool()>& ready);
+  /// Waits on a bell of the segment until ready() holds, checking the node meanwhile (a departure
+  /// excused when ready() then holds); calls timed_out, which must throw, at the deadline.
+  void wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline,
+                       const std::function<bool()>& ready, const std::function<void()>& timed_out);
+  static void copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text);
+  /// Fails the group on an error of the segment (no memory for the data region).
+  [[noreturn]] void segment_failed(const exchange& ex, const error& e);
+
+  tree_context& context_;
+  std::vector<int> mates_;  // group ranks, leader first
+  int index_;
+  std::unique_ptr<node_segment> segment_;
+  std::vector<process_watch> watched_;  // the leader: its node-mates; a node-mate: its leader
+  std::vector<int> watched_members_;    // node indexes of watched_
+};
+
+}  // namespace jobkit::detail

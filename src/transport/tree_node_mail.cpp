@@ -1,0 +1,155 @@
+// tree_node's one-way broadcasts: the source (or the node's leader, for a broadcast from another
+// node) posts the bytes as mail in the segment and goes on; each other member takes them. A
+// mailbox is reused only once every member took its earlier broadcast.
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "transport/tree_node.hpp"
+
+namespace jobkit::detail {
+
+namespace {
+
+using clock = steady_clock;
+
+}  // namespace
+
+const node_segment::mail* tree_node::posted_mail(std::uint64_t sequence) {
+  const auto& mail = segment_->mail_for(sequence);
+  if (segment_->load(mail.posted) != low_bits(sequence) || segment_->load(mail.claimed) != sequence) return nullptr;
+  return &mail;
+}
+
+void tree_node::check_mail_in_step(const exchange& ex) {
+  const auto* mail = posted_mail(context_.sequence);
+  if (!mail) return;
+  const std::string_view name(mail->name, mail->name_size);
+  // The same broadcast, too large for mail: the ordinary exchange follows it.
+  if (name == std::string_view(ex.name).substr(0, node_segment::text_capacity)) return;
+  context_.out_of_step(mail->source, name, context_.sequence, std::string_view(mail->site, mail->site_size), ex);
+}
+
+std::optional<std::vector<rank_bytes>> tree_node::broadcast_on_node(const exchange& ex) {
+  const auto deadline = clock::now() + ex.timeout;
+  // A source that posted its last broadcast may have left the group already: the others look
+  // for the mail before they look at the node.
+  if (ex.source != context_.rank) return take_mail(ex, deadline);
+  check(ex, false);
+  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
+  if (!post_mail(ex, deadline, mine, mine.size() <= node_segment::inline_capacity, ex.site)) return std::nullopt;
+  return std::vector<rank_bytes>{rank_bytes{context_.rank, {mine.begin(), mine.end()}}};
+}
+
+int tree_node::mail_poster(int source) const {
+  const auto at = std::find(mates_.begin(), mates_.end(), source);
+  return at == mates_.end() ? 0 : static_cast<int>(at - mates_.begin());
+}
+
+bool tree_node::post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits,
+                          std::string_view source_site) {
+  auto& segment = *segment_;
+  auto& mail = segment.mail_for(context_.sequence);
+  // The mailbox's last broadcast must have been taken by every member before it is reused.
+  wait_in_segment(
+      node_segment::bell::up, ex, deadline, [&] { return segment.load(mail.readers_left) == 0; },
+      [&] { mail_not_taken(ex, mail); });
+  if (!segment.exchange_word(mail.claimed, segment.load(mail.claimed), context_.sequence)) {
+    // Another member posts a broadcast with this number: it believes itself the source.
+    wait_in_segment(
+        node_segment::bell::down, ex, deadline,
+        [&] { return segment.load(mail.posted) == low_bits(context_.sequence); },
+        [&] {
+          context_.fail(
+              fmt::format("{} at {} timed out after {} ms on {}: another rank claimed #{} for a broadcast and never "
+                          "posted it",
+                          ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), context_.sequence),
+              context_.rank, errc::timeout);
+        });
+    context_.out_of_step(mail.source, std::string_view(mail.name, mail.name_size), context_.sequence,
+                         std::string_view(mail.site, mail.site_size), ex);
+  }
+  mail.source = ex.source;
+  mail.too_large = fits ? 0 : 1;
+  mail.size = fits ? bytes.size() : 0;
+  copy_text(mail.name, mail.name_size, ex.name);
+  copy_text(mail.site, mail.site_size, source_site);
+  if (fits && !bytes.empty()) std::memcpy(mail.payload, bytes.data(), bytes.size());
+  segment.store(mail.readers_left, static_cast<std::uint32_t>(mates_.size() - 1));
+  // Every member's arrival at once: the counts of the exchanges after this one stay right.
+  if (fits) segment.arrive(mates_.size());
+  segment.store(mail.posted, low_bits(context_.sequence));
+  segment.ring(node_segment::bell::down);
+  return fits;
+}
+
+void tree_node::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
+  const auto earlier = segment_->load(mail.claimed);
+  const auto poster = static_cast<std::size_t>(mail_poster(mail.source));
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < mates_.size(); ++i) {
+    if (i != poster && segment_->load(segment_->member(static_cast<int>(i)).taken) < earlier)
+      missing.push_back(context_.members[static_cast<std::size_t>(mates_[i])]);
+  }
+  context_.fail(
+      fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never took {} #{} at {}, whose mailbox {} "
+                  "needs for #{} (at least one of them is late, stuck or in another collective)",
+                  ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), fmt::join(missing, ", "),
+                  std::string_view(mail.name, mail.name_size), earlier, std::string_view(mail.site, mail.site_size),
+                  context_.describe(mates_[poster]), context_.sequence),
+      context_.rank, errc::timeout);
+}
+
+std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, time_point deadline) {
+  auto& segment = *segment_;
+  auto& mail = segment.mail_for(context_.sequence);
+  const int source = mail_poster(ex.source);
+  const auto& source_slot = segment.member(source);
+  wait_in_segment(
+      node_segment::bell::down, ex, deadline,
+      [&] {
+        if (posted_mail(context_.sequence)) return true;
+        // The source signs its slot only in other collectives, which cannot end without this member.
+        if (segment.load(source_slot.arrived) == low_bits(context_.sequence)) check_slot_in_step(source, ex);
+        return false;
+      },
+      [&] {
+        // The source may be waiting for a member that has not taken an earlier broadcast.
+        if (segment.load(mail.claimed) < context_.sequence && segment.load(mail.readers_left) != 0)
+          mail_not_taken(ex, mail);
+        if (mates_[static_cast<std::size_t>(source)] != ex.source) {
+          context_.fail(
+              fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}, which {} passes on "
+                          "to this node: rank {} or a rank between never arrived",
+                          ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
+                          context_.describe(ex.source), context_.describe(mates_.front()),
+                          context_.members[static_cast<std::size_t>(ex.source)]),
+              context_.rank, errc::timeout);
+        }
+        context_.never_arrived(ex, {context_.members[static_cast<std::size_t>(ex.source)]});
+      });
+  const std::string_view name(mail.name, mail.name_size);
+  if (name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
+    context_.out_of_step(mail.source, name, context_.sequence, std::string_view(mail.site, mail.site_size), ex);
+  }
+  std::optional<std::vector<rank_bytes>> entries;
+  if (mail.too_large == 0) {
+    if (mail.size > node_segment::inline_capacity) {
+      context_.fail(
+          fmt::format("{} found a broadcast of {} bytes in the node's shared memory during {} at {}: a bug, memory "
+                      "corruption, or two jobkit builds in one step",
+                      context_.describe(context_.rank), mail.size, ex.name, ex.site),
+          context_.rank, errc::internal);
+    }
+    entries.emplace();
+    entries->push_back(rank_bytes{mail.source, {mail.payload, mail.payload + mail.size}});
+  }
+  segment.store(segment.member(index_).taken, context_.sequence);
+  if (segment.count_down(mail.readers_left) == 0) segment.ring(node_segment::bell::up);
+  return entries;
+}
+
+}  // namespace jobkit::detail

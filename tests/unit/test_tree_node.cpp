@@ -1,0 +1,196 @@
+// The on-node half of the tree protocol alone: threads of one process as the members of one node,
+// meeting in a segment without the fabric (no sockets, no setup connections): the last arriver
+// finishing, one-way broadcasts as mail, a leader gathering for a group that spans nodes, and the
+// failures each names.
+#include <unistd.h>
+
+#include <filesystem>
+#include <latch>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "../catch.hpp"
+#include "support.hpp"
+#include "transport/frame.hpp"
+#include "transport/tree_node.hpp"
+
+using namespace std::chrono_literals;
+using namespace jobkit::detail;
+using test_support::contains;
+using test_support::outcome;
+
+namespace {
+
+/// One member: its share of the group's context and its tree_node.
+struct member {
+  tree_context context;
+  std::unique_ptr<tree_node> node;
+};
+
+std::string segment_name(int test) { return fmt::format("/jobkit-test-tree-node-{}-{}", ::getpid(), test); }
+
+/// Runs fn(member) on one thread per member of a group of `size` ranks all on one node, after the
+/// leader created the segment and every member mapped it; what each got.
+template <class F, class T = std::invoke_result_t<F&, member&>>
+std::vector<outcome<T>> on_node(int size, const std::string& name, F fn) {
+  std::vector<outcome<T>> outcomes(static_cast<std::size_t>(size));
+  std::latch created(1), mapped(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      auto& out = outcomes[static_cast<std::size_t>(r)];
+      member m;
+      m.context.members.resize(static_cast<std::size_t>(size));
+      std::iota(m.context.members.begin(), m.context.members.end(), 0);
+      m.context.hosts.assign(static_cast<std::size_t>(size), "n0");
+      m.context.rank = r;
+      m.context.spread_abort = [&m](const std::string& message, int origin, jobkit::errc code) {
+        if (m.context.broken.empty()) m.context.broken = message;
+        m.node->post_abort(origin, code, message);
+      };
+      m.node = std::make_unique<tree_node>(m.context, m.context.members, r);
+      try {
+        if (r == 0) {
+          m.node->create(name);
+          created.count_down();
+        } else {
+          created.wait();
+          m.node->attach(name);
+        }
+        mapped.arrive_and_wait();
+        m.node->start_watching();
+        out.value.emplace(fn(m));
+      } catch (const jobkit::error& e) {
+        out.error = e.what();
+        out.code = e.code();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+/// The exchange `name` of this rank: its contribution is `bytes`.
+exchange contributing(const std::string& name, std::span<const std::byte> bytes, std::chrono::milliseconds t = 5s) {
+  exchange ex;
+  ex.name = name;
+  ex.site = "test_tree_node.cpp:1";
+  ex.timeout = t;
+  ex.mine = bytes;
+  return ex;
+}
+
+std::vector<std::byte> filled(std::size_t size, int rank) {
+  return std::vector<std::byte>(size, static_cast<std::byte>(rank + 1));
+}
+
+}  // namespace
+
+TEST_CASE("tree_node: the last to arrive finishes for everyone, small and large contributions; no name left",
+          "[transport]") {
+  const auto name = segment_name(1);
+  for (const std::size_t size : {std::size_t{16}, node_segment::inline_capacity + 1000}) {
+    const auto results = on_node(4, name, [&](member& m) {
+      m.context.sequence = 1;
+      const auto mine = filled(size, m.context.rank);
+      auto entries = m.node->exchange_on_node(contributing("all_gather", mine));
+      m.context.sequence = 2;
+      exchange barrier;
+      barrier.name = "barrier";
+      barrier.site = "test_tree_node.cpp:2";
+      barrier.timeout = 5s;
+      barrier.synchronize_only = true;
+      if (!m.node->exchange_on_node(barrier).empty()) entries.clear();  // a barrier delivers nothing
+      return entries;
+    });
+    for (const auto& o : results) {
+      INFO(o.error);
+      REQUIRE(o.value);
+      REQUIRE(o.value->size() == 4);
+      for (int r = 0; r < 4; ++r) {
+        CHECK((*o.value)[static_cast<std::size_t>(r)].rank == r);
+        CHECK((*o.value)[static_cast<std::size_t>(r)].bytes == filled(size, r));
+      }
+    }
+    // The leader unlinked the segment as soon as every member had mapped it.
+    CHECK_FALSE(std::filesystem::exists("/dev/shm" + name));
+  }
+}
+
+TEST_CASE("tree_node: a broadcast goes one way as mail; collectives out of step are named", "[transport]") {
+  std::vector<std::string> got(3);  // the broadcast, as each member took it
+  const auto results = on_node(3, segment_name(2), [&got](member& m) {
+    m.context.sequence = 1;
+    const std::string text = "from rank 1";
+    exchange ex = contributing("broadcast", as_bytes(text));
+    ex.source = 1;
+    if (m.context.rank != 1) ex.mine.reset();
+    const auto entries = m.node->broadcast_on_node(ex);
+    if (entries && entries->size() == 1) {
+      const auto& e = entries->front();
+      got[static_cast<std::size_t>(m.context.rank)] =
+          fmt::format("{}: {}", e.rank, std::string(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size()));
+    }
+    m.context.sequence = 2;
+    const auto mine = filled(8, m.context.rank);
+    m.node->exchange_on_node(contributing(m.context.rank == 2 ? "all_reduce" : "all_gather", mine));
+    return true;
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(got[r] == "1: from rank 1");
+    const auto& o = results[r];
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "collectives out of step"));
+    CHECK(contains(o.error, "all_reduce #2"));
+    CHECK(contains(o.error, "all_gather #2"));
+  }
+}
+
+TEST_CASE("tree_node: a leader gathers for a group that spans nodes and publishes; a missing node-mate is named",
+          "[transport]") {
+  const auto run = [](int late) {
+    return on_node(3, segment_name(10 + late), [late](member& m) {
+      m.context.sequence = 1;
+      const auto mine = filled(node_segment::inline_capacity * (m.context.rank == 2 ? 2 : 0) + 4, m.context.rank);
+      const auto ex = contributing("gather", mine, late >= 0 ? 500ms : 5s);
+      if (m.context.rank == late) std::this_thread::sleep_for(1500ms);
+      if (!m.node->leader()) return m.node->run_as_mate(ex);
+      int ticks = 0;
+      const tree_node::link_watch links{[&] { ++ticks; },
+                                        [&](std::vector<int> missing) { m.context.never_arrived(ex, missing); }};
+      std::vector<rank_bytes> entries{rank_bytes{0, mine}};
+      const auto used = m.node->await_mates(ex, steady_clock::now() + ex.timeout, links);
+      for (int i = 1; i < 3; ++i) {
+        const auto bytes = m.node->contribution(i, used);
+        entries.push_back(rank_bytes{i, {bytes.begin(), bytes.end()}});
+      }
+      const auto everyone = all_entries(entries);
+      m.node->publish(ex, entries, everyone);
+      return entries;
+    });
+  };
+  SECTION("every node-mate arrives") {
+    for (const auto& o : run(-1)) {
+      INFO(o.error);
+      REQUIRE(o.value);
+      REQUIRE(o.value->size() == 3);
+      for (int r = 0; r < 3; ++r) {
+        const auto size = node_segment::inline_capacity * (r == 2 ? 2 : 0) + 4;
+        CHECK((*o.value)[static_cast<std::size_t>(r)].bytes == filled(size, r));
+      }
+    }
+  }
+  SECTION("node-mate 2 comes after the deadline") {
+    const auto results = run(2);
+    for (int r = 0; r < 2; ++r) {
+      const auto& o = results[static_cast<std::size_t>(r)];
+      INFO(o.error);
+      CHECK(o.code == jobkit::errc::timeout);
+      CHECK(contains(o.error, "rank(s) 2 never arrived"));
+    }
+  }
+}
