@@ -56,7 +56,7 @@ userspace switch, jk-delay-switch (tools/delay-switch, compiled by `start` into 
 bin/), that holds every frame MS milliseconds (fractions allowed, 0: no delay) before it
 delivers it: a round trip between two nodes, or between a node and slurmctld/srun, takes at
 least 2 x MS. Frames keep their order on each link; at most 8192 wait, more are dropped and
-counted in log/delay-switch.log when the cluster stops. This machine's kernel has no sch_netem,
+counted, with its CPU time, in log/delay-switch.log when the cluster stops. No sch_netem here,
 hence the switch. Unset (the default): the bridge, no delay.
 
 Partitions: "dev" (the default; never pre-empted; jobs share CPUs), "low" and "high" (no

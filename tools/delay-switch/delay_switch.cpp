@@ -9,8 +9,17 @@
 // is the same for every frame, so one FIFO in arrival order is also in deadline order: frames keep
 // their order on every link. At most N frames wait (default 8192); beyond that a frame is dropped
 // and counted. --tag is ignored (it lets a caller find the process by its command line). Prints
-// its counters to stderr on SIGTERM/SIGINT and exits 0.
+// its counters and the CPU time it used to stderr on SIGTERM/SIGINT and exits 0.
 // Standalone on purpose (C++20 and Linux headers only): dev-cluster.sh compiles this one file.
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -18,15 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fcntl.h>
-#include <linux/if.h>
-#include <linux/if_tun.h>
 #include <string>
-#include <sys/epoll.h>
-#include <sys/ioctl.h>
-#include <sys/signalfd.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 #include <unordered_map>
 #include <vector>
 
@@ -160,8 +161,7 @@ class switch_ {
 };
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: jk-delay-switch --delay-us US [--queue-frames N] [--pid-file F] [--tag T] TAP...\n");
+  std::fprintf(stderr, "usage: jk-delay-switch --delay-us US [--queue-frames N] [--pid-file F] [--tag T] TAP...\n");
   std::exit(2);
 }
 
@@ -248,12 +248,15 @@ int main(int argc, char** argv) {
         armed = 0;
       } else {
         const counters& c = sw.stats();
+        rusage ru{};
+        getrusage(RUSAGE_SELF, &ru);
+        const double cpu_ms = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+                              static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
         std::fprintf(stderr,
                      "jk-delay-switch: %d ports, delay %lld us: frames in %llu, out %llu, "
-                     "flooded %llu, dropped %llu\n",
-                     n_taps, delay_us, static_cast<unsigned long long>(c.in),
-                     static_cast<unsigned long long>(c.out), static_cast<unsigned long long>(c.flooded),
-                     static_cast<unsigned long long>(c.dropped));
+                     "flooded %llu, dropped %llu; cpu %.0f ms\n",
+                     n_taps, delay_us, static_cast<unsigned long long>(c.in), static_cast<unsigned long long>(c.out),
+                     static_cast<unsigned long long>(c.flooded), static_cast<unsigned long long>(c.dropped), cpu_ms);
         return 0;
       }
     }
