@@ -773,6 +773,8 @@ cmd_start() {
   cpus=$(node_cpus)
   lock_state_dir
   mode=$(resolve_net_mode)
+  [[ $mode == netns || -z ${JOBKIT_CLUSTER_DELAY_MS+set} ]] ||
+    die "JOBKIT_CLUSTER_DELAY_MS needs the netns network mode, which cannot be used here"
   new_conf=$(generate_conf "$n" "$mode" "$cpus")
 
   if [[ -f $conf && $(cat "$conf") == "$new_conf" &&
