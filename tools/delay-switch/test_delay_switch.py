@@ -4,12 +4,14 @@
 With a delay D, every UDP round trip between them must take at least 2 D and, at the median,
 less than 2 D + SLACK; a burst of numbered datagrams must come back complete and in order; and a
 TCP stream must be echoed intact. The same is checked with delay 0, where the median round trip
-must be under D (so that the delay measured is the switch's). Needs root, `ip` and /dev/net/tun;
+must be under D (so that the delay measured is the switch's). Last, with D and a queue of 16
+frames, the burst must lose datagrams, keep the rest in order, and the switch must count drops. Needs root, `ip` and /dev/net/tun;
 exits 77 (meson's SKIP) with a SKIP line where a namespace or a tap cannot be made.
 
 Usage: test_delay_switch.py SWITCH_BINARY [DELAY_MS]   (python3 standard library only)
 """
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -44,6 +46,8 @@ def server():
     u.settimeout(30)
     while True:
         data, peer = u.recvfrom(2048)
+        if data == b'end':
+            return
         if data == b'tcp':
             break
         u.sendto(data, peer)
@@ -53,8 +57,8 @@ def server():
     conn.close()
 
 
-def client(peer):
-    """Runs in namespace B; prints 'rtts ...' (ms), then 'burst ok|...' and 'tcp ok|...'."""
+def client(peer, tcp):
+    """Runs in namespace B; prints 'rtts ...' (ms), then 'burst ok|...' and, if tcp, 'tcp ok|...'."""
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     u.settimeout(5)
     rtts = []
@@ -77,7 +81,10 @@ def client(peer):
     except socket.timeout:
         pass
     print('burst ' + ('ok' if got == list(range(BURST)) else f'received {len(got)} of {BURST}, '
-                      f'in order: {got == sorted(got)}'))
+                      f'in order: {got == sorted(got) and len(set(got)) == len(got)}'))
+    if not tcp:
+        u.sendto(b'end', (peer, PORT))
+        return
     u.sendto(b'tcp', (peer, PORT))
     payload = bytes((i * 7 + i // 251) & 0xff for i in range(TCP_BYTES))
     t = socket.create_connection((peer, PORT), timeout=30)
@@ -89,8 +96,9 @@ def client(peer):
     print('tcp ' + ('ok' if bytes(back) == payload else f'echo differs ({len(back)} bytes back)'))
 
 
-def run(switch, delay_ms):
-    """Sets up two namespaces over the switch; returns (round trips in ms, burst, tcp) lines."""
+def run(switch, delay_ms, queue=8192, tcp=True):
+    """Sets up two namespaces over the switch; returns round trips (ms), the burst and tcp lines
+    and the switch's count of dropped frames."""
     tag = f'jkds{os.getpid() % 100000}'
     ns = [f'{tag}-a', f'{tag}-b']
     pid_file = f'/run/{tag}.pid'
@@ -102,8 +110,8 @@ def run(switch, delay_ms):
             os.unlink(pid_file)
         except FileNotFoundError:
             pass
-        proc = subprocess.Popen([switch, '--delay-us', str(int(delay_ms * 1000)), '--pid-file', pid_file,
-                                 *ns], stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([switch, '--delay-us', str(int(delay_ms * 1000)), '--queue-frames', str(queue),
+                                 '--pid-file', pid_file, *ns], stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 10
         while not os.path.exists(pid_file):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -120,27 +128,31 @@ def run(switch, delay_ms):
                                stdout=subprocess.PIPE, text=True)
         if srv.stdout.readline().strip() != 'ready':
             sys.exit('FAIL: the echo server did not start')
-        out = subprocess.run(['ip', 'netns', 'exec', ns[1], sys.executable, me, '--client', '198.19.254.1'],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(['ip', 'netns', 'exec', ns[1], sys.executable, me, '--client', '198.19.254.1',
+                              *([] if tcp else ['notcp'])], capture_output=True, text=True, timeout=120)
         srv.wait(timeout=30)
         if out.returncode != 0:
             sys.exit(f'FAIL: client: {out.stderr.strip()}')
         lines = dict(line.split(' ', 1) for line in out.stdout.splitlines())
-        return [float(x) for x in lines['rtts'].split()], lines['burst'], lines['tcp']
     finally:
+        err = ''
         if proc is not None:
             proc.terminate()
             _, err = proc.communicate(timeout=10)
             print(f'  {err.strip()}')
         for n in ns:
             ip('netns', 'del', n, check=False)
+    dropped = re.search(r'dropped (\d+)', err)
+    if not dropped:
+        sys.exit(f'FAIL: the switch printed no counters: {err.strip()}')
+    return [float(x) for x in lines['rtts'].split()], lines['burst'], lines.get('tcp'), int(dropped.group(1))
 
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == '--server':
         return server()
     if len(sys.argv) >= 3 and sys.argv[1] == '--client':
-        return client(sys.argv[2])
+        return client(sys.argv[2], sys.argv[3:] != ['notcp'])
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     switch = os.path.abspath(sys.argv[1])
@@ -156,7 +168,7 @@ def main():
 
     failures = []
     for d in (0.0, delay):
-        rtts, burst, tcp = run(switch, d)
+        rtts, burst, tcp, _ = run(switch, d)
         med = statistics.median(rtts)
         print(f'delay {d} ms: round trip min {min(rtts):.3f} median {med:.3f} max {max(rtts):.3f} ms '
               f'({len(rtts)} rounds); burst of {BURST}: {burst}; tcp {TCP_BYTES} bytes: {tcp}')
@@ -170,6 +182,10 @@ def main():
             failures.append(f'delay {d}: a round trip of {min(rtts):.3f} ms is under 2 x delay')
         if d > 0 and med >= 2 * d + SLACK_MS:
             failures.append(f'delay {d}: median round trip {med:.3f} ms, not under 2 x delay + {SLACK_MS} ms')
+    rtts, burst, _, dropped = run(switch, delay, queue=16, tcp=False)
+    print(f'delay {delay} ms, queue of 16 frames: burst of {BURST}: {burst}; switch dropped {dropped}')
+    if not burst.endswith('in order: True') or dropped == 0:
+        failures.append(f'queue of 16: burst {burst}, {dropped} dropped (expected a loss, in order, counted)')
     for f in failures:
         print(f'FAIL: {f}')
     sys.exit(1 if failures else 0)
