@@ -189,7 +189,9 @@ delay_us() {
 # --- network ------------------------------------------------------------------------------
 # netns mode: node ci lives in network namespace jk<PORT>-ci; its veth pair is eth0 in there
 # and jk<PORT>-ci on the machine's side, a port of the bridge jk<PORT>-br. Names carry the
-# port so that two clusters (two ports) never share one; all fit in 15 characters.
+# port so that two clusters (two ports) never share one; all fit in 15 characters. With a delay
+# (JOBKIT_CLUSTER_DELAY_MS), jk<PORT>-sw (the machine's side) and jk<PORT>-ci are instead taps of
+# jk-delay-switch, and node ci's tap is moved into its namespace as eth0.
 
 net_prefix() { echo "jk$port_base-"; }
 node_netns() { echo "$(net_prefix)$1"; }
@@ -197,9 +199,6 @@ bridge_name() { echo "$(net_prefix)br"; }
 switch_link() { echo "$(net_prefix)sw"; }
 # The machine's side of the running cluster's network: the bridge, or the delay switch's tap.
 host_link() { if [[ -s $dir/run/delay ]]; then switch_link; else bridge_name; fi; }
-
-# netns mode with a delay: jk<PORT>-sw and jk<PORT>-ci are taps of jk-delay-switch, and node
-# ci's tap is moved into its namespace as eth0.
 
 # node_addr I MODE / ctld_addr MODE: the address slurm.conf gives node cI / slurmctld.
 node_addr() { if [[ $2 == netns ]]; then echo "$subnet.$1"; else echo 127.0.0.1; fi; }
@@ -904,7 +903,9 @@ cmd_status() {
     fi
   fi
   if [[ $mode == netns ]]; then
-    echo "  $(host_link) $(ip -br -4 addr show dev "$(host_link)" 2>/dev/null |
+    local what=bridge
+    [[ ! -s $dir/run/delay ]] || what="delay switch's tap"
+    echo "  $what $(host_link) $(ip -br -4 addr show dev "$(host_link)" 2>/dev/null |
       awk '{print $2, $3}' || echo "MISSING")"
     for ((i = 1; i <= n; i++)); do
       echo "  c$i: netns $(node_netns "c$i"), $(ip -n "$(node_netns "c$i")" -br -4 addr show dev eth0 2>/dev/null |
