@@ -50,6 +50,15 @@ Network modes (JOBKIT_CLUSTER_NET):
   auto      netns when a network namespace, a veth pair and a bridge can be made, else
             loopback (with a warning). The default.
 
+Per-link delay (netns mode; JOBKIT_CLUSTER_DELAY_MS=MS): instead of the bridge and veth pairs,
+every node's eth0 and the machine's side (jk<PORT>-sw, SUBNET.254) are tap devices of one
+userspace switch, jk-delay-switch (tools/delay-switch, compiled by `start` into the state dir's
+bin/), that holds every frame MS milliseconds (fractions allowed, 0: no delay) before it
+delivers it: a round trip between two nodes, or between a node and slurmctld/srun, takes at
+least 2 x MS. Frames keep their order on each link; at most 8192 wait, more are dropped and
+counted, with its CPU time, in log/delay-switch.log when the cluster stops. No sch_netem here,
+hence the switch. Unset (the default): the bridge, no delay.
+
 Partitions: "dev" (the default; never pre-empted; jobs share CPUs), "low" and "high" (no
 sharing): a job of "high" that needs the CPUs of a "low" job pre-empts it: every task gets
 SIGCONT and SIGTERM, SIGKILL after GraceTime ($JOBKIT_CLUSTER_GRACE_TIME, default 10 s), and the job
@@ -71,10 +80,13 @@ Environment (the defaults in brackets are Debian 13's):
   JOBKIT_CLUSTER_SHARED_PATHS  colon-separated paths under /tmp or /dev/shm that every node
                                must still see (the per-node tmpfs would hide them). Default:
                                the repository containing this script, if it is under /tmp.
-  JOBKIT_CLUSTER_START_TIMEOUT seconds `start` waits for the nodes to become idle (60)
+  JOBKIT_CLUSTER_START_TIMEOUT seconds `start` waits for the nodes to become idle (60, and
+                               one more per node above 30)
   JOBKIT_CLUSTER_NET           network mode: netns, loopback or auto (default auto; see above)
   JOBKIT_CLUSTER_SUBNET        netns mode: the first three numbers of the nodes' /24, inside
                                198.18.0.0/15 (default 198.18.0 [198.18.3]); two clusters need two subnets
+  JOBKIT_CLUSTER_DELAY_MS      netns mode: each frame's one-way delay between nodes and to the
+                               machine's side, in ms, through jk-delay-switch (unset: none, a bridge)
   JOBKIT_CLUSTER_DEBIAN_HOSTS  netns mode: 1 (default): the last node maps its own name to
                                127.0.1.1, as Debian does; 0: to its address, like the others
   JOBKIT_CLUSTER_GRACE_TIME    partition "low": seconds from SIGTERM to SIGKILL on pre-emption (10)
@@ -97,7 +109,8 @@ fi
 dir=$(realpath -m "${JOBKIT_CLUSTER_DIR:-$default_dir}")
 conf=$dir/slurm.conf
 port_base=${JOBKIT_CLUSTER_PORT:-$default_port}
-start_timeout=${JOBKIT_CLUSTER_START_TIMEOUT:-60}
+start_timeout=${JOBKIT_CLUSTER_START_TIMEOUT:-}
+delay_ms=${JOBKIT_CLUSTER_DELAY_MS-}
 net_req=${JOBKIT_CLUSTER_NET:-auto}
 subnet=${JOBKIT_CLUSTER_SUBNET:-$default_subnet}
 bind=${JOBKIT_CLUSTER_BIND:-0}
@@ -157,16 +170,35 @@ settings_check() {
     0 | 1) ;;
     *) die "JOBKIT_CLUSTER_DEBIAN_HOSTS must be 0 or 1, got '$debian_hosts'" ;;
   esac
+  if [[ -n ${JOBKIT_CLUSTER_DELAY_MS+set} ]]; then
+    [[ $delay_ms =~ ^[0-9]{1,4}(\.[0-9]{1,3})?$ ]] || die "JOBKIT_CLUSTER_DELAY_MS must be a" \
+      "number of milliseconds below 10000 (at most 3 decimals), got '$delay_ms'"
+    [[ $net_req != loopback ]] || die "JOBKIT_CLUSTER_DELAY_MS needs the netns network mode" \
+      "(JOBKIT_CLUSTER_NET=netns or auto), not loopback"
+  fi
+}
+
+# The delay in microseconds, for jk-delay-switch.
+delay_us() {
+  local whole=${delay_ms%%.*} frac=
+  [[ $delay_ms == *.* ]] && frac=${delay_ms#*.}
+  frac=${frac}000
+  echo $((10#$whole * 1000 + 10#${frac:0:3}))
 }
 
 # --- network ------------------------------------------------------------------------------
 # netns mode: node ci lives in network namespace jk<PORT>-ci; its veth pair is eth0 in there
 # and jk<PORT>-ci on the machine's side, a port of the bridge jk<PORT>-br. Names carry the
-# port so that two clusters (two ports) never share one; all fit in 15 characters.
+# port so that two clusters (two ports) never share one; all fit in 15 characters. With a delay
+# (JOBKIT_CLUSTER_DELAY_MS), jk<PORT>-sw (the machine's side) and jk<PORT>-ci are instead taps of
+# jk-delay-switch, and node ci's tap is moved into its namespace as eth0.
 
 net_prefix() { echo "jk$port_base-"; }
 node_netns() { echo "$(net_prefix)$1"; }
 bridge_name() { echo "$(net_prefix)br"; }
+switch_link() { echo "$(net_prefix)sw"; }
+# The machine's side of the running cluster's network: the bridge, or the delay switch's tap.
+host_link() { if [[ -s $dir/run/delay ]]; then switch_link; else bridge_name; fi; }
 
 # node_addr I MODE / ctld_addr MODE: the address slurm.conf gives node cI / slurmctld.
 node_addr() { if [[ $2 == netns ]]; then echo "$subnet.$1"; else echo 127.0.0.1; fi; }
@@ -258,12 +290,17 @@ net_down() {
 # each object in run/net before making it, so that `stop` removes even a half-made network.
 net_up() { # N
   local n=$1 i ns br used
-  br=$(bridge_name)
   used=$(ip -o -4 addr show to "$subnet.0/24" 2>/dev/null | awk '{print $2}' | paste -sd' ')
   [[ -z $used ]] || die "subnet $subnet.0/24 is already used on this machine (by $used);" \
     "pick another with JOBKIT_CLUSTER_SUBNET (e.g. 198.18.1)"
-  echo "link $br" >>"$dir/run/net"
-  ip link add "$br" type bridge || die "ip link add $br type bridge failed"
+  if [[ -s $dir/run/delay ]]; then
+    br=$(switch_link)
+    start_delay_switch "$n"
+  else
+    br=$(bridge_name)
+    echo "link $br" >>"$dir/run/net"
+    ip link add "$br" type bridge || die "ip link add $br type bridge failed"
+  fi
   ip link set "$br" addrgenmode none
   ip addr add "$subnet.254/24" dev "$br"
   ip link set "$br" up
@@ -271,14 +308,50 @@ net_up() { # N
     ns=$(node_netns "c$i")
     printf 'netns %s\nlink %s\n' "$ns" "$ns" >>"$dir/run/net"
     ip netns add "$ns" || die "ip netns add $ns failed"
-    ip link add "$ns" type veth peer name eth0 netns "$ns" || die "ip link add $ns type veth failed"
-    ip link set "$ns" addrgenmode none
-    ip link set "$ns" master "$br" up
+    if [[ -s $dir/run/delay ]]; then
+      ip link set "$ns" netns "$ns" name eth0 || die "could not move the tap $ns into its namespace"
+    else
+      ip link add "$ns" type veth peer name eth0 netns "$ns" || die "ip link add $ns type veth failed"
+      ip link set "$ns" addrgenmode none
+      ip link set "$ns" master "$br" up
+    fi
     ip -n "$ns" link set lo up
     # No IPv6 link-local address: eth0's one address is the node's only non-loopback one.
     ip -n "$ns" link set eth0 addrgenmode none
     ip -n "$ns" addr add "$subnet.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
+  done
+}
+
+# The delay switch, compiled from tools/delay-switch into the state dir when missing or older
+# than its source (the cluster needs no build dir).
+delay_switch_bin() {
+  local src=$repo_root/tools/delay-switch/delay_switch.cpp bin=$dir/bin/jk-delay-switch
+  [[ -f $src ]] || die "$src is missing: JOBKIT_CLUSTER_DELAY_MS needs the delay switch's source"
+  if [[ ! -x $bin || $src -nt $bin ]]; then
+    mkdir -p "$dir/bin"
+    "${CXX:-c++}" -std=c++20 -O2 -o "$bin.tmp" "$src" >&2 || die "could not compile $src"
+    mv "$bin.tmp" "$bin"
+  fi
+  echo "$bin"
+}
+
+# Starts jk-delay-switch with the taps jk<PORT>-sw and jk<PORT>-c1..cN, recorded in run/net; its
+# command line names our slurm.conf, so that `stop` ends it like the daemons (the taps go with it).
+start_delay_switch() { # N
+  local n=$1 i bin pidf=$dir/run/delay-switch.pid deadline
+  local -a taps=("$(switch_link)")
+  for ((i = 1; i <= n; i++)); do taps+=("$(node_netns "c$i")"); done
+  printf 'link %s\n' "${taps[@]}" >>"$dir/run/net"
+  bin=$(delay_switch_bin)
+  rm -f "$pidf"
+  setsid "$bin" --delay-us "$(delay_us)" --pid-file "$pidf" --tag "$conf" "${taps[@]}" \
+    </dev/null >>"$dir/log/delay-switch.log" 2>&1 9>&- &
+  deadline=$((SECONDS + 10))
+  until [[ -s $pidf ]]; do
+    kill -0 $! 2>/dev/null || die "jk-delay-switch failed: $(tail -n 3 "$dir/log/delay-switch.log")"
+    ((SECONDS < deadline)) || die "jk-delay-switch did not start within 10 s"
+    sleep 0.05
   done
 }
 
@@ -377,6 +450,9 @@ generate_conf() { # N net-mode node-cpus
   # Part of the conf so that a change of it restarts the cluster.
   if [[ $mode == netns && $debian_hosts == 1 ]]; then
     hosts_note=" c$n maps its own name to 127.0.1.1 (Debian's default)."
+  fi
+  if [[ $mode == netns && -n ${JOBKIT_CLUSTER_DELAY_MS+set} ]]; then
+    hosts_note+=" Per-link delay: $delay_ms ms (jk-delay-switch)."
   fi
   if [[ $bind == 1 ]]; then
     task="# Root without cgroups: track step processes by parentage; bind every task to its CPUs
@@ -557,7 +633,7 @@ do_stop() {
     fi
   fi
   net_down
-  rm -f "$dir"/run/*.pid "$dir/run/node-ns" "$dir/run/nodes" "$dir/run/net-mode"
+  rm -f "$dir"/run/*.pid "$dir/run/node-ns" "$dir/run/nodes" "$dir/run/net-mode" "$dir/run/delay"
 }
 
 # --- health ---------------------------------------------------------------------------------
@@ -571,7 +647,8 @@ healthy() {
   local n=$1 strict=${2:-} i states
   [[ $(node_count) == "$n" ]] || return 1
   if [[ $(recorded_net_mode) == netns ]]; then
-    [[ -e /sys/class/net/$(bridge_name) ]] || return 1
+    [[ -e /sys/class/net/$(host_link) ]] || return 1
+    if [[ -s $dir/run/delay ]]; then daemon_pid "$dir/run/delay-switch.pid" >/dev/null || return 1; fi
   fi
   ctld_pid >/dev/null || return 1
   for ((i = 1; i <= n; i++)); do slurmd_pid "c$i" >/dev/null || return 1; done
@@ -684,6 +761,8 @@ ensure_munge() {
 cmd_start() {
   local n=${1:-${JOBKIT_CLUSTER_NODES:-3}}
   if ! [[ $n =~ ^[1-9][0-9]*$ ]] || ((n > 64)); then die "node count must be 1..64, got '$n'"; fi
+  # 64 slurmd's registering on 2 cores take longer than 3.
+  [[ -n $start_timeout ]] || start_timeout=$((n > 30 ? 30 + n : 60))
   check_state_dir
   check_prerequisites
   port_check
@@ -693,6 +772,8 @@ cmd_start() {
   cpus=$(node_cpus)
   lock_state_dir
   mode=$(resolve_net_mode)
+  [[ $mode == netns || -z ${JOBKIT_CLUSTER_DELAY_MS+set} ]] ||
+    die "JOBKIT_CLUSTER_DELAY_MS needs the netns network mode, which cannot be used here"
   new_conf=$(generate_conf "$n" "$mode" "$cpus")
 
   if [[ -f $conf && $(cat "$conf") == "$new_conf" &&
@@ -713,6 +794,7 @@ cmd_start() {
   write_epilog
   printf '%s\n' "$shared" >"$dir/run/shared-paths"
   echo "$mode" >"$dir/run/net-mode"
+  if [[ $mode == netns && -n ${JOBKIT_CLUSTER_DELAY_MS+set} ]]; then echo "$delay_ms" >"$dir/run/delay"; fi
   write_hosts "$n" "$mode"
 
   local -a shared_arr=()
@@ -764,7 +846,10 @@ cmd_start() {
 }
 
 describe_net() { # mode
-  if [[ $1 == netns ]]; then
+  if [[ $1 == netns && -s $dir/run/delay ]]; then
+    echo "netns (node ci at $subnet.i, jk-delay-switch holding every frame $(cat "$dir/run/delay") ms," \
+      "$(switch_link) at $subnet.254)"
+  elif [[ $1 == netns ]]; then
     echo "netns (node ci at $subnet.i, bridge $(bridge_name) at $subnet.254)"
   else
     echo "loopback (every node on 127.0.0.1)"
@@ -809,8 +894,18 @@ cmd_status() {
   mode=$(recorded_net_mode) || mode=unknown
   echo "network: $mode"
   sed -n 's/.*\(c[0-9]* maps its own name to 127.0.1.1\).*/  \1 in its \/etc\/hosts/p' "$conf"
+  if [[ $mode == netns && -s $dir/run/delay ]]; then
+    if pid=$(daemon_pid "$dir/run/delay-switch.pid"); then
+      echo "  jk-delay-switch: pid $pid, every frame held $(cat "$dir/run/delay") ms"
+    else
+      echo "  jk-delay-switch: NOT RUNNING"
+      rc=1
+    fi
+  fi
   if [[ $mode == netns ]]; then
-    echo "  bridge $(bridge_name) $(ip -br -4 addr show dev "$(bridge_name)" 2>/dev/null |
+    local what=bridge
+    [[ ! -s $dir/run/delay ]] || what="delay switch's tap"
+    echo "  $what $(host_link) $(ip -br -4 addr show dev "$(host_link)" 2>/dev/null |
       awk '{print $2, $3}' || echo "MISSING")"
     for ((i = 1; i <= n; i++)); do
       echo "  c$i: netns $(node_netns "c$i"), $(ip -n "$(node_netns "c$i")" -br -4 addr show dev eth0 2>/dev/null |
