@@ -24,6 +24,8 @@ packages=(
 case $codename in
   bookworm)
     packages+=(clang-format)   # the format check (scripts/check-format.sh) runs on Debian 12 only
+    packages+=(python3-mypy)   # the mypy test (tests/python/mypy.sh); on Debian 12 only, so that the
+                               # Debian 13 root's list, its cache key, stays as it is
     # clang 16 (14, Debian's default, lacks std::source_location), its libFuzzer and sanitizer
     # runtimes, llvm-symbolizer.
     fuzz_packages=(clang-16 libclang-rt-16-dev llvm-16) ;;
