@@ -21,6 +21,16 @@ import jobkit
 IDENTITY_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
 
 
+@pytest.fixture(autouse=True)
+def no_identity_variables():
+    """init_process_group sets them in os.environ: each test starts and ends without them."""
+    for name in IDENTITY_VARIABLES:
+        os.environ.pop(name, None)
+    yield
+    for name in IDENTITY_VARIABLES:
+        os.environ.pop(name, None)
+
+
 def as_rank(monkeypatch, **fields):
     """This process seen as another rank (the identity's fields replaced)."""
     monkeypatch.setattr(jobkit, "_identity", dataclasses.replace(jobkit.identity(), **fields))
@@ -96,8 +106,6 @@ def test_nccl_init_sets_the_bound_gpu_on_every_local_rank(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: initialised.append((backend, kwargs)))
     monkeypatch.setattr(jobkit.torch, "JobkitStore", lambda timeout: f"store({timeout})")
-    for name in IDENTITY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SLURM_STEP_GPUS", "0,1,2,3")
     for local_rank in range(4):
         as_rank(monkeypatch, local_rank=local_rank, local_world_size=4)
@@ -105,7 +113,7 @@ def test_nccl_init_sets_the_bound_gpu_on_every_local_rank(monkeypatch):
         assert jobkit.torch.init_process_group("nccl", timeout=12.5) == "store(0:00:12.500000)"
         assert os.environ["LOCAL_RANK"] == str(local_rank) and os.environ["LOCAL_WORLD_SIZE"] == "4"
         for name in IDENTITY_VARIABLES:  # the next "rank" runs in this same process
-            monkeypatch.delenv(name)
+            del os.environ[name]
     assert chosen == [0, 0, 0, 0]
     assert [backend for backend, _ in initialised] == ["nccl"] * 4
     assert initialised[0][1]["timeout"].total_seconds() == 12.5
@@ -120,7 +128,7 @@ def test_init_process_group_exports_identity_and_is_idempotent(monkeypatch):
 
     import jobkit.torch
 
-    for name in IDENTITY_VARIABLES + ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RANK", "3")
     with pytest.raises(jobkit.InvalidEnvironmentError, match=r"RANK='3' \(jobkit: 0\)"):
