@@ -21,6 +21,7 @@ packages=(
   python3-matplotlib                             # bench/plot.py: the figures of bench/RESULTS.md (test plots)
   pybind11-dev python3-dev                       # the Python module (python/jobkit)
   python3-pytest python3-mesonpy python3-venv    # its unit tests, pip install . and a venv to try it in
+  python3-mypy                                   # the mypy test (tests/python/mypy.sh)
 )
 case $codename in
   bookworm)

@@ -41,7 +41,8 @@ std::vector<device_info> visible_devices();
 
 /// The device rule, honouring Slurm's GPU binding: a task that sees exactly one device uses it;
 /// a task that sees at least local_world_size devices uses local_rank; anything else is an error
-/// that names the rank, what it sees and CUDA_VISIBLE_DEVICES.
+/// that names the rank, what it sees, CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS. Defined without CUDA
+/// (src/nccl/device_rule.cpp): the Python module's jobkit.select_device is this rule.
 int select_device(int visible_count, int local_rank, int local_world_size);
 
 /// One rank's choice, for the duplicate check and jobkit doctor.

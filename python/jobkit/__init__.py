@@ -17,6 +17,8 @@ import functools as _functools
 import os as _os
 import pickle as _pickle
 from dataclasses import dataclass as _dataclass
+from typing import List as _List
+from typing import Optional as _Optional
 
 from . import _jobkit
 from ._jobkit import (
@@ -30,10 +32,10 @@ from ._jobkit import (
     PeerFailureError,
     PmixError,
     SchedulerError,
-    TimeoutError,
+    TimeoutError as TimeoutError,  # explicit re-export: reachable as jobkit.TimeoutError, not in __all__
     __version__,
 )
-from ._logging import RankFilter, RankFormatter, install_logging
+from ._logging import RankFilter, RankFormatter, install_logging, rank_zero_info, rank_zero_only, rank_zero_warn
 
 _jobkit.set_package_dir(_os.path.dirname(_os.path.abspath(__file__)))
 
@@ -61,66 +63,110 @@ class Identity:
     array_task_id: int  # -1 outside an array job
     source: str  # "pmix", "pmi2", "slurm", "torchrun" or "default"
 
-    def is_main_process(self):
+    def is_main_process(self) -> bool:
+        """Global rank 0."""
         return self.rank == 0
 
-    def is_local_main_process(self):
+    def is_local_main_process(self) -> bool:
+        """Local rank 0: the first rank of its node."""
         return self.local_rank == 0
 
-    def is_distributed(self):
+    def is_distributed(self) -> bool:
+        """More than one rank in the step."""
         return self.world_size > 1
 
 
-_identity = None
+_identity: _Optional[Identity] = None
 
 
-def identity():
-    """This process's Identity, discovered once."""
+def identity() -> Identity:
+    """This process's Identity, discovered once: PMIx, then PMI-2, then Slurm, then torchrun
+    variables, then single-rank defaults (docs/environment.md)."""
     global _identity
     if _identity is None:
         _identity = Identity(*_jobkit.identity())
     return _identity
 
 
-def rank():
+def rank() -> int:
+    """This process's global rank."""
     return identity().rank
 
 
-def world_size():
+def world_size() -> int:
+    """The number of ranks in the step."""
     return identity().world_size
 
 
-def local_rank():
+def local_rank() -> int:
+    """This process's rank among the ranks of its node."""
     return identity().local_rank
 
 
-def local_world_size():
+def local_world_size() -> int:
+    """The number of ranks on this process's node."""
     return identity().local_world_size
 
 
-def node_rank():
+def node_rank() -> int:
+    """The index of this process's node among the step's nodes."""
     return identity().node_rank
 
 
-def num_nodes():
+def num_nodes() -> int:
+    """The number of nodes of the step."""
     return identity().num_nodes
 
 
-def is_main_process():
+def is_main_process() -> bool:
+    """True on global rank 0."""
     return identity().rank == 0
 
 
-def is_local_main_process():
+def is_local_main_process() -> bool:
+    """True on local rank 0 of every node."""
     return identity().local_rank == 0
 
 
-def is_distributed():
+def is_distributed() -> bool:
+    """True when the step has more than one rank."""
     return identity().world_size > 1
 
 
-def rank_prefixed_message(message):
+def rank_prefixed_message(message: object) -> str:
     """``"[rank: R] message"``; the message unchanged without a launcher."""
     return _jobkit.rank_prefixed_message(str(message))
+
+
+def select_device(visible_count: _Optional[int] = None, local_rank: _Optional[int] = None,
+                  local_world_size: _Optional[int] = None) -> str:
+    """This rank's device by jobkit's device rule (``jobkit::nccl::select_device``): ``"cuda:N"``,
+    or ``"cpu"`` where this process sees no CUDA device; usable like SpeechBrain's infer_device.
+
+    The rule honours Slurm's GPU binding: a task that sees one device (``srun --gpus-per-task=1``:
+    Slurm sets CUDA_VISIBLE_DEVICES per task) uses ``cuda:0`` whatever its local rank; a task that
+    sees at least as many devices as its node has ranks uses ``cuda:<local rank>``. Between the two
+    (more than one, fewer than the node's ranks) no device is its own: jobkit.InvalidEnvironmentError
+    naming the rank, CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS.
+
+    visible_count: the CUDA devices this process sees (None: ``torch.cuda.device_count()``, which
+    needs torch); local_rank, local_world_size: None for this process's identity.
+    """
+    if visible_count is None:
+        try:
+            import torch
+        except ImportError as e:
+            raise InvalidArgumentError("select_device(): torch is not installed here to count the CUDA devices: "
+                                       "pass visible_count=") from e
+        visible_count = int(torch.cuda.device_count())
+    if visible_count < 0:
+        raise InvalidArgumentError(f"select_device(visible_count={visible_count}): a count of devices, >= 0")
+    if visible_count == 0:
+        return "cpu"
+    me = identity()
+    index = _jobkit.select_device(visible_count, me.local_rank if local_rank is None else local_rank,
+                                  me.local_world_size if local_world_size is None else local_world_size)
+    return f"cuda:{index}"
 
 
 # ---- Collectives over every rank ----
@@ -572,12 +618,15 @@ class Checkpoints:
         return self._c.is_committer
 
 
-__all__ = [
-    "Error", "InvalidEnvironmentError", "InvalidArgumentError", "PmixError", "TimeoutError", "PeerFailureError",
+# `from jobkit import *` shadows no built-in: jobkit.TimeoutError (a subclass of the built-in
+# TimeoutError) stays reachable by its qualified name but is not exported.
+__all__: _List[str] = [
+    "Error", "InvalidEnvironmentError", "InvalidArgumentError", "PmixError", "PeerFailureError",
     "NcclError", "CudaError", "IoError", "SchedulerError", "InternalError", "Identity", "identity", "rank",
     "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes", "is_main_process",
-    "is_local_main_process", "is_distributed", "rank_prefixed_message", "RankFilter", "RankFormatter",
-    "install_logging", "barrier", "broadcast_object", "all_gather_object", "broadcast_into", "all_gather_into", "gather_object", "scatter_object",
+    "is_local_main_process", "is_distributed", "rank_prefixed_message", "select_device", "RankFilter",
+    "RankFormatter", "install_logging", "rank_zero_only", "rank_zero_info", "rank_zero_warn",
+    "barrier", "broadcast_object", "all_gather_object", "broadcast_into", "all_gather_into", "gather_object", "scatter_object",
     "all_reduce", "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
     "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
     "fs_local_rank", "Workspace", "node_local_gather", "__version__",

@@ -26,6 +26,7 @@
 #include "jobkit/preemption.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
+#include "nccl/device_rule.hpp"
 
 namespace py = pybind11;
 
@@ -552,6 +553,14 @@ PYBIND11_MODULE(_jobkit, m) {
   m.def("call_site", &python_site);
   define_errors(m);
   define_identity(m);
+  // The device rule of <jobkit/nccl.hpp> (CUDA-free, so in every build): jobkit.select_device.
+  m.def(
+      "select_device",
+      [](int visible_count, int local_rank, int local_world_size) {
+        start_runtime();  // the rule's errors name this rank
+        return jobkit::nccl::select_device(visible_count, local_rank, local_world_size);
+      },
+      py::arg("visible_count"), py::arg("local_rank"), py::arg("local_world_size"));
   define_collectives(m);
   define_helpers(m);
   define_workspace(m);

@@ -15,6 +15,7 @@
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
+#include "nccl/device_rule.hpp"
 #include "nccl/gpu_api.hpp"
 #include "runtime/access.hpp"
 
@@ -28,11 +29,6 @@ using clock = std::chrono::steady_clock;
               fmt::format("{} failed on {}: {} ({})", call, detail::describe_self(),
                           detail::cuda_api().cudaGetErrorName(status), detail::cuda_api().cudaGetErrorString(status)),
               static_cast<int>(status));
-}
-
-std::string visible_devices_variable() {
-  const char* value = std::getenv("CUDA_VISIBLE_DEVICES");
-  return value ? fmt::format("CUDA_VISIBLE_DEVICES='{}'", value) : "CUDA_VISIBLE_DEVICES unset";
 }
 
 std::string uuid_text(const cudaUUID_t& uuid) {
@@ -185,21 +181,6 @@ std::vector<device_info> visible_devices() {
     devices.push_back({i, uuid_text(properties.uuid), bus_id, properties.name});
   }
   return devices;
-}
-
-int select_device(int visible_count, int local_rank, int local_world_size) {
-  if (visible_count == 1) return 0;
-  if (visible_count >= local_world_size && visible_count > 0) return local_rank;
-  if (visible_count == 0) {
-    throw error(errc::invalid_environment,
-                fmt::format("{} sees no CUDA device ({})", detail::describe_self(), visible_devices_variable()));
-  }
-  throw error(
-      errc::invalid_environment,
-      fmt::format("{} (local rank {} of {}) sees {} CUDA devices ({}): fewer than its node's ranks and "
-                  "more than one, so no device is its own. Bind one GPU per task (srun --gpus-per-task=1) "
-                  "or show every task all of the node's GPUs, or pass communicator_options::device",
-                  detail::describe_self(), local_rank, local_world_size, visible_count, visible_devices_variable()));
 }
 
 std::optional<std::string> duplicate_devices(const std::vector<device_choice>& choices) {

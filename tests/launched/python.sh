@@ -2,10 +2,10 @@
 # The Python module `jobkit` on the dev cluster (tests/launched/python_check.py).
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
-#         hang, interrupt, torch, preempt
+#         hang, interrupt, torch, preempt, torch-env
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt
+declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt torch-env
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -22,6 +22,10 @@ case $mode in
   torch)
     "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
     run_step env -u MASTER_ADDR -u MASTER_PORT "${step[@]}" -N3 -n7 "${check[@]}" torch ;;
+  torch-env)  # python_torch.py: the variables and idempotence of jobkit.torch.init_process_group
+    "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
+    run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u LOCAL_RANK -u WORLD_SIZE "${step[@]}" -N3 -n7 \
+      "$python" "$here/python_torch.py" ;;
   interrupt)
     # Two steps: SIGINT to rank 0, then SIGTERM to rank 1 (one signal per step: a second rank's
     # own signal would race with the first one's abort).
@@ -85,6 +89,9 @@ case $mode in
       fail "the other ranks did not learn of rank 0's interrupt"
     (($(count 'PeerFailureError after [0-9.]* s: a signal interrupted rank 1 (c1) in a jobkit call at python_check.py') == 6)) ||
       fail "the other ranks did not learn of rank 1's interrupt" ;;
+  torch-env)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'torch-env ok all_reduce 28') == 7)) || fail "a rank's variables, idempotence or all_reduce was wrong" ;;
   torch)
     ((status == 0)) || fail "exit status $status"
     (($(count 'nccl refused: NcclError\|nccl refused: CudaError') == 7)) || fail "nccl did not fail cleanly"
