@@ -75,6 +75,7 @@ class Group:
     every member must call the same collectives in the same order."""
 
     def __init__(self, native: "_jobkit.Group") -> None:
+        """Wraps the extension's group; made by the functions below, not by callers."""
         self._native = native
 
     def rank(self) -> int:
@@ -97,6 +98,7 @@ class Group:
         return None if native is None else Group(native)
 
     def __repr__(self) -> str:
+        """jobkit.Group(world_ranks=[...])."""
         return f"jobkit.Group(world_ranks={self.world_ranks})"
 
 
@@ -119,6 +121,7 @@ def node_leaders_group() -> Group:
 
 
 def _native(group: Optional[Group]) -> Optional["_jobkit.Group"]:
+    """The extension's group for `group` (None: the world), after starting the runtime."""
     _started()
     if group is None:
         return None
@@ -138,6 +141,7 @@ def _root(group: Optional[Group], world_rank: int, name: str) -> int:
 
 
 def _world_rank() -> int:
+    """This process's world rank."""
     return _jobkit.identity()[0]
 
 
@@ -172,6 +176,7 @@ def _torch_view(t: Any, what: str) -> View:
 
 
 def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
+    """The strides, in bytes, of a C-contiguous array of this shape."""
     strides, step = [], itemsize
     for d in reversed(shape):
         strides.insert(0, step)
@@ -208,6 +213,7 @@ def _view(obj: Any, what: str, writable: bool = True) -> View:
 
 
 def _no_async(async_op: bool, collective: str) -> None:
+    """Refuses torch's async_op=True: jobkit's collectives return when done."""
     if async_op:
         raise InvalidArgumentError(f"{collective}: async_op=True is not supported: jobkit's collectives complete "
                                    "before they return")
@@ -237,6 +243,7 @@ def all_reduce(tensor: Any, op: Any = "sum", group: Optional[Group] = None, time
 
 
 def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Timeout) -> Any:
+    """all_reduce of a number or a list/tuple of numbers: the result, of the same kind."""
     scalar = not isinstance(value, (list, tuple))
     values = [value] if scalar else list(value)
     wire = "sum" if name == "avg" else name
@@ -256,6 +263,7 @@ def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Time
 
 
 def _world_size() -> int:
+    """The number of ranks in the world."""
     return _jobkit.identity()[1]
 
 
@@ -391,6 +399,7 @@ def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout 
     holder = []
 
     def run() -> bytes:
+        """fn() on src, kept for src's own result."""
         holder.append(fn())
         return _pickle.dumps(holder[0], _PROTOCOL)
 
@@ -409,6 +418,7 @@ def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any]
     """fn1() on every rank; fn2(list of every rank's result, in rank order) on rank 0; fn2's
     result on every rank (any picklable object, not axolotl's float32)."""
     def reduce(parts: List[bytes]) -> bytes:
+        """fn2 over the unpickled results, pickled."""
         return _pickle.dumps(fn2([_pickle.loads(b) for b in parts]), _PROTOCOL)
 
     data = _jobkit.reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, _seconds(timeout))

@@ -65,7 +65,8 @@ elem elem_of(const std::string& name) {
   for (const auto& e : elems) {
     if (name == e.name) return e.type;
   }
-  invalid("dtype " + name + " is not one jobkit's array collectives take (float16, bfloat16, float32, float64, "
+  invalid("dtype " + name +
+          " is not one jobkit's array collectives take (float16, bfloat16, float32, float64, "
           "complex64, complex128, int8 to int64, uint8 to uint64, bool)");
 }
 
@@ -89,8 +90,8 @@ void check_op(elem e, op o, const char* collective) {
   const bool floating = e == elem::f16 || e == elem::bf16 || e == elem::f32 || e == elem::f64;
   const bool complex = e == elem::c64 || e == elem::c128;
   const auto refuse = [&](const char* why) {
-    invalid(std::string(collective) + ": op=" + op_names[static_cast<std::size_t>(o)] + " on dtype " +
-            info(e).name + ": " + why);
+    invalid(std::string(collective) + ": op=" + op_names[static_cast<std::size_t>(o)] + " on dtype " + info(e).name +
+            ": " + why);
   };
   if (bitwise(o) && (floating || complex)) refuse("bitwise ops take integer and bool dtypes only");
   if (o == op::avg && !(floating || complex)) refuse("avg takes floating-point and complex dtypes only");
@@ -102,7 +103,7 @@ float from_bf16(std::uint16_t v) { return std::bit_cast<float>(static_cast<std::
 std::uint16_t to_bf16(float f) {
   auto bits = std::bit_cast<std::uint32_t>(f);
   if (std::isnan(f)) return static_cast<std::uint16_t>((bits >> 16) | 0x40);  // stays a NaN
-  bits += 0x7fff + ((bits >> 16) & 1);                                         // round to nearest even
+  bits += 0x7fff + ((bits >> 16) & 1);                                        // round to nearest even
   return static_cast<std::uint16_t>(bits >> 16);
 }
 
@@ -239,7 +240,8 @@ struct array {
 array array_of(const py::tuple& t) {
   array a{reinterpret_cast<std::byte*>(t[0].cast<std::uintptr_t>()), t[1].cast<std::size_t>(),
           elem_of(t[2].cast<std::string>()), t[3].cast<std::string>()};
-  if (a.size % info(a.type).size != 0) invalid("an array of " + std::to_string(a.size) + " bytes of " + info(a.type).name);
+  if (a.size % info(a.type).size != 0)
+    invalid("an array of " + std::to_string(a.size) + " bytes of " + info(a.type).name);
   return a;
 }
 
@@ -253,8 +255,8 @@ std::vector<array> arrays_of(const py::list& items) {
 void check_parts(const char* collective, const char* what, const std::vector<array>& parts, const array& like,
                  std::size_t count, std::optional<std::size_t> bytes_each) {
   if (parts.size() != count) {
-    invalid(std::string(collective) + ": " + what + " holds " + std::to_string(parts.size()) + " arrays for a group of " +
-            std::to_string(count) + " ranks");
+    invalid(std::string(collective) + ": " + what + " holds " + std::to_string(parts.size()) +
+            " arrays for a group of " + std::to_string(count) + " ranks");
   }
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].type != like.type || (bytes_each && parts[i].size != *bytes_each)) {
@@ -299,28 +301,32 @@ auto blocking(const py::module_& m, jobkit::group& g, F&& fn) {
 
 using opt_seconds = std::optional<double>;
 
+/// The reduction of every member's `mine` (in the reduction type of e), folded in rank order on
+/// the way to group rank 0; avg divided at the end. Runs without the GIL.
+bytes reduce(jobkit::group& g, const bytes& mine, elem e, op o, const jobkit::call_options& options) {
+  auto total = g.all_reduce(
+      mine,
+      [&](bytes x, const bytes& y) {
+        combine_into(x, y, e, o);
+        return x;
+      },
+      options);
+  if (o == op::avg) divide(total, e, g.size());
+  return total;
+}
+
 void all_reduce(const py::module_& m, const py::tuple& target, const std::string& op_name, const py::object& gr,
                 opt_seconds timeout) {
   const auto a = array_of(target);
   const auto o = op_of(op_name);
   check_op(a.type, o, "all_reduce");
   auto& g = group_of(gr);
-  jobkit::call_options options{timeout_of(timeout), a.signature() + ", op " + op_name};
-  const auto mine = widen(a.span(), a.type);
-  blocking(m, g, [&] {
-    auto total = g.all_reduce(
-        mine, [&](const bytes& x, const bytes& y) {
-          bytes r = x;
-          combine_into(r, y, a.type, o);
-          return r;
-        },
-        options);
-    if (o == op::avg) divide(total, a.type, g.size());
-    narrow(total, a.type, a.data);
-  });
+  const jobkit::call_options options{timeout_of(timeout), a.signature() + ", op " + op_name};
+  blocking(m, g, [&] { narrow(reduce(g, widen(a.span(), a.type), a.type, o, options), a.type, a.data); });
 }
 
-/// reduce_scatter: the reduction of every member's parts (concatenated), this member's part into out.
+/// reduce_scatter: the reduction of every member's parts (concatenated), this member's part into
+/// out. `inputs` holds size() arrays like out, or one of size() times out's elements.
 void reduce_scatter(const py::module_& m, const py::tuple& target, const py::list& inputs, const std::string& op_name,
                     const py::object& gr, opt_seconds timeout) {
   const auto out = array_of(target);
@@ -328,29 +334,19 @@ void reduce_scatter(const py::module_& m, const py::tuple& target, const py::lis
   const auto o = op_of(op_name);
   check_op(out.type, o, "reduce_scatter");
   auto& g = group_of(gr);
-  std::size_t total_size = 0;
-  for (const auto& p : parts) total_size += p.size;
-  const bool flat = parts.size() == 1 && parts[0].type == out.type &&
-                    total_size == out.size * static_cast<std::size_t>(g.size());
-  if (!flat) check_parts("reduce_scatter", "input_list", parts, out, static_cast<std::size_t>(g.size()), out.size);
-  bytes mine;
-  mine.reserve(total_size / info(out.type).size * info(wide(out.type)).size);
-  for (const auto& p : parts) {
-    const auto w = widen(p.span(), p.type);
-    mine.insert(mine.end(), w.begin(), w.end());
-  }
-  jobkit::call_options options{timeout_of(timeout), out.signature() + " from " + std::to_string(g.size()) +
-                                                        " parts, op " + op_name};
+  const auto members = static_cast<std::size_t>(g.size());
+  const bool flat = parts.size() == 1 && parts[0].type == out.type && parts[0].size == out.size * members;
+  if (!flat) check_parts("reduce_scatter", "input_list", parts, out, members, out.size);
+  const jobkit::call_options options{timeout_of(timeout),
+                                     out.signature() + " from " + std::to_string(members) + " parts, op " + op_name};
   blocking(m, g, [&] {
-    auto total = g.all_reduce(
-        mine, [&](const bytes& x, const bytes& y) {
-          bytes r = x;
-          combine_into(r, y, out.type, o);
-          return r;
-        },
-        options);
-    if (o == op::avg) divide(total, out.type, g.size());
-    const std::size_t piece = total.size() / static_cast<std::size_t>(g.size());
+    bytes mine;
+    for (const auto& p : parts) {
+      const auto w = widen(p.span(), p.type);
+      mine.insert(mine.end(), w.begin(), w.end());
+    }
+    const auto total = reduce(g, mine, out.type, o, options);
+    const std::size_t piece = total.size() / members;
     narrow(std::span<const std::byte>(total).subspan(piece * static_cast<std::size_t>(g.rank()), piece), out.type,
            out.data);
   });
@@ -360,82 +356,85 @@ void define_arrays(py::module_& m) {
   m.def("array_all_reduce", [m](const py::tuple& a, const std::string& o, const py::object& g, opt_seconds t) {
     all_reduce(m, a, o, g, t);
   });
-  m.def("array_reduce_scatter",
-        [m](const py::tuple& out, const py::list& in, const std::string& o, const py::object& g, opt_seconds t) {
-          reduce_scatter(m, out, in, o, g, t);
-        });
+  m.def("array_reduce_scatter", [m](const py::tuple& out, const py::list& in, const std::string& o, const py::object& g,
+                                    opt_seconds t) { reduce_scatter(m, out, in, o, g, t); });
   m.def("array_broadcast", [m](const py::tuple& target, int src, const py::object& gr, opt_seconds timeout) {
     const auto a = array_of(target);
     auto& g = group_of(gr);
-    blocking(m, g, [&] { g.broadcast_into(a.span(), jobkit::rooted_options{src, timeout_of(timeout), a.signature()}); });
-  });
-  m.def("array_all_gather_flat", [m](const py::tuple& output, const py::tuple& input, const py::object& gr,
-                                     opt_seconds timeout) {
-    const auto out = array_of(output);
-    const auto in = array_of(input);
-    auto& g = group_of(gr);
-    if (out.type != in.type || out.size != in.size * static_cast<std::size_t>(g.size())) {
-      invalid("all_gather_into_tensor: output is " + out.signature() + ", not " + std::to_string(g.size()) +
-              " times input " + in.signature());
-    }
-    blocking(m, g, [&] { g.all_gather_into(in.span(), out.span(), {timeout_of(timeout), in.signature()}); });
-  });
-  m.def("array_all_gather", [m](const py::list& outputs, const py::tuple& input, const py::object& gr,
-                                opt_seconds timeout) {
-    const auto in = array_of(input);
-    const auto outs = arrays_of(outputs);
-    auto& g = group_of(gr);
-    check_parts("all_gather", "tensor_list", outs, in, static_cast<std::size_t>(g.size()), std::nullopt);
-    const bool even = std::all_of(outs.begin(), outs.end(), [&](const array& o) { return o.size == in.size; });
     blocking(m, g, [&] {
-      if (even) {  // the bulk path into one buffer
-        bytes all(in.size * outs.size());
-        g.all_gather_into(in.span(), std::span<std::byte>(all), {timeout_of(timeout), in.signature()});
-        for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, all.data() + r * in.size, in.size);
-        return;
-      }
-      const bytes mine(in.span().begin(), in.span().end());
-      const auto parts = g.all_gather(mine, {timeout_of(timeout), std::string(info(in.type).name) + "[sizes per rank]"});
-      for (std::size_t r = 0; r < outs.size(); ++r) {
-        if (parts[r].size() != outs[r].size) {
-          invalid("all_gather: group rank " + std::to_string(r) + " sent " + std::to_string(parts[r].size()) +
-                  " bytes but tensor_list[" + std::to_string(r) + "] is " + outs[r].signature() + " on group rank " +
-                  std::to_string(g.rank()));
-        }
-      }
-      for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, parts[r].data(), parts[r].size());
+      g.broadcast_into(a.span(), jobkit::rooted_options{src, timeout_of(timeout), a.signature()});
     });
   });
-  m.def("array_gather", [m](const py::tuple& input, const py::object& outputs, int dst, const py::object& gr,
-                            opt_seconds timeout) {
-    const auto in = array_of(input);
-    auto& g = group_of(gr);
-    std::vector<array> outs;
-    if (g.rank() == dst) {
-      outs = arrays_of(outputs.cast<py::list>());
-      check_parts("gather", "gather_list", outs, in, static_cast<std::size_t>(g.size()), in.size);
-    }
-    const bytes mine(in.span().begin(), in.span().end());
-    blocking(m, g, [&] {
-      const auto parts = g.gather(mine, jobkit::rooted_options{dst, timeout_of(timeout), in.signature()});
-      for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, parts.at(r).data(), in.size);
-    });
-  });
-  m.def("array_scatter", [m](const py::tuple& output, const py::object& inputs, int src, const py::object& gr,
-                             opt_seconds timeout) {
-    const auto out = array_of(output);
-    auto& g = group_of(gr);
-    std::vector<bytes> parts;
-    if (g.rank() == src) {
-      const auto ins = arrays_of(inputs.cast<py::list>());
-      check_parts("scatter", "scatter_list", ins, out, static_cast<std::size_t>(g.size()), out.size);
-      for (const auto& in : ins) parts.emplace_back(in.span().begin(), in.span().end());
-    }
-    blocking(m, g, [&] {
-      const auto mine = g.scatter(parts, jobkit::rooted_options{src, timeout_of(timeout), out.signature()});
-      std::memcpy(out.data, mine.data(), std::min(mine.size(), out.size));
-    });
-  });
+  m.def("array_all_gather_flat",
+        [m](const py::tuple& output, const py::tuple& input, const py::object& gr, opt_seconds timeout) {
+          const auto out = array_of(output);
+          const auto in = array_of(input);
+          auto& g = group_of(gr);
+          if (out.type != in.type || out.size != in.size * static_cast<std::size_t>(g.size())) {
+            invalid("all_gather_into_tensor: output is " + out.signature() + ", not " + std::to_string(g.size()) +
+                    " times input " + in.signature());
+          }
+          blocking(m, g, [&] { g.all_gather_into(in.span(), out.span(), {timeout_of(timeout), in.signature()}); });
+        });
+  m.def("array_all_gather",
+        [m](const py::list& outputs, const py::tuple& input, const py::object& gr, opt_seconds timeout) {
+          const auto in = array_of(input);
+          const auto outs = arrays_of(outputs);
+          auto& g = group_of(gr);
+          check_parts("all_gather", "tensor_list", outs, in, static_cast<std::size_t>(g.size()), std::nullopt);
+          const bool even = std::all_of(outs.begin(), outs.end(), [&](const array& o) { return o.size == in.size; });
+          blocking(m, g, [&] {
+            if (even) {  // the bulk path into one buffer
+              bytes all(in.size * outs.size());
+              g.all_gather_into(in.span(), std::span<std::byte>(all), {timeout_of(timeout), in.signature()});
+              for (std::size_t r = 0; r < outs.size(); ++r)
+                std::memcpy(outs[r].data, all.data() + r * in.size, in.size);
+              return;
+            }
+            const bytes mine(in.span().begin(), in.span().end());
+            const auto parts =
+                g.all_gather(mine, {timeout_of(timeout), std::string(info(in.type).name) + "[sizes per rank]"});
+            for (std::size_t r = 0; r < outs.size(); ++r) {
+              if (parts[r].size() != outs[r].size) {
+                invalid("all_gather: group rank " + std::to_string(r) + " sent " + std::to_string(parts[r].size()) +
+                        " bytes but tensor_list[" + std::to_string(r) + "] is " + outs[r].signature() +
+                        " on group rank " + std::to_string(g.rank()));
+              }
+            }
+            for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, parts[r].data(), parts[r].size());
+          });
+        });
+  m.def("array_gather",
+        [m](const py::tuple& input, const py::object& outputs, int dst, const py::object& gr, opt_seconds timeout) {
+          const auto in = array_of(input);
+          auto& g = group_of(gr);
+          std::vector<array> outs;
+          if (g.rank() == dst) {
+            outs = arrays_of(outputs.cast<py::list>());
+            check_parts("gather", "gather_list", outs, in, static_cast<std::size_t>(g.size()), in.size);
+          }
+          blocking(m, g, [&] {
+            const bytes mine(in.span().begin(), in.span().end());
+            const auto parts = g.gather(mine, jobkit::rooted_options{dst, timeout_of(timeout), in.signature()});
+            for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, parts.at(r).data(), in.size);
+          });
+        });
+  m.def("array_scatter",
+        [m](const py::tuple& output, const py::object& inputs, int src, const py::object& gr, opt_seconds timeout) {
+          const auto out = array_of(output);
+          auto& g = group_of(gr);
+          std::vector<array> ins;
+          if (g.rank() == src) {
+            ins = arrays_of(inputs.cast<py::list>());
+            check_parts("scatter", "scatter_list", ins, out, static_cast<std::size_t>(g.size()), out.size);
+          }
+          blocking(m, g, [&] {
+            std::vector<bytes> parts;
+            for (const auto& in : ins) parts.emplace_back(in.span().begin(), in.span().end());
+            const auto mine = g.scatter(parts, jobkit::rooted_options{src, timeout_of(timeout), out.signature()});
+            std::memcpy(out.data, mine.data(), std::min(mine.size(), out.size));
+          });
+        });
   m.def("buffer_view", [](const py::buffer& b, bool writable) {
     const auto view = b.request(writable);
     if (!PyBuffer_IsContiguous(view.view(), 'C')) invalid("the buffer is not C-contiguous");
@@ -500,8 +499,8 @@ void define_objects(py::module_& m) {
     auto& g = group_of(gr);
     return py::bytes(blocking(m, g, [&] { return g.scatter(values, root, {timeout_of(timeout)}); }));
   });
-  m.def("group_all_reduce_int", [m](const std::vector<std::int64_t>& values, const std::string& o,
-                                    const py::object& g, opt_seconds t) { return reduce_numbers(m, values, o, g, t); });
+  m.def("group_all_reduce_int", [m](const std::vector<std::int64_t>& values, const std::string& o, const py::object& g,
+                                    opt_seconds t) { return reduce_numbers(m, values, o, g, t); });
   m.def("group_all_reduce_float", [m](const std::vector<double>& values, const std::string& o, const py::object& g,
                                       opt_seconds t) { return reduce_numbers(m, values, o, g, t); });
 }

@@ -61,8 +61,8 @@ std::span<std::byte> writable_bytes_of(R& range) {
 template <bulk_buffer B>
 void group::broadcast_into(B&& data, rooted_options options, std::source_location site) {
   check_root("broadcast_into", options.root);
-  run_bulk(detail::signed_name("broadcast_into(root " + std::to_string(options.root) + ")", options.signature), detail::writable_bytes_of(data), 0,
-           options.root, options.timeout, site);
+  run_bulk(detail::signed_name("broadcast_into(root " + std::to_string(options.root) + ")", options.signature),
+           detail::writable_bytes_of(data), 0, options.root, options.timeout, site);
 }
 
 template <class M, bulk_buffer B>
@@ -70,14 +70,16 @@ requires bulk_source<M, B>
 void group::all_gather_into(const M& mine, B&& all, call_options options, std::source_location site) {
   const auto bytes = detail::writable_bytes_of(all);
   place_own_part(detail::bytes_of(mine), bytes, site);
-  run_bulk(detail::signed_name("all_gather_into", options.signature), bytes, std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), -1,
-           options.timeout, site);
+  run_bulk(detail::signed_name("all_gather_into", options.signature), bytes,
+           std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), -1, options.timeout, site);
 }
 
 template <sendable T>
 T group::broadcast(const T& value, rooted_options options, std::source_location site) {
   check_root("broadcast", options.root);
-  auto ex = make_exchange(detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature), options.timeout, site);
+  auto ex =
+      make_exchange(detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
+                    options.timeout, site);
   ex.source = options.root;
   std::vector<std::byte> bytes;
   if (rank() == options.root) {
@@ -92,7 +94,8 @@ T group::broadcast(const T& value, rooted_options options, std::source_location 
 template <sendable T>
 std::vector<T> group::gather(const T& value, rooted_options options, std::source_location site) {
   check_root("gather", options.root);
-  auto ex = make_exchange(detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature), options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature),
+                          options.timeout, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
   ex.to = detail::delivery::one_rank;
@@ -156,7 +159,8 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
   if (floating && (op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor)) {
     detail::throw_bitwise_on_floating(to_string(op));
   }
-  auto ex = make_exchange(detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature), options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
+                          options.timeout, site);
   return fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
     if constexpr (std::is_arithmetic_v<T>) {
       return detail::combine_scalar(a, b, op);
@@ -178,7 +182,8 @@ template <sendable T>
 T group::scatter(const std::vector<T>& values, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("scatter", root);
-  auto ex = make_exchange(detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature), options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature),
+                          options.timeout, site);
   std::vector<std::byte> bytes;
   if (rank() == root) {
     std::vector<std::vector<std::byte>> parts;
