@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <concepts>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ranges>
 #include <source_location>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -187,6 +189,15 @@ class group {
   void all_gather_into(const M& mine, B&& all, call_options options = {},
                        std::source_location site = std::source_location::current());
   ///@}
+
+  /// The reduction of every member's `data`, in place, for element types the library does not
+  /// know (the Python bindings' dtypes): combine(acc, in) folds `in` into `acc`, element by
+  /// element, and is applied in rank order on whichever member combines, so every member gets the
+  /// same bytes. `data` is sent as it is and overwritten with the result; every member passes the
+  /// same number of bytes (options.signature says what they hold).
+  void reduce_into(std::span<std::byte> data,
+                   const std::function<void(std::span<std::byte>, std::span<const std::byte>)>& combine,
+                   call_options options = {}, std::source_location site = std::source_location::current());
 
   /// map() runs on every rank; reduce(std::vector of every rank's result, in rank order) runs
   /// on rank 0 only, and its result is returned on every rank.

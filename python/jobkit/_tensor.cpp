@@ -165,16 +165,30 @@ T combine(T a, T b, op o) {
   }
 }
 
-template <class T>
-void combine_all(std::byte* acc, const std::byte* in, std::size_t bytes_count, op o) {
-  const std::size_t n = bytes_count / sizeof(T);
+template <class T, op O>
+void fold_with(std::byte* acc, const std::byte* in, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     T a;
     T b;
     std::memcpy(&a, acc + i * sizeof(T), sizeof(T));
     std::memcpy(&b, in + i * sizeof(T), sizeof(T));
-    a = combine(a, b, o);
+    a = combine(a, b, O);
     std::memcpy(acc + i * sizeof(T), &a, sizeof(T));
+  }
+}
+
+/// The op chosen once per call, not per element.
+template <class T>
+void combine_all(std::byte* acc, const std::byte* in, std::size_t bytes_count, op o) {
+  const std::size_t n = bytes_count / sizeof(T);
+  switch (o) {
+    case op::prod: return fold_with<T, op::prod>(acc, in, n);
+    case op::min: return fold_with<T, op::min>(acc, in, n);
+    case op::max: return fold_with<T, op::max>(acc, in, n);
+    case op::band: return fold_with<T, op::band>(acc, in, n);
+    case op::bor: return fold_with<T, op::bor>(acc, in, n);
+    case op::bxor: return fold_with<T, op::bxor>(acc, in, n);
+    default: return fold_with<T, op::sum>(acc, in, n);  // sum, avg
   }
 }
 
@@ -188,7 +202,7 @@ void combine_bools(std::byte* acc, const std::byte* in, std::size_t n, op o) {
 }
 
 /// acc = acc op in, element by element, both in the reduction type of e.
-void combine_into(bytes& acc, const bytes& in, elem e, op o) {
+void combine_into(std::span<std::byte> acc, std::span<const std::byte> in, elem e, op o) {
   switch (wide(e)) {
     case elem::f32: return combine_all<float>(acc.data(), in.data(), acc.size(), o);
     case elem::f64: return combine_all<double>(acc.data(), in.data(), acc.size(), o);
@@ -207,7 +221,7 @@ void combine_into(bytes& acc, const bytes& in, elem e, op o) {
 }
 
 /// Divides every (floating-point or complex) value by n: avg's last step.
-void divide(bytes& values, elem e, int n) {
+void divide(std::span<std::byte> values, elem e, int n) {
   const auto each = [&]<class T>(T*) {
     auto* v = reinterpret_cast<T*>(values.data());
     for (std::size_t i = 0; i < values.size() / sizeof(T); ++i) v[i] /= static_cast<typename T::value_type>(n);
@@ -301,18 +315,12 @@ auto blocking(const py::module_& m, jobkit::group& g, F&& fn) {
 
 using opt_seconds = std::optional<double>;
 
-/// The reduction of every member's `mine` (in the reduction type of e), folded in rank order on
-/// the way to group rank 0; avg divided at the end. Runs without the GIL.
-bytes reduce(jobkit::group& g, const bytes& mine, elem e, op o, const jobkit::call_options& options) {
-  auto total = g.all_reduce(
-      mine,
-      [&](bytes x, const bytes& y) {
-        combine_into(x, y, e, o);
-        return x;
-      },
-      options);
-  if (o == op::avg) divide(total, e, g.size());
-  return total;
+/// The reduction of every member's `values` (in the reduction type of e), in place, folded in
+/// rank order on the way to group rank 0; avg divided at the end. Runs without the GIL.
+void reduce(jobkit::group& g, std::span<std::byte> values, elem e, op o, const jobkit::call_options& options) {
+  g.reduce_into(
+      values, [&](std::span<std::byte> acc, std::span<const std::byte> in) { combine_into(acc, in, e, o); }, options);
+  if (o == op::avg) divide(values, e, g.size());
 }
 
 void all_reduce(const py::module_& m, const py::tuple& target, const std::string& op_name, const py::object& gr,
@@ -322,7 +330,12 @@ void all_reduce(const py::module_& m, const py::tuple& target, const std::string
   check_op(a.type, o, "all_reduce");
   auto& g = group_of(gr);
   const jobkit::call_options options{timeout_of(timeout), a.signature() + ", op " + op_name};
-  blocking(m, g, [&] { narrow(reduce(g, widen(a.span(), a.type), a.type, o, options), a.type, a.data); });
+  blocking(m, g, [&] {
+    if (wide(a.type) == a.type) return reduce(g, a.span(), a.type, o, options);  // in the caller's memory
+    auto values = widen(a.span(), a.type);
+    reduce(g, values, a.type, o, options);
+    narrow(values, a.type, a.data);
+  });
 }
 
 /// reduce_scatter: the reduction of every member's parts (concatenated), this member's part into
@@ -345,9 +358,9 @@ void reduce_scatter(const py::module_& m, const py::tuple& target, const py::lis
       const auto w = widen(p.span(), p.type);
       mine.insert(mine.end(), w.begin(), w.end());
     }
-    const auto total = reduce(g, mine, out.type, o, options);
-    const std::size_t piece = total.size() / members;
-    narrow(std::span<const std::byte>(total).subspan(piece * static_cast<std::size_t>(g.rank()), piece), out.type,
+    reduce(g, mine, out.type, o, options);
+    const std::size_t piece = mine.size() / members;
+    narrow(std::span<const std::byte>(mine).subspan(piece * static_cast<std::size_t>(g.rank()), piece), out.type,
            out.data);
   });
 }
