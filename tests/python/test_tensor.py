@@ -56,6 +56,14 @@ def test_all_reduce_in_place_every_dtype_and_op(dtype, op):
     assert torch.equal(t, before)  # one rank: every op leaves the values as they are
 
 
+def test_empty_tensors():
+    empty = torch.zeros(0)
+    jobkit.all_reduce(empty)
+    jobkit.broadcast(empty)
+    jobkit.all_gather_into_tensor(torch.zeros(0), empty)
+    assert empty.numel() == 0
+
+
 def test_torch_reduce_op_strings_and_bad_ops():
     import torch.distributed as dist
     t = torch.tensor([2.0, 4.0])
