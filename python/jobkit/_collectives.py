@@ -392,7 +392,8 @@ def scatter_object(objs: Optional[Sequence[Any]], src: int = 0, timeout: Timeout
     return _pickle.loads(_jobkit.group_scatter_bytes(parts, root, native, _seconds(timeout)))
 
 
-def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout = None) -> Any:
+def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout = None, *,
+                          group: Optional[Group] = None) -> Any:
     """fn() on src only; its result on every rank. If fn raises, src re-raises it and the other
     ranks raise jobkit.PeerFailureError with its message. Unlike axolotl, any picklable result
     travels exactly (axolotl sends a float32)."""
@@ -403,23 +404,30 @@ def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout 
         holder.append(fn())
         return _pickle.dumps(holder[0], _PROTOCOL)
 
-    data = _jobkit.compute_and_broadcast_bytes(run, src, _seconds(timeout))
+    native, root = _native(group), _root(group, src, "src")
+    data = _jobkit.group_compute_and_broadcast_bytes(run, root, native, _seconds(timeout))
     return holder[0] if holder else _pickle.loads(data)
 
 
-def gather_from_all_ranks(fn: Callable[[], Any], dst: int = 0, timeout: Timeout = None) -> Optional[List[Any]]:
+def gather_from_all_ranks(fn: Callable[[], Any], dst: int = 0, timeout: Timeout = None, *,
+                          group: Optional[Group] = None) -> Optional[List[Any]]:
     """fn() on every rank; the results, in rank order, on dst (None elsewhere). axolotl's
     world_size argument is not needed."""
-    parts = _jobkit.gather_from_all_ranks_bytes(lambda: _pickle.dumps(fn(), _PROTOCOL), dst, _seconds(timeout))
+    native, root = _native(group), _root(group, dst, "dst")
+    parts = _jobkit.group_gather_from_all_ranks_bytes(lambda: _pickle.dumps(fn(), _PROTOCOL), root, native,
+                                                      _seconds(timeout))
     return [_pickle.loads(b) for b in parts] if _world_rank() == dst else None
 
 
-def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any], timeout: Timeout = None) -> Any:
+def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any], timeout: Timeout = None, *,
+                         group: Optional[Group] = None) -> Any:
     """fn1() on every rank; fn2(list of every rank's result, in rank order) on rank 0; fn2's
-    result on every rank (any picklable object, not axolotl's float32)."""
+    result on every rank (any picklable object, not axolotl's float32). With group=: its members,
+    fn2 on the group's rank 0."""
     def reduce(parts: List[bytes]) -> bytes:
         """fn2 over the unpickled results, pickled."""
         return _pickle.dumps(fn2([_pickle.loads(b) for b in parts]), _PROTOCOL)
 
-    data = _jobkit.reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, _seconds(timeout))
+    data = _jobkit.group_reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, _native(group),
+                                                    _seconds(timeout))
     return _pickle.loads(data)

@@ -292,6 +292,28 @@ std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
   return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(*seconds));
 }
 
+using opt_seconds = std::optional<double>;
+
+/// A Python exception raised by a callable that a collective runs: the other members get its
+/// short text ("ValueError: boom"), this rank the exception itself.
+class callable_error : public std::runtime_error {
+ public:
+  explicit callable_error(const py::error_already_set& e)
+      : std::runtime_error(std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()))),
+        error(e) {}
+  py::error_already_set error;
+};
+
+/// fn(*args)'s bytes, called (the GIL held) from a callable a collective runs without it.
+template <class... A>
+std::string call_for_bytes(const py::function& fn, A&&... args) {
+  try {
+    return std::string(py::reinterpret_borrow<py::bytes>(fn(std::forward<A>(args)...)));
+  } catch (const py::error_already_set& e) {
+    throw callable_error(e);
+  }
+}
+
 /// Runs fn without the GIL, with the Python caller as the call site of jobkit's messages (the
 /// package started the runtime). A Python exception from a signal handler abandons the wait and
 /// fails the group for the other members, as in _jobkit.cpp.
@@ -307,13 +329,13 @@ auto blocking(const py::module_& m, jobkit::group& g, F&& fn) {
     const auto self = jobkit::detail::describe_self();
     if (message.find(self) == std::string::npos) message += " (on " + self + ", at " + where + ")";
     throw jobkit::error(e.code(), message, e.native_status());
+  } catch (const callable_error& e) {
+    throw e.error;
   } catch (const py::error_already_set&) {
     g.abort("a signal interrupted " + jobkit::detail::describe_self() + " in a jobkit call at " + where);
     throw;
   }
 }
-
-using opt_seconds = std::optional<double>;
 
 /// The reduction of every member's `values` (in the reduction type of e), in place, folded in
 /// rank order on the way to group rank 0; avg divided at the end. Runs without the GIL.
@@ -484,6 +506,49 @@ std::vector<T> reduce_numbers(const py::module_& m, const std::vector<T>& values
   return blocking(m, g, [&] { return g.all_reduce(values, o, {timeout_of(timeout)}); });
 }
 
+void define_callables(py::module_& m) {
+  m.def("group_compute_and_broadcast_bytes",
+        [m](const py::function& fn, int root, const py::object& gr, opt_seconds timeout) {
+          auto& g = group_of(gr);
+          return py::bytes(blocking(m, g, [&] {
+            return g.compute_and_broadcast(
+                [&] {
+                  py::gil_scoped_acquire gil;
+                  return call_for_bytes(fn);
+                },
+                {root, timeout_of(timeout)});
+          }));
+        });
+  m.def("group_gather_from_all_ranks_bytes",
+        [m](const py::function& fn, int root, const py::object& gr, opt_seconds timeout) {
+          auto& g = group_of(gr);
+          return to_list(blocking(m, g, [&] {
+            return g.gather_from_all_ranks(
+                [&] {
+                  py::gil_scoped_acquire gil;
+                  return call_for_bytes(fn);
+                },
+                {root, timeout_of(timeout)});
+          }));
+        });
+  m.def("group_reduce_and_broadcast_bytes",
+        [m](const py::function& map, const py::function& reduce, const py::object& gr, opt_seconds timeout) {
+          auto& g = group_of(gr);
+          return py::bytes(blocking(m, g, [&] {
+            return g.reduce_and_broadcast(
+                [&] {
+                  py::gil_scoped_acquire gil;
+                  return call_for_bytes(map);
+                },
+                [&](const std::vector<std::string>& parts) {
+                  py::gil_scoped_acquire gil;
+                  return call_for_bytes(reduce, to_list(parts));
+                },
+                {timeout_of(timeout)});
+          }));
+        });
+}
+
 void define_objects(py::module_& m) {
   m.def("group_barrier", [m](const py::object& gr, opt_seconds timeout) {
     auto& g = group_of(gr);
@@ -542,5 +607,6 @@ void define_groups(py::module_& m) {
 void bind_tensor(py::module_& m) {
   define_arrays(m);
   define_objects(m);
+  define_callables(m);
   define_groups(m);
 }

@@ -146,6 +146,12 @@ def groups():
     expect(same(t, value(members[-1], torch.bfloat16)), "broadcast in a split")
     expect(jobkit.all_gather_object(me.rank, group=half) == members, "all_gather_object in a split")
     expect(jobkit.all_reduce(1, group=half) == len(members), "all_reduce of a number in a split")
+    expect(jobkit.compute_and_broadcast(lambda: me.rank * 10, src=members[0], group=half) == members[0] * 10,
+           "compute_and_broadcast in a split")
+    expect(jobkit.reduce_and_broadcast(lambda: me.rank, lambda parts: parts, group=half) == members,
+           "reduce_and_broadcast in a split")
+    gathered = jobkit.gather_from_all_ranks(lambda: me.rank, dst=members[-1], group=half)
+    expect(gathered == (members if me.rank == members[-1] else None), "gather_from_all_ranks in a split")
     jobkit.barrier(group=half)
 
     node = jobkit.node_group()

@@ -159,6 +159,11 @@ def test_groups_on_one_rank():
     assert jobkit.all_gather_object("a", group=g) == ["a"]
     assert jobkit.gather_object(1, group=g) == [1]
     assert jobkit.scatter_object(["s"], group=g) == "s"
+    assert jobkit.compute_and_broadcast(lambda: "c", group=g) == "c"
+    assert jobkit.gather_from_all_ranks(lambda: 4, group=g) == [4]
+    assert jobkit.reduce_and_broadcast(lambda: 2, lambda parts: sum(parts) + 1, group=g) == 3
+    with pytest.raises(KeyError, match="raised here"):
+        jobkit.compute_and_broadcast(lambda: {}["raised here"], group=jobkit.make_group([0]))
     with pytest.raises(jobkit.InvalidArgumentError, match="src=1 is not a world rank"):
         jobkit.broadcast(t, src=1, group=g)
     with pytest.raises(jobkit.InvalidArgumentError, match="group='node'"):
