@@ -24,11 +24,17 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.com
 OPS = ["sum", "prod", "min", "max", "avg", "band", "bor", "bxor"]
 
 
+def say(line):
+    """One write per line, so that lines of different ranks do not interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def expect(ok, what):
     global failures
     if not ok:
         failures += 1
-        print(f"rank {me.rank}: WRONG: {what}", flush=True)
+        say(f"rank {me.rank}: WRONG: {what}")
 
 
 def allowed(dtype, op):
@@ -172,7 +178,7 @@ def mismatch(what, make):
     try:
         make(group)
     except jobkit.Error as e:
-        print(f"rank {me.rank}: {what} mismatch: {type(e).__name__}: {e}", flush=True)
+        say(f"rank {me.rank}: {what} mismatch: {type(e).__name__}: {e}")
         return
     expect(False, f"the {what} mismatch passed")
 
@@ -197,7 +203,7 @@ def main():
     expect(arr.tolist() == [n - 1] * 4, "broadcast of a numpy array")
     groups()
     rejections()
-    print(f"rank {me.rank}: tensor {'ok' if failures == 0 else 'FAILED'}", flush=True)
+    say(f"rank {me.rank}: tensor {'ok' if failures == 0 else 'FAILED'}")
     jobkit.barrier()
     # Mismatches: rank 1 differs from the others.
     odd = me.rank == 1
