@@ -198,6 +198,13 @@ def main():
     b = bytearray(b"abcd" if me.rank == 0 else b"....")
     jobkit.broadcast(b, src=0)
     expect(b == b"abcd", "broadcast of a bytearray")
+    for kind in (np.uint16, np.uint32, np.uint64):  # dtypes torch 1.13 lacks
+        bits = np.full(3, 1 << me.rank, dtype=kind)
+        jobkit.all_reduce(bits, "bor")
+        total = np.full(3, me.rank + 1, dtype=kind)
+        jobkit.all_reduce(total, "sum")
+        expect(bits.tolist() == [(1 << n) - 1] * 3 and total.tolist() == [n * (n + 1) // 2] * 3,
+               f"all_reduce of numpy {kind.__name__}")
     arr = np.full(4, me.rank, dtype=np.float64)
     jobkit.broadcast(arr, src=n - 1)
     expect(arr.tolist() == [n - 1] * 4, "broadcast of a numpy array")
