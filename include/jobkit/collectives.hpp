@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <concepts>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ranges>
 #include <source_location>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -25,12 +27,17 @@ struct call_options {
   /// How long this call may wait for the other ranks; zero means the default, JOBKIT_TIMEOUT
   /// (docs/environment.md); negative is refused.
   std::chrono::milliseconds timeout{0};
+  /// What the caller passes, e.g. "float32[4, 8]": compared between the members like the
+  /// collective's name, so a difference fails on every member, naming two of them and both
+  /// signatures (empty: nothing to compare beyond the collective itself).
+  std::string signature{};
 };
 
 /// Per-call settings of a collective with a root: `g.broadcast(x, {.root = 3, .timeout = 10s})`.
 struct rooted_options {
   int root = 0;
   std::chrono::milliseconds timeout{0};  ///< as call_options::timeout
+  std::string signature{};               ///< as call_options::signature
 };
 
 /// Parses a number of seconds ("90", "2.5") as a timeout, for programs that take one from the
@@ -137,27 +144,27 @@ class group {
   template <sendable T>
   T broadcast(const T& value, int root = 0, call_options options = {},
               std::source_location site = std::source_location::current()) {
-    return broadcast(value, rooted_options{root, options.timeout}, site);
+    return broadcast(value, rooted_options{root, options.timeout, options.signature}, site);
   }
   template <sendable T>
   std::vector<T> gather(const T& value, int root = 0, call_options options = {},
                         std::source_location site = std::source_location::current()) {
-    return gather(value, rooted_options{root, options.timeout}, site);
+    return gather(value, rooted_options{root, options.timeout, options.signature}, site);
   }
   template <sendable T>
   T scatter(const std::vector<T>& values, int root = 0, call_options options = {},
             std::source_location site = std::source_location::current()) {
-    return scatter(values, rooted_options{root, options.timeout}, site);
+    return scatter(values, rooted_options{root, options.timeout, options.signature}, site);
   }
   template <class F, class R = std::invoke_result_t<F&>>
   requires sendable<R> R compute_and_broadcast(F&& fn, int root = 0, call_options options = {},
                                                std::source_location site = std::source_location::current()) {
-    return compute_and_broadcast(std::forward<F>(fn), rooted_options{root, options.timeout}, site);
+    return compute_and_broadcast(std::forward<F>(fn), rooted_options{root, options.timeout, options.signature}, site);
   }
   template <class F, class R = std::invoke_result_t<F&>>
   requires sendable<R> std::vector<R> gather_from_all_ranks(
       F&& fn, int root = 0, call_options options = {}, std::source_location site = std::source_location::current()) {
-    return gather_from_all_ranks(std::forward<F>(fn), rooted_options{root, options.timeout}, site);
+    return gather_from_all_ranks(std::forward<F>(fn), rooted_options{root, options.timeout, options.signature}, site);
   }
   ///@}
 
@@ -173,7 +180,7 @@ class group {
   template <bulk_buffer B>
   void broadcast_into(B&& data, int root = 0, call_options options = {},
                       std::source_location site = std::source_location::current()) {
-    broadcast_into(std::forward<B>(data), rooted_options{root, options.timeout}, site);
+    broadcast_into(std::forward<B>(data), rooted_options{root, options.timeout, options.signature}, site);
   }
   /// Every member's `mine`, in rank order, into every member's `all`, which holds size() times as
   /// many elements. `mine` may be this rank's own part of `all`.
@@ -182,6 +189,15 @@ class group {
   void all_gather_into(const M& mine, B&& all, call_options options = {},
                        std::source_location site = std::source_location::current());
   ///@}
+
+  /// The reduction of every member's `data`, in place, for element types the library does not
+  /// know (the Python bindings' dtypes): combine(acc, in) folds `in` into `acc`, element by
+  /// element, and is applied in rank order on whichever member combines, so every member gets the
+  /// same bytes. `data` is sent as it is and overwritten with the result; every member passes the
+  /// same number of bytes (options.signature says what they hold).
+  void reduce_into(std::span<std::byte> data,
+                   const std::function<void(std::span<std::byte>, std::span<const std::byte>)>& combine,
+                   call_options options = {}, std::source_location site = std::source_location::current());
 
   /// map() runs on every rank; reduce(std::vector of every rank's result, in rank order) runs
   /// on rank 0 only, and its result is returned on every rank.

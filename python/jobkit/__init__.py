@@ -169,107 +169,32 @@ def select_device(visible_count: _Optional[int] = None, local_rank: _Optional[in
     return f"cuda:{index}"
 
 
-# ---- Collectives over every rank ----
+# ---- Collectives: objects, numbers and arrays in place, over the world or a Group ----
 
-_OPS = {"sum": "sum", "prod": "prod", "product": "prod", "min": "min", "max": "max",
-        "band": "band", "bor": "bor", "bxor": "bxor"}
-
-
-def barrier(timeout=None):
-    """Returns when every rank has arrived."""
-    _jobkit.barrier(timeout)
-
-
-def broadcast_object(obj, src=0, timeout=None):
-    """src's obj on every rank (src gets obj itself back)."""
-    if rank() == src:
-        _jobkit.broadcast_bytes(_pickle.dumps(obj, _PROTOCOL), src, timeout)
-        return obj
-    return _pickle.loads(_jobkit.broadcast_bytes(None, src, timeout))
-
-
-def all_gather_object(obj, timeout=None):
-    """Every rank's obj, in rank order, on every rank."""
-    return [_pickle.loads(b) for b in _jobkit.all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), timeout)]
-
-
-def broadcast_into(buffer, src=0, timeout=None):
-    """src's bytes into every rank's buffer, in place: a writable, C-contiguous buffer of the same
-    size on every rank (bytearray, memoryview, array.array, a numpy array, a CPU tensor's numpy()).
-    No pickling and no allocation: for arrays, where broadcast_object is for objects."""
-    _jobkit.broadcast_into(buffer, src, timeout)
-
-
-def all_gather_into(mine, all, timeout=None):
-    """Every rank's mine, in rank order, into every rank's all (world_size() times mine's bytes);
-    mine may be this rank's own part of all."""
-    _jobkit.all_gather_into(mine, all, timeout)
-
-
-def gather_object(obj, dst=0, timeout=None):
-    """Every rank's obj, in rank order, on dst; None on the other ranks."""
-    parts = _jobkit.gather_bytes(_pickle.dumps(obj, _PROTOCOL), dst, timeout)
-    return [_pickle.loads(b) for b in parts] if rank() == dst else None
-
-
-def scatter_object(objs, src=0, timeout=None):
-    """objs[r] to rank r: objs is a list of world_size() objects, read on src only (None elsewhere).
-
-    torch's scatter_object_list semantics; OLMo-core's scatter_object(obj) sends one object to
-    every rank, which is broadcast_object here.
-    """
-    parts = [_pickle.dumps(o, _PROTOCOL) for o in objs] if rank() == src else None
-    return _pickle.loads(_jobkit.scatter_bytes(parts, src, timeout))
-
-
-def all_reduce(value, op="sum", timeout=None):
-    """The reduction of every rank's number, or list of numbers (element by element), on every rank.
-
-    op: "sum", "prod" (or "product"), "min", "max", "band", "bor", "bxor" (bitwise: ints only).
-    ints reduce as 64-bit integers, floats as doubles; every rank must pass the same kind and
-    length (a bool counts as an int). The result is bitwise identical on every rank.
-    """
-    name = _OPS.get(str(op).lower())
-    if name is None:
-        raise InvalidArgumentError(f"all_reduce: op={op!r} is not one of {', '.join(_OPS)}")
-    scalar = not isinstance(value, (list, tuple))
-    values = [value] if scalar else list(value)
-    if all(isinstance(v, int) for v in values):
-        result = _jobkit.all_reduce_int([int(v) for v in values], name, timeout)
-    else:
-        result = _jobkit.all_reduce_float([float(v) for v in values], name, timeout)
-    return result[0] if scalar else type(value)(result) if isinstance(value, tuple) else result
-
-
-def compute_and_broadcast(fn, src=0, timeout=None):
-    """fn() on src only; its result on every rank. If fn raises, src re-raises it and the other
-    ranks raise jobkit.PeerFailureError with its message. Unlike axolotl, any picklable result
-    travels exactly (axolotl sends a float32)."""
-    holder = []
-
-    def run():
-        holder.append(fn())
-        return _pickle.dumps(holder[0], _PROTOCOL)
-
-    data = _jobkit.compute_and_broadcast_bytes(run, src, timeout)
-    return holder[0] if holder else _pickle.loads(data)
-
-
-def gather_from_all_ranks(fn, dst=0, timeout=None):
-    """fn() on every rank; the results, in rank order, on dst (None elsewhere). axolotl's
-    world_size argument is not needed."""
-    parts = _jobkit.gather_from_all_ranks_bytes(lambda: _pickle.dumps(fn(), _PROTOCOL), dst, timeout)
-    return [_pickle.loads(b) for b in parts] if rank() == dst else None
-
-
-def reduce_and_broadcast(fn1, fn2, timeout=None):
-    """fn1() on every rank; fn2(list of every rank's result, in rank order) on rank 0; fn2's
-    result on every rank (any picklable object, not axolotl's float32)."""
-    def reduce(parts):
-        return _pickle.dumps(fn2([_pickle.loads(b) for b in parts]), _PROTOCOL)
-
-    data = _jobkit.reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, timeout)
-    return _pickle.loads(data)
+from ._collectives import (  # noqa: E402  (the extension is set up above)
+    Group,
+    all_gather,
+    all_gather_into,
+    all_gather_into_tensor,
+    all_gather_object,
+    all_reduce,
+    barrier,
+    broadcast,
+    broadcast_into,
+    broadcast_object,
+    compute_and_broadcast,
+    gather,
+    gather_from_all_ranks,
+    gather_object,
+    make_group,
+    node_group,
+    node_leaders_group,
+    reduce_and_broadcast,
+    reduce_scatter,
+    reduce_scatter_tensor,
+    scatter,
+    scatter_object,
+)
 
 
 # ---- Who runs what ----
@@ -626,8 +551,10 @@ __all__: _List[str] = [
     "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes", "is_main_process",
     "is_local_main_process", "is_distributed", "rank_prefixed_message", "select_device", "RankFilter",
     "RankFormatter", "install_logging", "rank_zero_only", "rank_zero_info", "rank_zero_warn",
-    "barrier", "broadcast_object", "all_gather_object", "broadcast_into", "all_gather_into", "gather_object", "scatter_object",
-    "all_reduce", "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
+    "barrier", "broadcast_object", "all_gather_object", "broadcast_into", "all_gather_into", "gather_object",
+    "scatter_object", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "gather", "scatter", "Group", "make_group", "node_group", "node_leaders_group",
+    "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
     "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
     "fs_local_rank", "Workspace", "node_local_gather", "__version__",
     "StopCause", "StopGuard", "stop_requested", "time_left", "requeue", "Checkpoints",

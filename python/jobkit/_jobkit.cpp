@@ -565,4 +565,6 @@ PYBIND11_MODULE(_jobkit, m) {
   define_helpers(m);
   define_workspace(m);
   define_preemption(m);
+  void bind_tensor(py::module_&);
+  bind_tensor(m);  // python/jobkit/_tensor.cpp: groups, arrays in place
 }

@@ -201,6 +201,30 @@ void group::barrier(call_options options, std::source_location site) {
   run(ex);
 }
 
+void group::reduce_into(std::span<std::byte> data,
+                        const std::function<void(std::span<std::byte>, std::span<const std::byte>)>& combine,
+                        call_options options, std::source_location site) {
+  auto ex = make_exchange(detail::signed_name("reduce_into", options.signature), options.timeout, site);
+  ex.mine = std::span<const std::byte>(data);
+  // Folded in place into the lowest rank's bytes, in rank order: every member gets the same bits.
+  ex.fold = [&](std::vector<detail::rank_bytes>& entries) {
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    auto& total = entries.front();
+    for (std::size_t i = 1; i < entries.size(); ++i) {
+      const auto& next = entries[i];
+      if (next.bytes.size() != total.bytes.size()) {
+        fail_sizes_differ(ex, total.rank, total.bytes.size(), next.rank, next.bytes.size());
+      }
+      combine(total.bytes, next.bytes);
+    }
+    return detail::rank_bytes{total.rank, std::move(total.bytes)};
+  };
+  const auto result = run(ex);
+  const auto& bytes = result.at(0).bytes;
+  if (bytes.size() != data.size()) fail_sizes_differ(ex, 0, bytes.size(), rank(), data.size());
+  if (!bytes.empty()) std::memcpy(data.data(), bytes.data(), bytes.size());
+}
+
 std::optional<group> group::split(int color, int key, call_options options, std::source_location site) {
   const auto ex = make_exchange("split", options.timeout, site);
   const auto choices = all_gather(std::make_pair(color, key), options, site);

@@ -2,10 +2,11 @@
 # The Python module `jobkit` on the dev cluster (tests/launched/python_check.py).
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
-#         hang, interrupt, torch, preempt, torch-env
+#         hang, interrupt, torch, preempt, torch-env, tensor-uneven, tensor-cyclic
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt torch-env
+declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt \
+  torch-env tensor-uneven tensor-cyclic
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -26,6 +27,13 @@ case $mode in
     "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
     run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u LOCAL_RANK -u WORLD_SIZE "${step[@]}" -N3 -n7 \
       "$python" "$here/python_torch.py" ;;
+  tensor-*)
+    # Array collectives and groups (python_tensor_check.py); rank 1 then passes another dtype,
+    # shape and op than the others on three fresh groups.
+    "$python" -c 'import torch, numpy' 2>/dev/null || skip "torch or numpy not installed for $python"
+    layout=(-N3 -n7)  # 5+1+1
+    [[ $mode == tensor-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)
+    run_step env -u MASTER_ADDR -u MASTER_PORT "${step[@]}" "${layout[@]}" "$python" "$here/python_tensor_check.py" ;;
   interrupt)
     # Two steps: SIGINT to rank 0, then SIGTERM to rank 1 (one signal per step: a second rank's
     # own signal would race with the first one's abort).
@@ -92,6 +100,15 @@ case $mode in
   torch-env)
     ((status == 0)) || fail "exit status $status"
     (($(count 'torch-env ok all_reduce 28') == 7)) || fail "a rank's variables, idempotence or all_reduce was wrong" ;;
+  tensor-*)
+    ((status == 0)) || fail "exit status $status"
+    ranks=$(count ': tensor ')
+    ((ranks >= 7 && $(count ': tensor ok') == ranks)) || fail "an array collective or group misbehaved"
+    # Every rank names rank 1 and both values of each mismatch (which other rank depends on who saw it).
+    both() { grep -- "$1 mismatch: PeerFailureError: .*rank 1 (.*" <<<"$out" | grep -- "$2" | grep -c -- "$3" || true; }
+    (($(both dtype 'of int64\[4\], op sum' 'of float32\[4\], op sum') == ranks)) || fail "a dtype mismatch was not named"
+    (($(both shape 'of float32\[2, 2\]' 'of float32\[4\]') == ranks)) || fail "a shape mismatch was not named"
+    (($(both op 'float32\[4\], op max' 'float32\[4\], op sum') == ranks)) || fail "an op mismatch was not named" ;;
   torch)
     ((status == 0)) || fail "exit status $status"
     (($(count 'nccl refused: NcclError\|nccl refused: CudaError') == 7)) || fail "nccl did not fail cleanly"

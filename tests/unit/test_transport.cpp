@@ -6,12 +6,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <future>
 #include <numeric>
+#include <set>
+#include <span>
 #include <thread>
 
 #include <fmt/format.h>
@@ -651,6 +654,55 @@ TEST_CASE("bulk exchanges: a size that differs on one rank fails every rank, nam
       CHECK(contains(o.error, fmt::format("rank {} (", odd)));
       CHECK(contains(o.error, "passed a buffer of 101 bytes but rank 0 ("));
     }
+  }
+}
+
+TEST_CASE("reduce_into: in place, in rank order across nodes and node-mates; a signature that differs is named",
+          "[transport]") {
+  // 2x2 integer matrices multiplied: associative but not commutative, so the product shows the order.
+  using matrix = std::array<std::int64_t, 4>;
+  const auto times = [](const matrix& a, const matrix& b) {
+    return matrix{a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3], a[2] * b[0] + a[3] * b[2],
+                  a[2] * b[1] + a[3] * b[3]};
+  };
+  const auto of_rank = [](int r) { return matrix{1, r + 1, r % 2, 1}; };
+  const std::vector<int> nodes{0, 0, 1, 1, 1, 2};
+  const auto results = on_tcp_ranks(nodes, [&](tcp_fabric&, jobkit::group& g) {
+    std::vector<matrix> data(1000, of_rank(g.rank()));
+    const auto* before = data.data();
+    g.reduce_into(std::as_writable_bytes(std::span(data)),
+                  [&](std::span<std::byte> acc, std::span<const std::byte> in) {
+                    for (std::size_t i = 0; i < acc.size() / sizeof(matrix); ++i) {
+                      matrix a;
+                      matrix b;
+                      std::memcpy(&a, acc.data() + i * sizeof(matrix), sizeof a);
+                      std::memcpy(&b, in.data() + i * sizeof(matrix), sizeof b);
+                      a = times(a, b);
+                      std::memcpy(acc.data() + i * sizeof(matrix), &a, sizeof a);
+                    }
+                  });
+    return std::make_pair(data.data() == before, std::set<matrix>(data.begin(), data.end()));
+  });
+  matrix product = of_rank(0);
+  for (int r = 1; r < static_cast<int>(nodes.size()); ++r) product = times(product, of_rank(r));
+  for (const auto& o : results) {
+    INFO(o.error);
+    REQUIRE(o.value);
+    CHECK(o.value->first);
+    CHECK(o.value->second == std::set<matrix>{product});
+  }
+  const auto mismatched = on_tcp_ranks({0, 0, 1}, [](tcp_fabric&, jobkit::group& g) {
+    std::vector<float> data(4, 1.0F);
+    g.reduce_into(std::as_writable_bytes(std::span(data)), [](std::span<std::byte>, std::span<const std::byte>) {},
+                  {.signature = g.rank() == 2 ? "int32[4]" : "float32[4]"});
+    return true;
+  });
+  for (const auto& o : mismatched) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    CHECK(contains(o.error, "rank 2 (n1)"));
+    CHECK(contains(o.error, "reduce_into of int32[4]"));
+    CHECK(contains(o.error, "reduce_into of float32[4]"));
   }
 }
 

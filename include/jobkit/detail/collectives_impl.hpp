@@ -39,6 +39,11 @@ std::vector<std::byte> group::encode_result(F& fn, const detail::exchange& ex) {
 
 namespace detail {
 
+/// The name a collective's members compare: its name, and the caller's signature when it gave one.
+inline std::string signed_name(std::string name, const std::string& signature) {
+  return signature.empty() ? name : name + " of " + signature;
+}
+
 template <class R>
 std::span<const std::byte> bytes_of(const R& range) {
   return {reinterpret_cast<const std::byte*>(std::ranges::data(range)),
@@ -56,8 +61,8 @@ std::span<std::byte> writable_bytes_of(R& range) {
 template <bulk_buffer B>
 void group::broadcast_into(B&& data, rooted_options options, std::source_location site) {
   check_root("broadcast_into", options.root);
-  run_bulk("broadcast_into(root " + std::to_string(options.root) + ")", detail::writable_bytes_of(data), 0,
-           options.root, options.timeout, site);
+  run_bulk(detail::signed_name("broadcast_into(root " + std::to_string(options.root) + ")", options.signature),
+           detail::writable_bytes_of(data), 0, options.root, options.timeout, site);
 }
 
 template <class M, bulk_buffer B>
@@ -65,14 +70,16 @@ requires bulk_source<M, B>
 void group::all_gather_into(const M& mine, B&& all, call_options options, std::source_location site) {
   const auto bytes = detail::writable_bytes_of(all);
   place_own_part(detail::bytes_of(mine), bytes, site);
-  run_bulk("all_gather_into", bytes, std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), -1,
-           options.timeout, site);
+  run_bulk(detail::signed_name("all_gather_into", options.signature), bytes,
+           std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), -1, options.timeout, site);
 }
 
 template <sendable T>
 T group::broadcast(const T& value, rooted_options options, std::source_location site) {
   check_root("broadcast", options.root);
-  auto ex = make_exchange("broadcast(root " + std::to_string(options.root) + ")", options.timeout, site);
+  auto ex =
+      make_exchange(detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
+                    options.timeout, site);
   ex.source = options.root;
   std::vector<std::byte> bytes;
   if (rank() == options.root) {
@@ -87,7 +94,8 @@ T group::broadcast(const T& value, rooted_options options, std::source_location 
 template <sendable T>
 std::vector<T> group::gather(const T& value, rooted_options options, std::source_location site) {
   check_root("gather", options.root);
-  auto ex = make_exchange("gather(root " + std::to_string(options.root) + ")", options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature),
+                          options.timeout, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
   ex.to = detail::delivery::one_rank;
@@ -97,7 +105,7 @@ std::vector<T> group::gather(const T& value, rooted_options options, std::source
 
 template <sendable T>
 std::vector<T> group::all_gather(const T& value, call_options options, std::source_location site) {
-  auto ex = make_exchange("all_gather", options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("all_gather", options.signature), options.timeout, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
   return decode_all<T>(ex, run(ex));
@@ -151,7 +159,8 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
   if (floating && (op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor)) {
     detail::throw_bitwise_on_floating(to_string(op));
   }
-  auto ex = make_exchange("all_reduce(" + std::string(to_string(op)) + ")", options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
+                          options.timeout, site);
   return fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
     if constexpr (std::is_arithmetic_v<T>) {
       return detail::combine_scalar(a, b, op);
@@ -165,7 +174,7 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
 
 template <sendable T, binary_operation_of<T> Op>
 T group::all_reduce(const T& value, Op op, call_options options, std::source_location site) {
-  auto ex = make_exchange("all_reduce(user operation)", options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("all_reduce(user operation)", options.signature), options.timeout, site);
   return fold_in_rank_order(ex, value, [&](T a, const T& b, int, int) { return static_cast<T>(op(a, b)); });
 }
 
@@ -173,7 +182,8 @@ template <sendable T>
 T group::scatter(const std::vector<T>& values, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("scatter", root);
-  auto ex = make_exchange("scatter(root " + std::to_string(root) + ")", options.timeout, site);
+  auto ex = make_exchange(detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature),
+                          options.timeout, site);
   std::vector<std::byte> bytes;
   if (rank() == root) {
     std::vector<std::vector<std::byte>> parts;
