@@ -176,29 +176,6 @@ auto returning_nothing(const py::function& fn) {
   };
 }
 
-py::list to_list(const std::vector<std::string>& items) {
-  py::list out;
-  for (const auto& item : items) out.append(py::bytes(item));
-  return out;
-}
-
-std::vector<std::string> from_list(const py::sequence& items) {
-  std::vector<std::string> out;
-  out.reserve(items.size());
-  for (const auto& item : items) out.push_back(bytes_of(item));
-  return out;
-}
-
-jobkit::reduce_op op_of(const std::string& name) {
-  using jobkit::reduce_op;
-  for (const auto op : {reduce_op::sum, reduce_op::prod, reduce_op::min, reduce_op::max, reduce_op::band,
-                        reduce_op::bor, reduce_op::bxor}) {
-    if (jobkit::to_string(op) == name) return op;
-  }
-  throw jobkit::error(jobkit::errc::invalid_argument,
-                      "all_reduce: op='" + name + "' is not one of sum, prod, min, max, band, bor, bxor");
-}
-
 py::bytes bytes_from(const std::vector<std::byte>& data) {
   return py::bytes(reinterpret_cast<const char*>(data.data()), data.size());
 }
@@ -342,72 +319,6 @@ void define_identity(py::module_& m) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& a : jobkit::default_runtime().data_path_addresses()) out.emplace_back(a.interface, a.address);
     return out;
-  });
-}
-
-void define_collectives(py::module_& m) {
-  using opt_seconds = std::optional<double>;
-  m.def("barrier", [](opt_seconds timeout) { blocking([&] { jobkit::world().barrier(call_of(timeout)); }); });
-  m.def("broadcast_bytes", [](const py::object& data, int src, opt_seconds timeout) {
-    const std::string mine = data.is_none() ? std::string() : bytes_of(data);
-    return py::bytes(blocking([&] { return jobkit::world().broadcast(mine, src, call_of(timeout)); }));
-  });
-  // Bulk data in the caller's buffers (bytearray, memoryview, array, numpy, a CPU tensor's numpy()).
-  const auto writable = [](const py::buffer& b, const char* name) {
-    const auto info = b.request(true);
-    if (!PyBuffer_IsContiguous(info.view(), 'C')) {
-      throw jobkit::error(jobkit::errc::invalid_argument, std::string(name) + " must be a C-contiguous buffer");
-    }
-    return std::span<std::byte>(static_cast<std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize));
-  };
-  m.def("broadcast_into", [writable](const py::buffer& buffer, int src, opt_seconds timeout) {
-    const auto bytes = writable(buffer, "buffer");
-    blocking([&] { jobkit::world().broadcast_into(bytes, src, call_of(timeout)); });
-  });
-  m.def("all_gather_into", [writable](const py::buffer& mine, const py::buffer& all, opt_seconds timeout) {
-    const auto from = writable(mine, "mine");
-    const auto to = writable(all, "all");
-    blocking([&] { jobkit::world().all_gather_into(from, to, call_of(timeout)); });
-  });
-  m.def("all_gather_bytes", [](const py::bytes& data, opt_seconds timeout) {
-    const auto mine = std::string(data);
-    return to_list(blocking([&] { return jobkit::world().all_gather(mine, call_of(timeout)); }));
-  });
-  m.def("gather_bytes", [](const py::bytes& data, int dst, opt_seconds timeout) {
-    const auto mine = std::string(data);
-    return to_list(blocking([&] { return jobkit::world().gather(mine, dst, call_of(timeout)); }));
-  });
-  m.def("scatter_bytes", [](const py::object& items, int src, opt_seconds timeout) {
-    const auto values = items.is_none() ? std::vector<std::string>() : from_list(items);
-    return py::bytes(blocking([&] { return jobkit::world().scatter(values, src, call_of(timeout)); }));
-  });
-  m.def("all_reduce_int", [](const std::vector<std::int64_t>& values, const std::string& op, opt_seconds timeout) {
-    const auto reduction = op_of(op);
-    return blocking([&] { return jobkit::world().all_reduce(values, reduction, call_of(timeout)); });
-  });
-  m.def("all_reduce_float", [](const std::vector<double>& values, const std::string& op, opt_seconds timeout) {
-    const auto reduction = op_of(op);
-    return blocking([&] { return jobkit::world().all_reduce(values, reduction, call_of(timeout)); });
-  });
-  m.def("compute_and_broadcast_bytes", [](const py::function& fn, int src, opt_seconds timeout) {
-    return py::bytes(blocking([&] {
-      return jobkit::world().compute_and_broadcast(returning_bytes(fn),
-                                                   jobkit::rooted_options{src, timeout_of(timeout)});
-    }));
-  });
-  m.def("gather_from_all_ranks_bytes", [](const py::function& fn, int dst, opt_seconds timeout) {
-    return to_list(blocking([&] {
-      return jobkit::world().gather_from_all_ranks(returning_bytes(fn),
-                                                   jobkit::rooted_options{dst, timeout_of(timeout)});
-    }));
-  });
-  m.def("reduce_and_broadcast_bytes", [](const py::function& map, const py::function& reduce, opt_seconds timeout) {
-    auto reduce_bytes = [&reduce](std::vector<std::string> parts) -> std::string {
-      py::gil_scoped_acquire gil;
-      return bytes_of(call_python(reduce, to_list(parts)));
-    };
-    return py::bytes(blocking(
-        [&] { return jobkit::world().reduce_and_broadcast(returning_bytes(map), reduce_bytes, call_of(timeout)); }));
   });
 }
 
@@ -561,7 +472,6 @@ PYBIND11_MODULE(_jobkit, m) {
         return jobkit::nccl::select_device(visible_count, local_rank, local_world_size);
       },
       py::arg("visible_count"), py::arg("local_rank"), py::arg("local_world_size"));
-  define_collectives(m);
   define_helpers(m);
   define_workspace(m);
   define_preemption(m);
