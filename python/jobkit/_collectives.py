@@ -177,7 +177,8 @@ def _torch_view(t: Any, what: str) -> View:
 
 def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
     """The strides, in bytes, of a C-contiguous array of this shape."""
-    strides, step = [], itemsize
+    strides: List[int] = []
+    step = itemsize
     for d in reversed(shape):
         strides.insert(0, step)
         step *= d
@@ -202,14 +203,14 @@ def _view(obj: Any, what: str, writable: bool = True) -> View:
         count = _math.prod(shape)
         return (address, count * int(typestr[2:]), dtype, ", ".join(str(d) for d in shape))
     try:
-        address, size, fmt, itemsize, shape = _jobkit.buffer_view(obj, writable)
+        address, size, fmt, _, described = _jobkit.buffer_view(obj, writable)
     except TypeError:
         raise InvalidArgumentError(f"{what} is a {type(obj).__name__}: a CPU torch tensor, a numpy array or a "
                                    "writable buffer is due") from None
     dtype = _FORMATS.get(fmt.lstrip("@=<"))
     if dtype is None:
         raise InvalidArgumentError(f"{what} has buffer format {fmt!r}, not one jobkit's collectives take")
-    return (address, size, dtype, shape)
+    return (address, size, dtype, described)
 
 
 def _no_async(async_op: bool, collective: str) -> None:
@@ -248,6 +249,7 @@ def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Time
     values = [value] if scalar else list(value)
     wire = "sum" if name == "avg" else name
     native = _native(group)
+    result: Sequence[float]  # ints from the integer reduction
     if name != "avg" and all(isinstance(v, _numbers.Integral) for v in values):
         result = _jobkit.group_all_reduce_int([int(v) for v in values], wire, native, _seconds(timeout))
     else:
@@ -323,8 +325,11 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst: int = 0, g
     _no_async(async_op, "gather")
     native = _native(group)
     root = _root(group, dst, "dst")
-    me = _world_rank() == dst
-    outputs = [_view(t, f"gather_list[{i}]") for i, t in enumerate(gather_list)] if me else None
+    outputs = None
+    if _world_rank() == dst:
+        if gather_list is None:
+            raise InvalidArgumentError(f"gather: gather_list is None on dst={dst}: one tensor per member is due")
+        outputs = [_view(t, f"gather_list[{i}]") for i, t in enumerate(gather_list)]
     _jobkit.array_gather(_view(tensor, "tensor", False), outputs, root, native, _seconds(timeout))
 
 
@@ -334,8 +339,11 @@ def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src: int = 0,
     _no_async(async_op, "scatter")
     native = _native(group)
     root = _root(group, src, "src")
-    me = _world_rank() == src
-    inputs = [_view(t, f"scatter_list[{i}]", False) for i, t in enumerate(scatter_list)] if me else None
+    inputs = None
+    if _world_rank() == src:
+        if scatter_list is None:
+            raise InvalidArgumentError(f"scatter: scatter_list is None on src={src}: one tensor per member is due")
+        inputs = [_view(t, f"scatter_list[{i}]", False) for i, t in enumerate(scatter_list)]
     _jobkit.array_scatter(_view(tensor, "tensor"), inputs, root, native, _seconds(timeout))
 
 
@@ -388,7 +396,11 @@ def scatter_object(objs: Optional[Sequence[Any]], src: int = 0, timeout: Timeout
     every rank, which is broadcast_object here.
     """
     native, root = _native(group), _root(group, src, "src")
-    parts = [_pickle.dumps(o, _PROTOCOL) for o in objs] if _world_rank() == src else None
+    parts = None
+    if _world_rank() == src:
+        if objs is None:
+            raise InvalidArgumentError(f"scatter_object: objs is None on src={src}: one object per member is due")
+        parts = [_pickle.dumps(o, _PROTOCOL) for o in objs]
     return _pickle.loads(_jobkit.group_scatter_bytes(parts, root, native, _seconds(timeout)))
 
 
@@ -397,7 +409,7 @@ def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout 
     """fn() on src only; its result on every rank. If fn raises, src re-raises it and the other
     ranks raise jobkit.PeerFailureError with its message. Unlike axolotl, any picklable result
     travels exactly (axolotl sends a float32)."""
-    holder = []
+    holder: List[Any] = []
 
     def run() -> bytes:
         """fn() on src, kept for src's own result."""
