@@ -2,7 +2,7 @@
 every name it uses from jobkit is typed, and a wrong use is an error there."""
 import logging
 from datetime import timedelta
-from typing import Optional
+from typing import List, Optional
 
 import jobkit
 import jobkit.torch
@@ -28,6 +28,13 @@ def main() -> None:
         code: str = e.code
         raise TimeoutError(code) from e  # the built-in, not shadowed by the * import
     jobkit.torch.init_process_group("gloo", timeout=timedelta(seconds=30))
+    node: jobkit.Group = jobkit.node_group()
+    half: Optional[jobkit.Group] = node.split(node.rank() % 2, timeout=timedelta(seconds=5))
+    peers: List[int] = jobkit.make_group([0, 1], timeout=10).world_ranks
+    steps: int = jobkit.all_reduce(rank, "max", group=half)
+    losses: List[float] = jobkit.all_reduce([0.5, 0.25], op="avg", group=node, timeout=30.0)
+    jobkit.barrier(group=node)
+    print(peers, steps, losses)
     print(handler, saved, store, jobkit.torch.device(), is_main_process(), world_size())  # noqa: F405
 
 
