@@ -28,8 +28,12 @@ namespace jobkit {
 class byte_writer {
  public:
   void write_bytes(const void* data, std::size_t size) {
-    const auto* p = static_cast<const std::byte*>(data);
-    bytes_.insert(bytes_.end(), p, p + size);
+    // resize + memcpy rather than insert: g++ 12 reports a false -Wstringop-overflow for an insert
+    // of a few bytes into an empty vector once enough of a collective is inlined around it.
+    if (size == 0) return;
+    const auto old = bytes_.size();
+    bytes_.resize(old + size);
+    std::memcpy(bytes_.data() + old, data, size);
   }
   template <class T>
   void write(const T& value);
