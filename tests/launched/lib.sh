@@ -23,9 +23,10 @@ need_cluster() {
   nodes=$(sinfo -h -N -o %N | sort -u | wc -l)
   ((nodes >= 3)) || skip "the dev cluster has $nodes nodes, these tests need 3"
   # An earlier test's job may still be completing and hold its nodes (Slurm 24.11 took 5 s and more
-  # after a task was killed): a step on those nodes would wait for them. Wait up to a minute for the
-  # queue to empty.
-  deadline=$((SECONDS + 60))
+  # after a task was killed; on a loaded machine a slurmstepd's step-complete message to slurmctld
+  # timed out and was resent 60 s later, the job completing after 75 s): a step on those nodes would
+  # wait for them, and srun print that it waits. Wait up to 150 s for the queue to empty.
+  deadline=$((SECONDS + 150))
   while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
   # netns: every node is a host of its own on a network; loopback: all on 127.0.0.1.
   echo "network: $("$repo/slurm/dev-cluster.sh" net-mode 2>/dev/null || echo unknown)"
