@@ -25,9 +25,7 @@ namespace {
 
 using clock = steady_clock;
 
-/// How often a wait in shared memory looks at what a futex cannot tell: node-mates' pidfds and
-/// the leader's TCP links.
-constexpr std::chrono::milliseconds check_interval{100};
+constexpr auto check_interval = segment_check_interval;
 
 /// Whether a member's contribution goes through the data region (past its slot) rather than in place.
 bool in_data_region(const node_segment::slot& slot) {
@@ -175,24 +173,6 @@ void tree_node::check_members(const exchange& ex, bool deaths, const std::functi
     context_.fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)",
                               context_.describe(g), during()),
                   g);
-  }
-}
-
-void tree_node::wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline,
-                                const std::function<bool()>& ready, const std::function<void()>& timed_out) {
-  auto next_check = clock::now() + check_interval;
-  std::uint32_t last = 0;
-  for (bool first = true;; first = false) {
-    const auto seen = segment_->bell_value(b);
-    if (ready()) return;
-    const auto now = clock::now();
-    const bool tick = now >= next_check;
-    check(ex, tick, ready);
-    if (now >= deadline) timed_out();
-    if (tick) next_check = now + check_interval;
-    // Spins only after something happened, not after a wake-up for the checks.
-    if (segment_->wait(b, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
-    last = seen;
   }
 }
 

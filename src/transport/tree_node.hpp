@@ -1,5 +1,8 @@
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -8,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/embedder.hpp"
 #include "transport/node_segment.hpp"
 #include "transport/tree_context.hpp"
 
@@ -126,8 +130,10 @@ class tree_node {
   void wait_for_leader(const exchange& ex, time_point deadline, const std::function<bool()>& ready);
   /// Waits on a bell of the segment until ready() holds, checking the node meanwhile (a departure
   /// excused when ready() then holds); calls timed_out, which must throw, at the deadline.
-  void wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline,
-                       const std::function<bool()>& ready, const std::function<void()>& timed_out);
+  /// A template, as the spin of the futex wait calls ready() at every turn: inlined where it is used.
+  template <class Ready, class TimedOut>
+  void wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline, Ready&& ready,
+                       TimedOut&& timed_out);
   static void copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text);
   /// Fails the group on an error of the segment (no memory for the data region).
   [[noreturn]] void segment_failed(const exchange& ex, const error& e);
@@ -139,5 +145,29 @@ class tree_node {
   std::vector<process_watch> watched_;  // the leader: its node-mates; a node-mate: its leader
   std::vector<int> watched_members_;    // node indexes of watched_
 };
+
+/// How often a wait in shared memory looks at what a futex cannot tell: node-mates' pidfds and
+/// the leader's TCP links.
+inline constexpr std::chrono::milliseconds segment_check_interval{100};
+
+template <class Ready, class TimedOut>
+void tree_node::wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline, Ready&& ready,
+                                TimedOut&& timed_out) {
+  const std::function<bool()> excused = [&] { return ready(); };
+  auto next_check = std::chrono::steady_clock::now() + segment_check_interval;
+  std::uint32_t last = 0;
+  for (bool first = true;; first = false) {
+    const auto seen = segment_->bell_value(b);
+    if (ready()) return;
+    const auto now = std::chrono::steady_clock::now();
+    const bool tick = now >= next_check;
+    check(ex, tick, excused);
+    if (now >= deadline) timed_out();
+    if (tick) next_check = now + segment_check_interval;
+    // Spins only after something happened, not after a wake-up for the checks.
+    if (segment_->wait(b, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();
+    last = seen;
+  }
+}
 
 }  // namespace jobkit::detail
