@@ -71,7 +71,10 @@ def expected(ranks, dtype, op):
                "band": lambda a, b: a & b, "bor": lambda a, b: a | b, "bxor": lambda a, b: a ^ b}[op]
     total = functools.reduce(combine, [value(r, dtype).to(wide(dtype)) for r in ranks])
     if op == "avg":
-        total = total / len(ranks)
+        # Each part divided by the count, correctly rounded (as jobkit does): torch 2.6 divides a
+        # complex tensor by a number as complex division, which may round the last bit otherwise.
+        k = len(ranks)
+        total = torch.complex(total.real / k, total.imag / k) if dtype.is_complex else total / k
     return total.to(dtype)
 
 
