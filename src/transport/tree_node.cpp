@@ -144,7 +144,9 @@ void tree_node::post_abort(int origin, errc code, const std::string& message) no
   if (segment_) segment_->post_abort(origin, code, message);
 }
 
-void tree_node::segment_failed(const exchange& ex, const error& e) { segment_failed(ex, e); }
+void tree_node::segment_failed(const exchange& ex, const error& e) {
+  context_.fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), context_.rank, e.code());
+}
 
 void tree_node::check(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
   check_members(ex, deaths, excused);

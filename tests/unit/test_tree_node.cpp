@@ -2,7 +2,10 @@
 // meeting in a segment without the fabric (no sockets, no setup connections): the last arriver
 // finishing, one-way broadcasts as mail, a leader gathering for a group that spans nodes, and the
 // failures each names.
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <latch>
@@ -193,4 +196,29 @@ TEST_CASE("tree_node: a leader gathers for a group that spans nodes and publishe
       CHECK(contains(o.error, "rank(s) 2 never arrived"));
     }
   }
+}
+
+TEST_CASE("tree_node: a segment that cannot grow fails every member, naming the cause", "[transport]") {
+  // A file size limit makes growing the segment's data region fail (EFBIG; SIGXFSZ ignored) for
+  // the member that finishes, as a full /dev/shm would.
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  const auto results = on_node(3, segment_name(4), [&before](member& m) {
+    rlimit small = before;
+    small.rlim_cur = 256 * 1024;
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    m.context.sequence = 1;
+    const auto mine = filled(1 << 20, m.context.rank);
+    return m.node->exchange_on_node(contributing("all_gather", mine)).size();
+  });
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
+  int named = 0;
+  for (const auto& o : results) {
+    INFO(o.error);
+    CHECK_FALSE(o.value);
+    if (contains(o.error, "cannot grow the shared memory segment")) ++named;
+  }
+  CHECK(named >= 1);
 }
