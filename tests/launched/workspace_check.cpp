@@ -224,7 +224,17 @@ int exit_before() {
     std::fflush(stdout);
     std::exit(1);
   }
-  gather(jobkit::world(), "early");
+  // Timed from here, not from the step's start: launching a step on a loaded machine can take
+  // seconds, detecting the exit must not.
+  const auto start = steady_clock::now();
+  try {
+    gather(jobkit::world(), "early");
+  } catch (const jobkit::error&) {
+    std::printf("rank %d: the gather failed after %lld ms\n", id.rank,
+                static_cast<long long>(duration_cast<milliseconds>(steady_clock::now() - start).count()));
+    std::fflush(stdout);
+    throw;
+  }
   std::printf("rank %d: the gather succeeded without rank %d\n", id.rank, id.world_size - 1);
   return 0;
 }
