@@ -16,6 +16,7 @@ packages=(
   libpmi2-0-dev                                  # Slurm's PMI-2 (srun --mpi=pmi2; libpmi2 is opened at run time)
   slurmctld slurmd slurm-client munge            # the dev cluster (srun --mpi=pmix)
   iproute2 procps                                # the dev cluster's network namespaces; ps, pkill in tests
+  nftables                                       # the lost-node tests cut a dev-cluster node off (tests/launched/lost_node.sh)
   openmpi-bin libopenmpi-dev                     # a second PMIx launcher, MPI coexistence tests
   python3-torch                                  # jobkit exec tests and the torch gloo peer benchmark
   python3-matplotlib                             # bench/plot.py: the figures of bench/RESULTS.md (test plots)

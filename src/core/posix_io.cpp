@@ -1,5 +1,8 @@
 #include "core/posix_io.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <system_error>
 
 #include "core/embedder.hpp"
+#include "core/timeout.hpp"
 
 namespace jobkit::detail {
 
@@ -61,13 +65,47 @@ int pread_file_all(int fd, void* data, std::size_t size, off_t offset) {
   return 0;
 }
 
+std::optional<std::chrono::milliseconds> link_silence(int fd, std::chrono::milliseconds limit) {
+  tcp_info info{};
+  socklen_t length = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return std::nullopt;
+  if (info.tcpi_state != TCP_ESTABLISHED || (info.tcpi_unacked == 0 && info.tcpi_probes == 0)) return std::nullopt;
+  const std::chrono::milliseconds quiet{info.tcpi_last_ack_recv};
+  if (quiet < limit) return std::nullopt;
+  return quiet;
+}
+
+void set_link_options(int fd, std::chrono::milliseconds silence_limit) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof one);
+  // Not TCP_USER_TIMEOUT: it also ends a link whose peer only stopped reading (a receive window
+  // closed for that long), which is a late rank, not a lost node.
+  const int probes = static_cast<int>(std::min<long long>(
+      std::chrono::ceil<std::chrono::seconds>(silence_limit).count(), 127));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
 void wait_ready(int fd, short events, steady_clock::time_point deadline) {
+  // Waits of a quarter of the limit at most (250 ms at the most), to look at the link meanwhile.
+  const auto limit = lost_node_timeout();
+  const auto slice = std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(250));
   while (true) {
     pollfd p{fd, events, 0};
-    const int ready = ::poll(&p, 1, remaining_ms(deadline));
+    const int wait = std::min<long long>(remaining_ms(deadline), slice.count());
+    const int ready = ::poll(&p, 1, wait);
     if (ready > 0) return;
-    if (ready == 0) throw socket_timeout{};
-    if (errno != EINTR) throw socket_closed{errno_text(errno)};
+    if (ready == 0) {
+      if (steady_clock::now() >= deadline) throw socket_timeout{};
+      if (const auto quiet = link_silence(fd, limit)) {
+        throw socket_closed{"no answer from its host for " + std::to_string(quiet->count()) + " ms", ETIMEDOUT};
+      }
+      continue;
+    }
+    if (errno != EINTR) throw socket_closed{errno_text(errno), errno};
     interruption_point();
   }
 }
@@ -88,7 +126,7 @@ void send_all(int fd, iovec* parts, int count, steady_clock::time_point deadline
         continue;
       }
       if (errno == EINTR) continue;
-      throw socket_closed{errno_text(errno)};
+      throw socket_closed{errno_text(errno), errno};
     }
     auto sent = static_cast<std::size_t>(n);
     while (count > 0 && sent >= parts->iov_len) {
@@ -115,7 +153,7 @@ void receive_all(int fd, void* data, std::size_t size, steady_clock::time_point 
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       wait_ready(fd, POLLIN, deadline);
     } else if (errno != EINTR) {
-      throw socket_closed{errno_text(errno)};
+      throw socket_closed{errno_text(errno), errno};
     }
   }
 }
@@ -126,7 +164,7 @@ std::size_t receive_some(int fd, void* data, std::size_t size) {
     if (n > 0) return static_cast<std::size_t>(n);
     if (n == 0) throw socket_closed{"connection closed"};
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    if (errno != EINTR) throw socket_closed{errno_text(errno)};
+    if (errno != EINTR) throw socket_closed{errno_text(errno), errno};
   }
 }
 

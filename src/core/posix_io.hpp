@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace jobkit::detail {
@@ -44,11 +45,25 @@ int pread_file_all(int fd, void* data, std::size_t size, off_t offset);
 /// The connection broke or was closed by the peer; why says how.
 struct socket_closed {
   std::string why;
+  /// ETIMEDOUT when the peer's host stopped answering (see link_silence), else 0 or the errno.
+  int error_number = 0;
 };
 /// The deadline passed first.
 struct socket_timeout {};
 
-/// Waits until fd is ready for events. @throws socket_closed, socket_timeout
+/// How long a TCP link has gone without any answer from its peer's host, when that is at least
+/// `limit` while something is owed: data sent and not acknowledged, or a keepalive probe (a
+/// link of the data path is probed once a second while idle, see set_link_options). A peer
+/// whose host answers is never silent, however long its process does not read: a closed
+/// receive window is answered too. nullopt when the link is not silent or not TCP.
+std::optional<std::chrono::milliseconds> link_silence(int fd, std::chrono::milliseconds limit);
+/// Options of every TCP link of the data path: no Nagle delay, non-blocking, and keepalive probes
+/// once a second after a second of quiet, so that link_silence sees a silent host, and the
+/// kernel closes an idle link to it (ETIMEDOUT) about a second after `silence_limit`.
+void set_link_options(int fd, std::chrono::milliseconds silence_limit);
+
+/// Waits until fd is ready for events. A TCP link silent for lost_node_timeout() ends the wait
+/// with socket_closed (ETIMEDOUT). @throws socket_closed, socket_timeout
 void wait_ready(int fd, short events, steady_clock::time_point deadline);
 /// Sends every byte of the parts (MSG_NOSIGNAL); parts are consumed. @throws socket_closed, socket_timeout
 void send_all(int fd, iovec* parts, int count, steady_clock::time_point deadline);

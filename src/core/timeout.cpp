@@ -50,6 +50,27 @@ std::chrono::milliseconds pmix_init_timeout() {
   return timeout_variable("JOBKIT_PMIX_INIT_TIMEOUT", std::chrono::seconds(60));
 }
 
+std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value) {
+  constexpr std::string_view name = "JOBKIT_LOST_NODE_TIMEOUT";
+  if (!value) return std::chrono::seconds(8);
+  std::chrono::milliseconds limit{};
+  try {
+    limit = parse_timeout(name, *value);
+  } catch (const error& e) {
+    throw error(errc::invalid_environment, e.what());
+  }
+  if (limit < std::chrono::seconds(1)) {
+    throw error(errc::invalid_environment,
+                fmt::format("{}='{}' is below 1 second, the interval of the kernel's probes of a link", name, *value));
+  }
+  return limit;
+}
+
+std::chrono::milliseconds lost_node_timeout() {
+  static const auto limit = lost_node_limit(process_environment().get("JOBKIT_LOST_NODE_TIMEOUT"));
+  return limit;
+}
+
 std::chrono::milliseconds timeout_of(std::chrono::milliseconds timeout, std::string_view operation) {
   if (timeout.count() < 0) {
     throw error(errc::invalid_argument, fmt::format("{}: timeout={} ms is negative", operation, timeout.count()));

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string_view>
 
 #include "jobkit/collectives.hpp"
@@ -14,6 +15,15 @@ std::chrono::milliseconds default_timeout();
 /// How long PMIx_Init may take: JOBKIT_PMIX_INIT_TIMEOUT seconds (parse_timeout's rule), else 60 s.
 /// @throws jobkit::error (invalid_environment) naming the variable when it is malformed
 std::chrono::milliseconds pmix_init_timeout();
+
+/// How long a TCP link of the data path may go without any answer from its peer's host while
+/// this rank waits on it, before the peer's node counts as lost: JOBKIT_LOST_NODE_TIMEOUT seconds
+/// (parse_timeout's rule, at least 1), else 8 s. The kernel probes an idle link every second.
+/// @throws jobkit::error (invalid_environment) naming the variable when it is malformed or below 1 s
+std::chrono::milliseconds lost_node_timeout();
+/// lost_node_timeout's rule for one value of the variable (nullopt: unset).
+/// @throws jobkit::error (invalid_environment) naming the variable and the value
+std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value);
 
 /// The one timeout policy of every blocking call: zero means default_timeout(), a positive
 /// value is used as it is, a negative one is refused.

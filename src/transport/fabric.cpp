@@ -22,6 +22,7 @@
 #include "core/names.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
+#include "core/timeout.hpp"
 #include "transport/addresses.hpp"
 #include "transport/frame.hpp"
 #include "transport/sha256.hpp"
@@ -30,12 +31,6 @@ namespace jobkit::detail {
 namespace {
 
 constexpr std::size_t max_pending_connections = 256;
-
-void set_socket_options(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
 
 [[noreturn]] void bootstrap_failure(const std::string& what) {
   throw error(errc::internal, fmt::format("data path setup: {}", what));
@@ -82,7 +77,7 @@ std::pair<int, int> listen_socket(const fabric_settings& settings) {
     ::close(fd);
     bootstrap_failure(fmt::format("listen: {}", why));
   }
-  set_socket_options(fd);
+  set_link_options(fd, settings.silence_limit);
   const int port = family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
   return {fd, port};
@@ -110,6 +105,7 @@ std::vector<interface_address> endpoint_interfaces(const identity& self) {
 fabric_settings settings_for(const identity& self) {
   fabric_settings settings;
   for (const auto& a : endpoint_interfaces(self)) settings.addresses.push_back(a.numeric);
+  settings.silence_limit = lost_node_timeout();
   return settings;
 }
 
@@ -218,13 +214,13 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
     ::freeaddrinfo(found);
     return std::nullopt;
   }
-  set_socket_options(fd);
+  set_link_options(fd, settings_.silence_limit);
   int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
   int connect_errno = errno;
   ::freeaddrinfo(found);
   if (rc != 0 && connect_errno == EINPROGRESS) {  // bounded by us, not by the kernel's SYN retries
     try {
-      wait_ready(fd, POLLOUT, std::min(deadline, steady_clock::now() + settings_.connect_timeout));
+      wait_ready(fd, POLLOUT, std::min(deadline, steady_clock::now() + settings_.silence_limit));
       socklen_t length = sizeof connect_errno;
       ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &connect_errno, &length);
       rc = connect_errno == 0 ? 0 : -1;
@@ -304,7 +300,7 @@ void tcp_fabric::take_new_connections() {
   while (true) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN: none left; anything else: the next poll tells
-    set_socket_options(fd);
+    set_link_options(fd, settings_.silence_limit);
     pending p;
     p.fd = fd;
     p.address = peer_address(fd);

@@ -23,8 +23,9 @@ struct fabric_settings {
   std::vector<std::string> addresses;
   /// How long an accepted connection may take to prove its membership before it is dropped.
   std::chrono::milliseconds handshake_timeout{5000};
-  /// How long one connection attempt to one address may take.
-  std::chrono::milliseconds connect_timeout{10000};
+  /// How long a peer's host may answer nothing (lost_node_timeout()): the bound of one
+  /// connection attempt to one address, and the keepalive of every link (set_link_options).
+  std::chrono::milliseconds silence_limit{8000};
 };
 /// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
 fabric_settings settings_for(const identity& self);

@@ -20,6 +20,7 @@
 
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
+#include "core/timeout.hpp"
 #include "transport/frame.hpp"
 #include "transport/node_segment.hpp"
 
@@ -31,6 +32,8 @@ using clock = steady_clock;
 
 /// How often a leader waiting for a broadcast looks at its node.
 constexpr std::chrono::milliseconds check_interval{100};
+/// How often a leader waiting for its children looks whether a link went silent.
+constexpr std::chrono::milliseconds silence_check_interval{250};
 
 /// What a leader receives from its parent before passing it on: big enough for the socket
 /// calls to be few, small enough that every level of the tree works at once.
@@ -127,10 +130,20 @@ void tree_links::check_closed(const exchange& context) {
   for (const auto& child : children_) links.push_back(&child);
   if (parent_) links.push_back(&*parent_);
   for (const auto* l : links) fds.push_back(pollfd{l->fd, POLLRDHUP, 0});
-  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
-  for (std::size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) lost(*links[i], "connection closed", context);
+  if (::poll(fds.data(), fds.size(), 0) > 0) {
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) lost(*links[i], "connection closed", context);
+    }
   }
+  check_silence(context);
+}
+
+void tree_links::check_silence(const exchange& ex) {
+  const auto limit = lost_node_timeout();
+  for (const auto& child : children_) {
+    if (child.fd >= 0 && link_silence(child.fd, limit)) went_silent(child, ex);
+  }
+  if (parent_ && parent_->fd >= 0 && link_silence(parent_->fd, limit)) went_silent(*parent_, ex);
 }
 
 tree_links::child_wait tree_links::start_gather(std::function<bool(std::size_t)> take) const {
@@ -244,19 +257,38 @@ void tree_links::pass_on_broadcast(const exchange& ex, time_point deadline, cons
   drain_receipts(ex, deadline);
 }
 
-void tree_links::lost(const link& l, const std::string& why, const exchange& ex) {
+void tree_links::lost(const link& l, const std::string& why, const exchange& ex, int error_number) {
   // The peer may have sent an abort just before closing: its reason is the one to report.
-  try {
-    const auto until = clock::now() + std::chrono::milliseconds(100);
-    frame f = receive_frame(l.fd, until);
-    while (is(f.header, frame_type::receipt)) f = receive_frame(l.fd, until);
-    if (auto notice = abort_in(f)) context_.fail(notice->reason, notice->origin, notice->code);
-  } catch (const socket_closed&) {
-  } catch (const socket_timeout&) {
-  } catch (const protocol_violation&) {
+  if (error_number != ETIMEDOUT) {
+    try {
+      const auto until = clock::now() + std::chrono::milliseconds(100);
+      frame f = receive_frame(l.fd, until);
+      while (is(f.header, frame_type::receipt)) f = receive_frame(l.fd, until);
+      if (auto notice = abort_in(f)) context_.fail(notice->reason, notice->origin, notice->code);
+    } catch (const socket_closed& c) {
+      error_number = c.error_number;  // the kernel's keepalive may have ended the link: ETIMEDOUT
+    } catch (const socket_timeout&) {
+    } catch (const protocol_violation&) {
+    }
   }
+  if (error_number == ETIMEDOUT) went_silent(l, ex);
   context_.fail(fmt::format("{} closed its connection ({}) during {}{}: the process died or exited",
                             context_.describe(l.peer), why, ex.name, ex.site.empty() ? "" : " at " + ex.site),
+                l.peer);
+}
+
+void tree_links::went_silent(const link& l, const exchange& ex) {
+  const auto& host = context_.hosts[static_cast<std::size_t>(l.peer)];
+  std::vector<int> there;
+  for (std::size_t g = 0; g < context_.members.size(); ++g) {
+    if (context_.hosts[g] == host) there.push_back(context_.members[g]);
+  }
+  const auto limit = std::chrono::duration<double>(lost_node_timeout()).count();
+  context_.fail(fmt::format("{} went silent during {}{}: its node {} answered nothing for {} s (JOBKIT_LOST_NODE_TIMEOUT) "
+                            "while {} waited on it: the node is lost or cut off from {} (ranks on {} in this group: {})",
+                            context_.describe(l.peer), ex.name, ex.site.empty() ? "" : " at " + ex.site, host, limit,
+                            context_.describe(context_.rank), context_.hosts[static_cast<std::size_t>(context_.rank)],
+                            host, fmt::join(there, ", ")),
                 l.peer);
 }
 
@@ -282,7 +314,7 @@ void tree_links::message_failed(const link& l, const exchange& ex) {
   } catch (const protocol_violation& v) {
     broke_protocol(l, v, ex);
   } catch (const socket_closed& e) {
-    lost(l, e.why, ex);
+    lost(l, e.why, ex, e.error_number);
   } catch (const socket_timeout&) {
     context_.fail(fmt::format("{} stalled mid-message during {} at {}", context_.describe(l.peer), ex.name, ex.site),
                   l.peer);
@@ -293,7 +325,7 @@ void tree_links::send_failed(const link& l, const exchange& ex) {
   try {
     throw;
   } catch (const socket_closed& e) {
-    lost(l, e.why, ex);
+    lost(l, e.why, ex, e.error_number);
   } catch (const socket_timeout&) {
     context_.fail(fmt::format("{} stopped reading during {} at {}", context_.describe(l.peer), ex.name, ex.site),
                   l.peer);
@@ -436,7 +468,10 @@ void tree_links::check_links(const exchange& ex, time_point deadline, child_wait
   for (std::size_t i = 0; i < children_.size(); ++i)
     fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN | POLLRDHUP, 0});
   if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
-  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  if (::poll(fds.data(), fds.size(), 0) <= 0) {
+    check_silence(ex);
+    return;
+  }
   if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
   for (std::size_t i = 0; i < children_.size(); ++i) {
     // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
@@ -455,12 +490,17 @@ void tree_links::await_children(const exchange& ex, time_point deadline, child_w
     // The parent sends nothing before it has this rank's contribution, except an abort or its
     // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
     if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
-    const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
+    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(silence_check_interval.count()));
+    const int ready = ::poll(fds.data(), fds.size(), wait);
     if (ready < 0 && errno == EINTR) {
       interruption_point();
       continue;
     }
-    if (ready == 0) time_out(ex, done, {});
+    if (ready == 0) {
+      if (clock::now() >= deadline) time_out(ex, done, {});
+      check_silence(ex);
+      continue;
+    }
     if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
     for (std::size_t i = 0; i < children_.size(); ++i) {
       if (done[i] || fds[i].revents == 0 || !take(i)) continue;
@@ -486,6 +526,7 @@ frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const
       if (fds[i + 1].revents != 0) check_child(i, ex, deadline);
     }
     watch_node();
+    check_silence(ex);
     if (clock::now() >= deadline) {
       context_.fail(
           fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}: rank {} or a rank "
@@ -606,7 +647,7 @@ void tree_links::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
       try {
         receive_all(parent.fd, bx.buffer.data() + at, n, deadline);
       } catch (const socket_closed& e) {
-        lost(parent, e.why, ex);
+        lost(parent, e.why, ex, e.error_number);
       } catch (const socket_timeout&) {
         context_.fail(
             fmt::format("{} stalled mid-message during {} at {}", context_.describe(parent.peer), ex.name, ex.site),

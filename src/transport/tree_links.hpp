@@ -56,8 +56,11 @@ class tree_links {
   const std::vector<std::vector<int>>& subtrees() const noexcept { return subtrees_; }
   /// Sends an abort to every neighbour but the one at origin and closes the links (noexcept).
   void spread_abort(const std::string& message, int origin, errc code) noexcept;
-  /// Fails when a link was closed.
+  /// Fails when a link was closed, or went silent (no answer from the peer's host for
+  /// lost_node_timeout() while something is owed on it).
   void check_closed(const exchange& context);
+  /// Fails when a link went silent.
+  void check_silence(const exchange& ex);
 
   child_wait start_gather(std::function<bool(std::size_t)> take) const;
   /// Child i's contribution, appended to entries; false when only receipts were waiting.
@@ -113,7 +116,8 @@ class tree_links {
   [[noreturn]] void message_failed(const link& l, const exchange& ex);
   [[noreturn]] void send_failed(const link& l, const exchange& ex);
   [[noreturn]] void result_failed(const link& parent, const exchange& ex);
-  [[noreturn]] void lost(const link& l, const std::string& why, const exchange& ex);
+  [[noreturn]] void lost(const link& l, const std::string& why, const exchange& ex, int error_number = 0);
+  [[noreturn]] void went_silent(const link& l, const exchange& ex);
   [[noreturn]] void broke_protocol(const link& l, const protocol_violation& v, const exchange& ex);
   [[noreturn]] void time_out(const exchange& ex, const std::vector<bool>& done, std::vector<int> missing);
 

@@ -3,6 +3,7 @@
 // PMIx), including strangers that connect to a rank's port.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@
 #include <fmt/format.h>
 
 #include "../catch.hpp"
+#include "core/posix_io.hpp"
+#include "core/timeout.hpp"
 #include "support.hpp"
 #include "transport/addresses.hpp"
 #include "transport/fabric.hpp"
@@ -1150,4 +1153,55 @@ TEST_CASE("a leader waiting for a late root's broadcast still watches its childr
     CHECK_FALSE(o.value);
     CHECK(contains(o.error, "collectives out of step"));
   }
+}
+
+TEST_CASE("JOBKIT_LOST_NODE_TIMEOUT: seconds, 8 by default, at least 1, named when wrong", "[transport]") {
+  using jobkit::detail::lost_node_limit;
+  CHECK(lost_node_limit(std::nullopt) == std::chrono::seconds(8));
+  CHECK(lost_node_limit("1") == std::chrono::seconds(1));
+  CHECK(lost_node_limit("2.5") == std::chrono::milliseconds(2500));
+  for (const char* bad : {"", "0", "0.5", "-3", "8s", "nan"}) {
+    CHECK_THROWS_WITH(lost_node_limit(bad), Catch::Contains(std::string("JOBKIT_LOST_NODE_TIMEOUT='") + bad + "'"));
+  }
+}
+
+TEST_CASE("a link of the data path is probed every second, and a link whose host answers is not silent",
+          "[transport]") {
+  using namespace jobkit::detail;
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  set_link_options(client, std::chrono::seconds(3));
+  REQUIRE((::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 || errno == EINPROGRESS));
+  const int server = ::accept(listener, nullptr, nullptr);
+  REQUIRE(server >= 0);
+  const auto option = [&](int level, int name) {
+    int value = 0;
+    socklen_t size = sizeof value;
+    ::getsockopt(client, level, name, &value, &size);
+    return value;
+  };
+  CHECK(option(SOL_SOCKET, SO_KEEPALIVE) == 1);
+  CHECK(option(IPPROTO_TCP, TCP_KEEPIDLE) == 1);
+  CHECK(option(IPPROTO_TCP, TCP_KEEPINTVL) == 1);
+  CHECK(option(IPPROTO_TCP, TCP_KEEPCNT) == 3);
+  CHECK(option(IPPROTO_TCP, TCP_USER_TIMEOUT) == 0);  // it would end a link whose peer only stopped reading
+  // The server never reads: the client fills the buffers, its window closes, and the server's
+  // host keeps answering. Past the limit, the link is still not silent.
+  std::vector<char> chunk(1 << 16);
+  for (int i = 0; i < 1000 && ::send(client, chunk.data(), chunk.size(), MSG_DONTWAIT) > 0; ++i) {
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  CHECK_FALSE(link_silence(client, std::chrono::seconds(2)));
+  CHECK_FALSE(link_silence(server, std::chrono::seconds(2)));
+  CHECK_FALSE(link_silence(listener, std::chrono::seconds(2)));  // not a connection
+  ::close(client);
+  ::close(server);
+  ::close(listener);
 }
