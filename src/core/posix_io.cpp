@@ -1,8 +1,8 @@
 #include "core/posix_io.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,8 +83,8 @@ void set_link_options(int fd, std::chrono::milliseconds silence_limit) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof one);
   // Not TCP_USER_TIMEOUT: it also ends a link whose peer only stopped reading (a receive window
   // closed for that long), which is a late rank, not a lost node.
-  const int probes = static_cast<int>(std::min<long long>(
-      std::chrono::ceil<std::chrono::seconds>(silence_limit).count(), 127));
+  const int probes =
+      static_cast<int>(std::min<long long>(std::chrono::ceil<std::chrono::seconds>(silence_limit).count(), 127));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }

@@ -284,12 +284,13 @@ void tree_links::went_silent(const link& l, const exchange& ex) {
     if (context_.hosts[g] == host) there.push_back(context_.members[g]);
   }
   const auto limit = std::chrono::duration<double>(lost_node_timeout()).count();
-  context_.fail(fmt::format("{} went silent during {}{}: its node {} answered nothing for {} s (JOBKIT_LOST_NODE_TIMEOUT) "
-                            "while {} waited on it: the node is lost or cut off from {} (ranks on {} in this group: {})",
-                            context_.describe(l.peer), ex.name, ex.site.empty() ? "" : " at " + ex.site, host, limit,
-                            context_.describe(context_.rank), context_.hosts[static_cast<std::size_t>(context_.rank)],
-                            host, fmt::join(there, ", ")),
-                l.peer);
+  context_.fail(
+      fmt::format("{} went silent during {}{}: its node {} answered nothing for {} s (JOBKIT_LOST_NODE_TIMEOUT) "
+                  "while {} waited on it: the node is lost or cut off from {} (ranks on {} in this group: {})",
+                  context_.describe(l.peer), ex.name, ex.site.empty() ? "" : " at " + ex.site, host, limit,
+                  context_.describe(context_.rank), context_.hosts[static_cast<std::size_t>(context_.rank)], host,
+                  fmt::join(there, ", ")),
+      l.peer);
 }
 
 void tree_links::broke_protocol(const link& l, const protocol_violation& v, const exchange& ex) {
