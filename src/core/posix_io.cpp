@@ -1,8 +1,8 @@
 #include "core/posix_io.hpp"
 
 #include <fcntl.h>
+#include <linux/tcp.h>  // its tcp_info has tcpi_notsent_bytes, glibc 2.36's does not
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <system_error>
 
@@ -65,13 +66,20 @@ int pread_file_all(int fd, void* data, std::size_t size, off_t offset) {
   return 0;
 }
 
+/// Linux's TCP_ESTABLISHED (net/tcp_states.h; <linux/tcp.h> does not have it).
+constexpr std::uint8_t tcp_established = 1;
+
 std::optional<std::chrono::milliseconds> link_silence(int fd, std::chrono::milliseconds limit) {
   tcp_info info{};
   socklen_t length = sizeof info;
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return std::nullopt;
-  if (info.tcpi_state != TCP_ESTABLISHED || (info.tcpi_unacked == 0 && info.tcpi_probes == 0)) return std::nullopt;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 || info.tcpi_state != tcp_established) {
+    return std::nullopt;
+  }
+  // Owed: data in flight, or a keepalive probe of an idle link. Not a probe of a closed window
+  // (data waits unsent): the peer's host answered that window, its process does not read.
+  const bool owed = info.tcpi_unacked > 0 || (info.tcpi_probes > 0 && info.tcpi_notsent_bytes == 0);
   const std::chrono::milliseconds quiet{info.tcpi_last_ack_recv};
-  if (quiet < limit) return std::nullopt;
+  if (!owed || quiet < limit) return std::nullopt;
   return quiet;
 }
 

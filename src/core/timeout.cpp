@@ -59,9 +59,13 @@ std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value)
   } catch (const error& e) {
     throw error(errc::invalid_environment, e.what());
   }
-  if (limit < std::chrono::seconds(1)) {
+  // The kernel probes an idle link after a second of quiet: a healthy link is quiet for a second
+  // and a round trip, so silence can be told from it only past that.
+  if (limit < std::chrono::seconds(2)) {
     throw error(errc::invalid_environment,
-                fmt::format("{}='{}' is below 1 second, the interval of the kernel's probes of a link", name, *value));
+                fmt::format("{}='{}' is below 2 seconds: the kernel probes an idle link once a second, so a healthy "
+                            "link is quiet for up to a second",
+                            name, *value));
   }
   return limit;
 }

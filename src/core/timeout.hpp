@@ -18,8 +18,8 @@ std::chrono::milliseconds pmix_init_timeout();
 
 /// How long a TCP link of the data path may go without any answer from its peer's host while
 /// this rank waits on it, before the peer's node counts as lost: JOBKIT_LOST_NODE_TIMEOUT seconds
-/// (parse_timeout's rule, at least 1), else 8 s. The kernel probes an idle link every second.
-/// @throws jobkit::error (invalid_environment) naming the variable when it is malformed or below 1 s
+/// (parse_timeout's rule, at least 2), else 8 s. The kernel probes an idle link every second.
+/// @throws jobkit::error (invalid_environment) naming the variable when it is malformed or below 2 s
 std::chrono::milliseconds lost_node_timeout();
 /// lost_node_timeout's rule for one value of the variable (nullopt: unset).
 /// @throws jobkit::error (invalid_environment) naming the variable and the value

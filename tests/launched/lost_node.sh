@@ -12,6 +12,8 @@
 #   stall      the last node's ranks stopped (SIGSTOP) for 3 s mid-loop: no failure, default limit
 #   blackout   every packet to and from the last node dropped for 3 s mid-loop: no failure,
 #              default limit
+# LOST_NODE_LIMIT: the JOBKIT_LOST_NODE_TIMEOUT of idle, mid and partition (default 2; seconds).
+# bench/lost_node.sh runs mid and default many times for the detection times of bench/RESULTS.md.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes idle mid partition default stall blackout
@@ -23,7 +25,7 @@ need_cluster
 command -v nft >/dev/null || skip "nft not installed (apt-get install nftables)"
 eval "$("$repo/slurm/dev-cluster.sh" settings)"
 
-limit=2  # JOBKIT_LOST_NODE_TIMEOUT of the quick cases, seconds
+limit=${LOST_NODE_LIMIT:-2}  # JOBKIT_LOST_NODE_TIMEOUT of the quick cases, seconds
 case $mode in
   idle) args=(5000 5000 1) ;;
   mid | default) args=(60000 0 1) ;;
