@@ -25,6 +25,7 @@
 #include "jobkit/log.hpp"
 #include "transport/addresses.hpp"
 #include "transport/frame.hpp"
+#include "transport/host_watch.hpp"
 #include "transport/sha256.hpp"
 
 namespace jobkit::detail {
@@ -229,6 +230,13 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
     } catch (const socket_closed&) {
     }
   }
+  if (rc != 0 && connect_errno == ETIMEDOUT && steady_clock::now() < deadline) {
+    ::close(fd);
+    why =
+        fmt::format("its node answered no connection for {} s (JOBKIT_LOST_NODE_TIMEOUT): the node is lost or cut off",
+                    std::chrono::duration<double>(settings_.silence_limit).count());
+    return std::nullopt;
+  }
   auto give_up = [&](std::string reason) -> std::optional<int> {
     ::close(fd);
     why = std::move(reason);
@@ -375,8 +383,11 @@ bool tcp_fabric::advance(pending& p) {
 }
 
 std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::string& key,
-                                    steady_clock::time_point deadline) {
+                                    steady_clock::time_point deadline,
+                                    const std::function<void(std::size_t, int, const std::string&)>& tell) {
   std::vector<int> fds(peers.size(), -1);
+  host_watch watch(endpoints_, settings_.silence_limit, steady_clock::now());
+  std::vector<int> missing;
   auto claim_waiting = [&] {
     for (std::size_t i = 0; i < peers.size(); ++i) {
       if (const auto it = waiting_.find({key, peers[i]}); fds[i] < 0 && it != waiting_.end()) {
@@ -394,6 +405,26 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
         drop(p, fmt::format("no proof of membership within {} ms", settings_.handshake_timeout.count()));
     }
     std::erase_if(pending_, [](const pending& p) { return p.fd < 0; });
+    missing.clear();
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      if (fds[i] < 0) missing.push_back(peers[i]);
+    }
+    if (const auto lost = watch.check(missing, now)) {
+      const auto& e = endpoints_[static_cast<std::size_t>(lost->peer)];
+      std::vector<int> there;
+      for (std::size_t r = 0; r < endpoints_.size(); ++r) {
+        if (endpoints_[r].host == e.host) there.push_back(static_cast<int>(r));
+      }
+      const auto message = fmt::format("creating {} on {}: {} never connected: {} (its ranks: {})",
+                                       describe_members(key), rank_label(rank_, endpoints_[rank_].host),
+                                       rank_label(lost->peer, e.host), lost->why, fmt::join(there, ", "));
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i] < 0) continue;
+        if (tell) tell(i, fds[i], message);
+        ::close(fds[i]);
+      }
+      throw error(errc::peer_failure, message);
+    }
     if (now >= deadline) {
       std::vector<std::string> missing;
       for (std::size_t i = 0; i < peers.size(); ++i) {
@@ -411,7 +442,7 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
       throw timeout_error(fmt::format("creating {} on rank {}: no connection from {}", describe_members(key), rank_,
                                       fmt::join(missing, "; ")));
     }
-    auto wake = deadline;
+    auto wake = std::min(deadline, now + std::chrono::milliseconds(250));  // the next look at the watched hosts
     polled.assign(1, pollfd{listen_fd_, POLLIN, 0});
     for (const auto& p : pending_) {
       polled.push_back(pollfd{p.fd, POLLIN, 0});

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,8 +64,14 @@ class tcp_fabric {
   int connect(int peer, const std::string& key, steady_clock::time_point deadline);
   /// The connections of `peers` (world ranks) to group `key`, in the order of `peers`.
   /// Connections for other groups that arrive meanwhile wait for their own group.
-  /// @throws jobkit::timeout_error naming the ranks that did not connect
-  std::vector<int> accept(const std::vector<int>& peers, const std::string& key, steady_clock::time_point deadline);
+  /// Meanwhile the hosts of the ranks that have not connected yet are watched (host_watch): a rank
+  /// whose node went silent, or whose process is gone, fails the call within
+  /// settings.silence_limit; `tell` is called first with each connection already accepted (its
+  /// index in peers) and the message, so that the peer learns why.
+  /// @throws jobkit::timeout_error naming the ranks that did not connect; jobkit::error
+  ///         (peer_failure) naming a rank whose node is lost or whose process is gone
+  std::vector<int> accept(const std::vector<int>& peers, const std::string& key, steady_clock::time_point deadline,
+                          const std::function<void(std::size_t, int, const std::string&)>& tell = {});
 
  private:
   struct pending;

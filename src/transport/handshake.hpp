@@ -21,7 +21,7 @@ namespace jobkit::detail {
 
 /// Bumped whenever frames or handshake messages change: ranks of different jobkit builds then
 /// fail with a clear message instead of misreading each other.
-constexpr std::uint32_t protocol_version = 3;
+constexpr std::uint32_t protocol_version = 4;
 
 constexpr std::size_t secret_size = 32;
 constexpr std::size_t nonce_size = 16;

@@ -70,12 +70,31 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   std::vector<int> accepted_world_ranks;
   for (const int g : child_ranks) accepted_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
   for (const int g : mates) accepted_world_ranks.push_back(members[static_cast<std::size_t>(g)]);
+  // A failure here reaches the ranks already connected with its reason: the children and the
+  // parent as an abort in their first collective, the node-mates instead of the segment's name.
+  const auto tell = [&](int fd, bool mate, const std::string& message) {
+    const auto until = clock::now() + std::chrono::milliseconds(200);
+    if (mate) return tree_node::refuse(fd, message, until);
+    try {
+      send_frame(fd, frame_type::abort, 0, context_.rank, std::to_string(static_cast<int>(errc::peer_failure)), "",
+                 as_bytes(message), until);
+    } catch (...) {
+    }
+  };
   std::vector<int> fds;
   try {
-    fds = fabric.accept(accepted_world_ranks, key, deadline);
+    fds = fabric.accept(accepted_world_ranks, key, deadline, [&](std::size_t i, int fd, const std::string& message) {
+      tell(fd, i >= child_ranks.size(), message);
+    });
+  } catch (const std::exception& e) {
+    if (parent) {
+      tell(parent->fd, false, e.what());
+      ::close(parent->fd);
+    }
+    throw;  // node_'s destructor tells the node-mates that mapped the segment not to wait
   } catch (...) {
     if (parent) ::close(parent->fd);
-    throw;  // node_'s destructor tells the node-mates that mapped the segment not to wait
+    throw;
   }
   std::vector<tree_links::link> children;
   for (std::size_t i = 0; i < child_ranks.size(); ++i) children.push_back(tree_links::link{fds[i], child_ranks[i]});

@@ -26,6 +26,8 @@ namespace {
 using clock = steady_clock;
 
 constexpr auto check_interval = segment_check_interval;
+/// The longest reason a leader sends a node-mate when its setup failed.
+constexpr std::size_t max_refusal_size = 4096;
 
 /// Whether a member's contribution goes through the data region (past its slot) rather than in place.
 bool in_data_region(const node_segment::slot& slot) {
@@ -74,7 +76,14 @@ void tree_node::join(int fd, time_point deadline) {
   try {
     std::uint32_t size = 0;
     receive_all(fd, &size, sizeof size, deadline);
-    if (size == 0 || size > 255) {
+    if (size == 0) {  // refused: the leader's reason follows
+      std::uint32_t length = 0;
+      receive_all(fd, &length, sizeof length, deadline);
+      std::string reason(std::min<std::uint32_t>(length, max_refusal_size), '\0');
+      receive_all(fd, reason.data(), reason.size(), deadline);
+      throw error(errc::peer_failure, reason);
+    }
+    if (size > 255) {
       throw error(errc::internal, fmt::format("data path setup: {} announced a {}-byte segment name to {}",
                                               context_.describe(leader), size, who));
     }
@@ -94,6 +103,18 @@ void tree_node::join(int fd, time_point deadline) {
                                     who, context_.describe(leader)));
   }
   start_watching();
+}
+
+void tree_node::refuse(int fd, const std::string& why, time_point deadline) noexcept {
+  const std::uint32_t none = 0;
+  const auto length = static_cast<std::uint32_t>(std::min<std::size_t>(why.size(), max_refusal_size));
+  iovec parts[3] = {{const_cast<std::uint32_t*>(&none), sizeof none},
+                    {const_cast<std::uint32_t*>(&length), sizeof length},
+                    {const_cast<char*>(why.data()), length}};
+  try {
+    send_all(fd, parts, 3, deadline);
+  } catch (...) {
+  }
 }
 
 void tree_node::share(const std::vector<int>& fds, time_point deadline) {

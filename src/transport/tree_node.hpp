@@ -46,7 +46,12 @@ class tree_node {
   /// until each mapped it, unlinks it and watches them.
   void share(const std::vector<int>& fds, time_point deadline);
   /// A node-mate's setup: the segment's name from the leader over `fd`, mapped, then said so.
+  /// @throws jobkit::error (peer_failure) with the leader's message when the leader refused (its
+  ///         own setup failed)
   void join(int fd, time_point deadline);
+  /// The leader's setup failed: tells a node-mate connected over `fd` why, in place of the
+  /// segment's name (a name of length 0, then the message). Never throws.
+  static void refuse(int fd, const std::string& why, time_point deadline) noexcept;
   /// Without setup connections (unit tests): map the segment; then, once every member mapped it,
   /// start_watching (the leader unlinks it).
   void attach(const std::string& name);

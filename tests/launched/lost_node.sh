@@ -8,6 +8,7 @@
 #   mid        the same while the others already wait in the barrier for the last node's ranks
 #   partition  the last node is cut off but its ranks keep running: every rank fails, the last
 #              node's naming the node it lost
+#   creation   the same while the others wait in make_group for the last node's ranks
 #   default    mid at the default limit (8 s): within 10 s
 #   stall      the last node's ranks stopped (SIGSTOP) for 3 s mid-loop: no failure, default limit
 #   blackout   every packet to and from the last node dropped for 3 s mid-loop: no failure,
@@ -16,7 +17,7 @@
 # bench/lost_node.sh runs mid and default many times for the detection times of bench/RESULTS.md.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes idle mid partition default stall blackout
+declare_modes idle mid creation partition default stall blackout
 mode=$1
 binary=$2
 need_cluster
@@ -29,6 +30,7 @@ limit=${LOST_NODE_LIMIT:-2}  # JOBKIT_LOST_NODE_TIMEOUT of the quick cases, seco
 case $mode in
   idle) args=(5000 5000 1) ;;
   mid | default) args=(60000 0 1) ;;
+  creation) args=(60000 0 1 group) ;;
   partition) args=(5000 5000 1) ;;
   stall | blackout) args=(0 0 400) ;;
 esac
@@ -73,7 +75,7 @@ sleep 1
 
 fault_ms=$(date +%s%3N)
 case $mode in
-  idle | mid | default)
+  idle | mid | creation | default)
     cut_off || fail "nft could not cut $host off"
     kill -STOP "${pids[@]}"
     frozen=("${pids[@]}") ;;
@@ -125,6 +127,8 @@ case $mode in
     # Every survivor names the silent node and its ranks (the one that saw it, and the others by
     # its abort); in a partition the cut-off ranks name the node they lost.
     named="went silent during barrier at .*: its node $host answered nothing for .*ranks on $host in this group: ${lost_ranks[0]}, ${lost_ranks[1]}\)"
+    [[ $mode == creation ]] &&
+      named="creating group \[0,1,2,3,4,5\] on rank [0-9]+ \(c[0-9]+\): rank ${lost_ranks[0]} \($host\) never connected: its node $host .*the node is lost or cut off \(its ranks: ${lost_ranks[0]}, ${lost_ranks[1]}\)"
     for r in 0 1 2 3 4 5; do
       [[ " ${lost_ranks[*]} " == *" $r "* ]] && continue
       grep -Eq "^ *$r: rank error: .*$named" <<<"$out" || fail "rank $r did not name $host and its ranks"
