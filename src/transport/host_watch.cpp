@@ -70,7 +70,8 @@ std::optional<host_watch::verdict> host_watch::advance(int peer, watch& w, time_
     hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
     addrinfo* found = nullptr;
     const auto service = std::to_string(e.port);
-    if (::getaddrinfo(e.addresses[w.address % e.addresses.size()].c_str(), service.c_str(), &hints, &found) != 0) return std::nullopt;
+    if (::getaddrinfo(e.addresses[w.address % e.addresses.size()].c_str(), service.c_str(), &hints, &found) != 0)
+      return std::nullopt;
     w.fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (w.fd >= 0) {
       set_link_options(w.fd, limit_);
