@@ -22,29 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "peers/pmix_bench.h"
 #include "peers/timing.h"
-
-static pmix_proc_t g_self;
-
-#define CHECK(call)                                                                                                 \
-  do {                                                                                                              \
-    pmix_status_t rc_ = (call);                                                                                     \
-    if (rc_ != PMIX_SUCCESS) {                                                                                      \
-      fprintf(stderr, "pmix_data_fence: rank %u: %s failed: %s (%d)\n", g_self.rank, #call, PMIx_Error_string(rc_), \
-              (int)rc_);                                                                                            \
-      exit(1);                                                                                                      \
-    }                                                                                                               \
-  } while (0)
-
-static uint32_t job_u32(const char* key) {
-  pmix_proc_t wild;
-  PMIX_LOAD_PROCID(&wild, g_self.nspace, PMIX_RANK_WILDCARD);
-  pmix_value_t* val = NULL;
-  CHECK(PMIx_Get(&wild, key, NULL, 0, &val));
-  uint32_t out = val->type == PMIX_UINT32 ? val->data.uint32 : 0;
-  PMIX_VALUE_RELEASE(val);
-  return out;
-}
 
 int main(int argc, char** argv) {
   long iters = argc > 1 ? strtol(argv[1], NULL, 10) : 20;
@@ -54,6 +33,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s [ITERS>=1 [WARMUP>=0 [BYTES 1..1MiB]]]\n", argv[0]);
     return 2;
   }
+  g_program = "pmix_data_fence";
   memset(&g_self, 0, sizeof g_self);
   CHECK(PMIx_Init(&g_self, NULL, 0));
   const uint32_t ranks = job_u32(PMIX_JOB_SIZE), nodes = job_u32(PMIX_NUM_NODES);

@@ -39,35 +39,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "pmix_bench.h"
 #include "timing.h"
-
-static pmix_proc_t g_self;
-
-#define CHECK(call)                                                                                            \
-  do {                                                                                                         \
-    pmix_status_t rc_ = (call);                                                                                \
-    if (rc_ != PMIX_SUCCESS) {                                                                                 \
-      fprintf(stderr, "pmix_floor: rank %u: %s failed: %s (%d)\n", g_self.rank, #call, PMIx_Error_string(rc_), \
-              (int)rc_);                                                                                       \
-      exit(1);                                                                                                 \
-    }                                                                                                          \
-  } while (0)
-
-static uint32_t get_u32(const pmix_proc_t* who, const char* key) {
-  pmix_value_t* val = NULL;
-  CHECK(PMIx_Get(who, key, NULL, 0, &val));
-  uint32_t out = 0;
-  switch (val->type) {
-    case PMIX_UINT32: out = val->data.uint32; break;
-    case PMIX_UINT16: out = val->data.uint16; break;
-    case PMIX_UINT64: out = (uint32_t)val->data.uint64; break;
-    case PMIX_INT: out = (uint32_t)val->data.integer; break;
-    case PMIX_SIZE: out = (uint32_t)val->data.size; break;
-    default: fprintf(stderr, "pmix_floor: unexpected type %d for %s\n", (int)val->type, key); exit(1);
-  }
-  PMIX_VALUE_RELEASE(val);
-  return out;
-}
 
 int main(int argc, char** argv) {
   const double t_main = now_us();
@@ -80,6 +53,7 @@ int main(int argc, char** argv) {
 
   const char* gds = getenv("PMIX_FLOOR_GDS");
   if (gds && *gds) setenv("PMIX_GDS_MODULE", gds, 1);
+  g_program = "pmix_floor";
   memset(&g_self, 0, sizeof g_self);
   CHECK(PMIx_Init(&g_self, NULL, 0));
 
