@@ -72,9 +72,8 @@ int main(int argc, char** argv) {
     snprintf(want, sizeof want, "endpoint of rank %u", peers[i]);
     const bool ok = rc == PMIX_SUCCESS && got && got->type == PMIX_STRING && strcmp(got->data.string, want) == 0;
     bad += !ok;
-    printf("{\"host\":\"%s\",\"rank\":%u,\"peer\":%u,\"same_node\":%s,\"status\":\"%s\",\"ok\":%s,\"us\":%.0f}\n",
-           host, g_self.rank, peers[i], same_node ? "true" : "false", PMIx_Error_string(rc), ok ? "true" : "false",
-           us);
+    printf("{\"host\":\"%s\",\"rank\":%u,\"peer\":%u,\"same_node\":%s,\"status\":\"%s\",\"ok\":%s,\"us\":%.0f}\n", host,
+           g_self.rank, peers[i], same_node ? "true" : "false", PMIx_Error_string(rc), ok ? "true" : "false", us);
     if (got) PMIX_VALUE_RELEASE(got);
   }
   fflush(stdout);
