@@ -17,8 +17,23 @@ import functools as _functools
 import os as _os
 import pickle as _pickle
 from dataclasses import dataclass as _dataclass
+from types import TracebackType as _TracebackType
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+from typing import Callable as _Callable
+from typing import ContextManager as _ContextManager
+from typing import Iterable as _Iterable
 from typing import List as _List
+from typing import Literal as _Literal
+from typing import Mapping as _Mapping
 from typing import Optional as _Optional
+from typing import Sequence as _Sequence
+from typing import Tuple as _Tuple
+from typing import Type as _Type
+from typing import TypeVar as _TypeVar
+from typing import Union as _Union
+from typing import cast as _cast
+from typing import overload as _overload
 
 from . import _jobkit
 from ._jobkit import (
@@ -40,6 +55,18 @@ from ._logging import RankFilter, RankFormatter, install_logging, rank_zero_info
 _jobkit.set_package_dir(_os.path.dirname(_os.path.abspath(__file__)))
 
 _PROTOCOL = _pickle.HIGHEST_PROTOCOL
+
+if _TYPE_CHECKING:
+    from _typeshed import ReadableBuffer as _ReadableBuffer  # bytes, bytearray, memoryview, array.array, ...
+    from _typeshed import StrPath as _StrPath  # str or os.PathLike[str]
+    from typing_extensions import ParamSpec as _ParamSpec  # typing's from Python 3.10; type checkers only
+
+    _P = _ParamSpec("_P")
+_T = _TypeVar("_T")
+_U = _TypeVar("_U")
+_Seconds = _Optional[float]  # the helpers' timeout: seconds (None: JOBKIT_TIMEOUT), no timedelta
+# Workspace's and node_local_gather's group: None or "world" (every rank), "node", or world ranks
+_Members = _Union[None, _Literal["world", "node"], _Sequence[int]]  # noqa: F821  (Literal's strings are no names)
 
 
 # ---- Identity ----
@@ -205,67 +232,95 @@ from ._collectives import (  # noqa: E402  (the extension is set up above)
 # jobkit.InvalidArgumentError at once instead of hanging.
 
 
-def _call(func, args, kwargs):
+def _call(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]], kwargs: _Optional[_Mapping[str, _Any]]) -> _T:
     return func(*(args or ()), **(kwargs or {}))
 
 
-def _check_args(helper, args):
+def _check_args(helper: str, args: object) -> None:
     if callable(args):
         raise InvalidArgumentError(f"{helper}: args is a callable; SpeechBrain's signature is "
                                    f"{helper}(func, args=None, kwargs=None, post_func=None, ...): "
                                    "pass post_func= by name")
 
 
-def main_process_only(function=None, *, timeout=None):
+@_overload
+def main_process_only(function: "_Callable[_P, _T]", *, timeout: _Seconds = None) -> "_Callable[_P, _T]":
+    ...
+
+
+@_overload
+def main_process_only(function: None = None, *,
+                      timeout: _Seconds = None) -> "_Callable[[_Callable[_P, _T]], _Callable[_P, _T]]":
+    ...
+
+
+def main_process_only(
+        function: "_Optional[_Callable[_P, _T]]" = None, *, timeout: _Seconds = None
+) -> "_Union[_Callable[_P, _T], _Callable[[_Callable[_P, _T]], _Callable[_P, _T]]]":
     """Decorator: the function runs on the main rank only; every rank returns its result
     (SpeechBrain's main_process_only). ``@main_process_only`` or ``@main_process_only(timeout=60)``."""
-    def decorate(fn):
+    def decorate(fn: "_Callable[_P, _T]") -> "_Callable[_P, _T]":
         @_functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            holder = []
+        def wrapper(*args: "_P.args", **kwargs: "_P.kwargs") -> _T:
+            holder: _List[_T] = []
 
-            def run():
+            def run() -> bytes:
                 holder.append(fn(*args, **kwargs))
                 return _pickle.dumps(holder[0], _PROTOCOL)
 
             data = _jobkit.main_process_only_bytes(run, timeout)
-            return holder[0] if holder else _pickle.loads(data)
+            return holder[0] if holder else _cast(_T, _pickle.loads(data))
 
         return wrapper
 
     return decorate(function) if function is not None else decorate
 
 
-def run_on_main(func, args=None, kwargs=None, post_func=None, post_args=None, post_kwargs=None,
-                run_post_on_main=False, timeout=None):
+def run_on_main(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]] = None,
+                kwargs: _Optional[_Mapping[str, _Any]] = None, post_func: _Optional[_Callable[..., object]] = None,
+                post_args: _Optional[_Iterable[_Any]] = None, post_kwargs: _Optional[_Mapping[str, _Any]] = None,
+                run_post_on_main: bool = False, timeout: _Seconds = None) -> _T:
     """SpeechBrain's run_on_main: func on the main rank, a barrier, then post_func on the other
     ranks followed by a barrier (or on every rank at once, no barrier, with run_post_on_main).
     Returns func's result on every rank."""
     _check_args("run_on_main", args)
-    holder = []
+    holder: _List[_T] = []
 
-    def run():
+    def run() -> bytes:
         holder.append(_call(func, args, kwargs))
         return _pickle.dumps(holder[0], _PROTOCOL)
 
-    def post():
+    def post() -> None:
         if post_func is not None:
             _call(post_func, post_args, post_kwargs)
 
     data = _jobkit.run_on_main_bytes(run, post, run_post_on_main, timeout)
-    return holder[0] if holder else _pickle.loads(data)
+    return holder[0] if holder else _cast(_T, _pickle.loads(data))
 
 
-def once_per_node(function=None, *, timeout=None):
+@_overload
+def once_per_node(function: "_Callable[_P, _T]", *, timeout: _Seconds = None) -> "_Callable[_P, _Optional[_T]]":
+    ...
+
+
+@_overload
+def once_per_node(function: None = None, *,
+                  timeout: _Seconds = None) -> "_Callable[[_Callable[_P, _T]], _Callable[_P, _Optional[_T]]]":
+    ...
+
+
+def once_per_node(
+        function: "_Optional[_Callable[_P, _T]]" = None, *, timeout: _Seconds = None
+) -> "_Union[_Callable[_P, _Optional[_T]], _Callable[[_Callable[_P, _T]], _Callable[_P, _Optional[_T]]]]":
     """Decorator: the function runs on local rank 0 of every node, which returns its result; the
     other ranks wait for their node's runner and return None (SpeechBrain's once_per_node). An
     exception on the runner reaches the node's other ranks as jobkit.PeerFailureError."""
-    def decorate(fn):
+    def decorate(fn: "_Callable[_P, _T]") -> "_Callable[_P, _Optional[_T]]":
         @_functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            holder = [None]
+        def wrapper(*args: "_P.args", **kwargs: "_P.kwargs") -> _Optional[_T]:
+            holder: _List[_Optional[_T]] = [None]
 
-            def run():
+            def run() -> None:
                 holder[0] = fn(*args, **kwargs)
 
             _jobkit.once_per_node(run, timeout)
@@ -276,19 +331,21 @@ def once_per_node(function=None, *, timeout=None):
     return decorate(function) if function is not None else decorate
 
 
-def run_once_per_node(func, args=None, kwargs=None, post_func=None, post_args=None, post_kwargs=None,
-                      run_post_on_all=False, timeout=None):
+def run_once_per_node(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]] = None,
+                      kwargs: _Optional[_Mapping[str, _Any]] = None, post_func: _Optional[_Callable[..., _U]] = None,
+                      post_args: _Optional[_Iterable[_Any]] = None, post_kwargs: _Optional[_Mapping[str, _Any]] = None,
+                      run_post_on_all: bool = False, timeout: _Seconds = None) -> _Union[_T, _U, None]:
     """SpeechBrain's run_once_per_node: func on local rank 0 of every node, a barrier over all
     ranks, then post_func on the other ranks followed by a barrier (or on every rank, no barrier,
     with run_post_on_all). Returns func's result where it ran, replaced by post_func's where that
     ran (None elsewhere)."""
     _check_args("run_once_per_node", args)
-    holder = [None]
+    holder: _List[_Union[_T, _U, None]] = [None]
 
-    def run():
+    def run() -> None:
         holder[0] = _call(func, args, kwargs)
 
-    def post():
+    def post() -> None:
         if post_func is not None:
             holder[0] = _call(post_func, post_args, post_kwargs)
 
@@ -297,35 +354,50 @@ def run_once_per_node(func, args=None, kwargs=None, post_func=None, post_args=No
 
 
 class _FirstThenOthers:
-    def __init__(self, per_node, fn, timeout):
+    """What zero_first and local_zero_first return: a callable (with fn) or a context manager
+    (without); the public types are their overloads'."""
+
+    def __init__(self, per_node: bool, fn: _Optional[_Callable[..., _Any]], timeout: _Seconds) -> None:
         self._per_node = per_node
         self._fn = fn
         self._timeout = timeout
-        self._stage = None
+        self._stage: _Optional[_jobkit.FirstThenOthers] = None
 
-    def __call__(self, *args, **kwargs):
-        holder = [None]
+    def __call__(self, *args: _Any, **kwargs: _Any) -> _Any:
+        holder: _List[_Any] = [None]
 
-        def run():
-            holder[0] = self._fn(*args, **kwargs)
+        def run() -> None:
+            holder[0] = _cast(_Callable[..., _Any], self._fn)(*args, **kwargs)  # fn is None: misuse, a TypeError
 
         (_jobkit.local_zero_first if self._per_node else _jobkit.zero_first)(run, self._timeout)
         return holder[0]
 
-    def __enter__(self):
+    def __enter__(self) -> "_FirstThenOthers":
         if self._fn is not None:
             raise InvalidArgumentError("zero_first(fn) is called, not entered: use `with zero_first():`")
         self._stage = _jobkit.FirstThenOthers(self._per_node, self._timeout)
         self._stage.enter()
         return self
 
-    def __exit__(self, kind, value, traceback):
+    def __exit__(self, kind: _Optional[_Type[BaseException]], value: _Optional[BaseException],
+                 traceback: _Optional[_TracebackType]) -> _Literal[False]:
         stage, self._stage = self._stage, None
-        stage.exit(None if kind is None else f"{kind.__name__}: {value}")
+        # set by __enter__ (None only where one object is entered twice at once: an AttributeError)
+        _cast(_jobkit.FirstThenOthers, stage).exit(None if kind is None else f"{kind.__name__}: {value}")
         return False
 
 
-def zero_first(fn=None, *, timeout=None):
+@_overload
+def zero_first(fn: None = None, *, timeout: _Seconds = None) -> _ContextManager[_FirstThenOthers]:
+    ...
+
+
+@_overload
+def zero_first(fn: "_Callable[_P, _T]", *, timeout: _Seconds = None) -> "_Callable[_P, _T]":
+    ...
+
+
+def zero_first(fn: "_Optional[_Callable[_P, _T]]" = None, *, timeout: _Seconds = None) -> _FirstThenOthers:
     """Rank 0 first, then every other rank (released when rank 0 is done).
 
     Two forms:
@@ -341,28 +413,38 @@ def zero_first(fn=None, *, timeout=None):
     return _FirstThenOthers(False, fn, timeout)
 
 
-def local_zero_first(fn=None, *, timeout=None):
+@_overload
+def local_zero_first(fn: None = None, *, timeout: _Seconds = None) -> _ContextManager[_FirstThenOthers]:
+    ...
+
+
+@_overload
+def local_zero_first(fn: "_Callable[_P, _T]", *, timeout: _Seconds = None) -> "_Callable[_P, _T]":
+    ...
+
+
+def local_zero_first(fn: "_Optional[_Callable[_P, _T]]" = None, *, timeout: _Seconds = None) -> _FirstThenOthers:
     """zero_first per node: local rank 0 of each node first, then that node's other ranks; nodes
     do not wait for each other. The same two forms as zero_first."""
     return _FirstThenOthers(True, fn, timeout)
 
 
-def do_n_at_a_time(f, *, n=None, timeout=None):
+def do_n_at_a_time(f: _Callable[[], _T], *, n: _Optional[int] = None, timeout: _Seconds = None) -> _T:
     """f() on every rank, at most n ranks at a time; each rank returns its own f()'s result.
 
     n=None: one rank per node at a time on any layout (cyclic and uneven included), where
     OLMo-core's default (n = number of nodes, rank % rounds) is one per node only on block layouts.
     """
-    holder = [None]
+    holder: _List[_Optional[_T]] = [None]
 
-    def run():
+    def run() -> None:
         holder[0] = f()
 
     _jobkit.do_n_at_a_time(run, n, timeout)
-    return holder[0]
+    return _cast(_T, holder[0])  # run ran on every rank, or do_n_at_a_time raised
 
 
-def fs_local_rank(directory=".", timeout=None):
+def fs_local_rank(directory: "_StrPath" = ".", timeout: _Seconds = None) -> int:
     """0 on exactly one rank per file system holding `directory`, counting up on the others.
     FS_LOCAL_RANK and OLMO_SHARED_FS=1 override as in OLMo-core; otherwise jobkit probes the
     directory (OLMo-core assumes: local rank, or global rank with OLMO_SHARED_FS). Collective."""
@@ -381,35 +463,38 @@ class Workspace:
     group: None (every rank), "node", or a list of world ranks.
     """
 
-    def __init__(self, root, group=None, timeout=None):
-        self._ws = _jobkit.Workspace(_os.fspath(root), group, timeout)
+    def __init__(self, root: "_StrPath", group: _Members = None, timeout: _Seconds = None) -> None:
+        # None once closed: a later call fails (AttributeError on None)
+        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), group, timeout)
 
-    def write(self, payload, config=""):
-        self._ws.write(bytes(payload), config)
+    def write(self, payload: "_ReadableBuffer", config: str = "") -> None:
+        _cast(_jobkit.Workspace, self._ws).write(bytes(payload), config)
 
-    def read(self, rank, timeout=None):
+    def read(self, rank: int, timeout: _Seconds = None) -> _Tuple[str, bytes]:
         """(config, payload) of group rank `rank`, waiting until it exists."""
-        return self._ws.read(rank, timeout)
+        return _cast(_jobkit.Workspace, self._ws).read(rank, timeout)
 
-    def path_of(self, rank):
-        return self._ws.path_of(rank)
+    def path_of(self, rank: int) -> str:
+        return _cast(_jobkit.Workspace, self._ws).path_of(rank)
 
     @property
-    def directory(self):
-        return self._ws.directory
+    def directory(self) -> str:
+        return _cast(_jobkit.Workspace, self._ws).directory
 
-    def close(self):
+    def close(self) -> None:
         self._ws = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Workspace":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> _Literal[False]:
         self.close()
         return False
 
 
-def node_local_gather(payload, config="", group=None, workspace=None, collective_max_bytes=4 << 20, timeout=None):
+def node_local_gather(payload: "_ReadableBuffer", config: str = "", group: _Members = None,
+                      workspace: "_Optional[_StrPath]" = None, collective_max_bytes: int = 4 << 20,
+                      timeout: _Seconds = None) -> _Tuple[_List[_Tuple[str, bytes]], str]:
     """Every member's (config, payload) to the group's rank 0, in group-rank order, through
     shared memory on one node, else collectives or a workspace under `workspace` for large states.
     Returns (states, route): states is a list on the group's rank 0 and [] elsewhere; route is
@@ -431,7 +516,7 @@ class StopCause:
     time_left: float  # reason "time_limit": the seconds left rank 0 saw
     text: str  # "SIGTERM on rank 3", "42 s left, below the margin"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text
 
 
@@ -452,34 +537,36 @@ class StopGuard:
                     sys.exit(75)
     """
 
-    def __init__(self, signals=None, time_margin=0, check_every=1, timeout=None):
-        self._guard = _jobkit.StopGuard(None if signals is None else [int(s) for s in signals], float(time_margin),
-                                        check_every, timeout)
+    def __init__(self, signals: _Optional[_Iterable[int]] = None, time_margin: float = 0, check_every: int = 1,
+                 timeout: _Seconds = None) -> None:
+        # None once closed: a later call fails (AttributeError on None)
+        self._guard: _Optional[_jobkit.StopGuard] = _jobkit.StopGuard(
+            None if signals is None else [int(s) for s in signals], float(time_margin), check_every, timeout)
 
-    def stop_requested(self):
+    def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop
         signal, or the job has less than time_margin seconds left (asked by rank 0 only)."""
-        return self._guard.stop_requested()
+        return _cast(_jobkit.StopGuard, self._guard).stop_requested()
 
     @property
-    def cause(self):
-        return StopCause(*self._guard.cause)
+    def cause(self) -> StopCause:
+        return StopCause(*_cast(_jobkit.StopGuard, self._guard).cause)
 
-    def close(self):
+    def close(self) -> None:
         self._guard = None
 
-    def __enter__(self):
+    def __enter__(self) -> "StopGuard":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> _Literal[False]:
         self.close()
         return False
 
 
-_default_stop_guard = None
+_default_stop_guard: _Optional[StopGuard] = None
 
 
-def stop_requested():
+def stop_requested() -> bool:
     """StopGuard.stop_requested() of a process-wide guard with the default signals, made on the
     first call. Collective over all ranks."""
     global _default_stop_guard
@@ -488,7 +575,7 @@ def stop_requested():
     return _default_stop_guard.stop_requested()
 
 
-def time_left(max_age=60):
+def time_left(max_age: float = 60) -> _Optional[float]:
     """Seconds this job has left before its time limit: from SLURM_JOB_END_TIME when set (Slurm
     23.02+), else from Slurm through libslurm in a child process (kept for max_age seconds and
     counted down in between); 0 past the end; None outside Slurm, without a time limit, or when
@@ -496,7 +583,7 @@ def time_left(max_age=60):
     return _jobkit.time_left(max_age)
 
 
-def requeue():
+def requeue() -> None:
     """Ask Slurm to requeue this job (an array task alone); SchedulerError when it refuses."""
     _jobkit.requeue()
 
@@ -507,39 +594,39 @@ class Checkpoints:
     every rank, leaving the previous step the latest), latest() is the newest complete step.
     Collective to create; keep: complete steps kept after a commit (0: all)."""
 
-    def __init__(self, root, keep=2, timeout=None):
+    def __init__(self, root: "_StrPath", keep: int = 2, timeout: _Seconds = None) -> None:
         self._c = _jobkit.Checkpoints(_os.fspath(root), keep, timeout)
 
-    def latest(self):
+    def latest(self) -> _Optional[int]:
         """The newest step complete on every file system, the same on every rank, or None. Collective."""
         return self._c.latest()
 
-    def begin(self, step):
+    def begin(self, step: int) -> str:
         """The empty directory where this rank writes its part of `step`. Not collective."""
         return self._c.begin(step)
 
-    def commit(self, step=None):
+    def commit(self, step: _Optional[int] = None) -> None:
         """Collective: flush every rank's part, write the manifest, rename the step into place."""
         self._c.commit(step)
 
-    def verify(self, step):
+    def verify(self, step: int) -> None:
         """Collective: every rank checks its files of `step` against the manifest (size, CRC-32C)."""
         self._c.verify(step)
 
-    def part(self, step):
+    def part(self, step: int) -> str:
         """This rank's part of complete step `step`, to read from."""
         return self._c.part(step)
 
     @property
-    def pending_step(self):
+    def pending_step(self) -> _Optional[int]:
         return self._c.pending_step
 
     @property
-    def root(self):
+    def root(self) -> str:
         return self._c.root
 
     @property
-    def is_committer(self):
+    def is_committer(self) -> bool:
         return self._c.is_committer
 
 

@@ -14,6 +14,16 @@ def save(path: str, step: int) -> str:
     return f"{path}/{step}"
 
 
+@jobkit.main_process_only
+def prepare(root: str) -> List[str]:
+    return [root]
+
+
+@jobkit.once_per_node(timeout=60.0)
+def unpack(root: str) -> int:
+    return len(root)
+
+
 def main() -> None:
     handler: logging.Handler = jobkit.install_logging("train", level="INFO")
     me: jobkit.Identity = jobkit.identity()
@@ -35,6 +45,16 @@ def main() -> None:
     losses: List[float] = jobkit.all_reduce([0.5, 0.25], op="avg", group=node, timeout=30.0)
     jobkit.barrier(group=node)
     print(peers, steps, losses)
+    files: List[str] = prepare("/data") + jobkit.run_on_main(prepare, ["/data"], post_func=print)
+    unpacked: Optional[int] = unpack("/data")
+    with jobkit.zero_first():
+        tokens: int = jobkit.local_zero_first(len)("abc") + jobkit.do_n_at_a_time(lambda: 1, n=2)
+    with jobkit.StopGuard(time_margin=300) as stop, jobkit.Workspace("/ws", group="node", timeout=5.0) as ws:
+        ws.write(b"state", config="step=1")
+        config, payload = ws.read(0)
+        cause: str = stop.cause.reason if stop.stop_requested() else ""
+    latest: Optional[int] = jobkit.Checkpoints("/ckpt", keep=3).latest()
+    print(files, unpacked, tokens, config, payload, cause, latest)
     print(handler, saved, store, jobkit.torch.device(), is_main_process(), world_size())  # noqa: F405
 
 
