@@ -64,7 +64,6 @@ if _TYPE_CHECKING:
     _P = _ParamSpec("_P")
 _T = _TypeVar("_T")
 _U = _TypeVar("_U")
-_Seconds = _Optional[float]  # the helpers' timeout: seconds (None: JOBKIT_TIMEOUT), no timedelta
 # Workspace's and node_local_gather's group: None or "world" (every rank), "node", or world ranks
 _Members = _Union[None, _Literal["world", "node"], _Sequence[int]]  # noqa: F821  (Literal's strings are no names)
 
@@ -222,6 +221,8 @@ from ._collectives import (  # noqa: E402  (the extension is set up above)
     scatter,
     scatter_object,
 )
+from ._collectives import Timeout as _Seconds  # noqa: E402  seconds or a timedelta (None: JOBKIT_TIMEOUT)
+from ._collectives import _seconds  # noqa: E402
 
 
 # ---- Who runs what ----
@@ -268,7 +269,7 @@ def main_process_only(
                 holder.append(fn(*args, **kwargs))
                 return _pickle.dumps(holder[0], _PROTOCOL)
 
-            data = _jobkit.main_process_only_bytes(run, timeout)
+            data = _jobkit.main_process_only_bytes(run, _seconds(timeout))
             return holder[0] if holder else _cast(_T, _pickle.loads(data))
 
         return wrapper
@@ -294,7 +295,7 @@ def run_on_main(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]] = Non
         if post_func is not None:
             _call(post_func, post_args, post_kwargs)
 
-    data = _jobkit.run_on_main_bytes(run, post, run_post_on_main, timeout)
+    data = _jobkit.run_on_main_bytes(run, post, run_post_on_main, _seconds(timeout))
     return holder[0] if holder else _cast(_T, _pickle.loads(data))
 
 
@@ -323,7 +324,7 @@ def once_per_node(
             def run() -> None:
                 holder[0] = fn(*args, **kwargs)
 
-            _jobkit.once_per_node(run, timeout)
+            _jobkit.once_per_node(run, _seconds(timeout))
             return holder[0]
 
         return wrapper
@@ -349,7 +350,7 @@ def run_once_per_node(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]]
         if post_func is not None:
             holder[0] = _call(post_func, post_args, post_kwargs)
 
-    _jobkit.run_once_per_node(run, post, run_post_on_all, timeout)
+    _jobkit.run_once_per_node(run, post, run_post_on_all, _seconds(timeout))
     return holder[0]
 
 
@@ -369,13 +370,13 @@ class _FirstThenOthers:
         def run() -> None:
             holder[0] = _cast(_Callable[..., _Any], self._fn)(*args, **kwargs)  # fn is None: misuse, a TypeError
 
-        (_jobkit.local_zero_first if self._per_node else _jobkit.zero_first)(run, self._timeout)
+        (_jobkit.local_zero_first if self._per_node else _jobkit.zero_first)(run, _seconds(self._timeout))
         return holder[0]
 
     def __enter__(self) -> "_FirstThenOthers":
         if self._fn is not None:
             raise InvalidArgumentError("zero_first(fn) is called, not entered: use `with zero_first():`")
-        self._stage = _jobkit.FirstThenOthers(self._per_node, self._timeout)
+        self._stage = _jobkit.FirstThenOthers(self._per_node, _seconds(self._timeout))
         self._stage.enter()
         return self
 
@@ -440,7 +441,7 @@ def do_n_at_a_time(f: _Callable[[], _T], *, n: _Optional[int] = None, timeout: _
     def run() -> None:
         holder[0] = f()
 
-    _jobkit.do_n_at_a_time(run, n, timeout)
+    _jobkit.do_n_at_a_time(run, n, _seconds(timeout))
     return _cast(_T, holder[0])  # run ran on every rank, or do_n_at_a_time raised
 
 
@@ -448,7 +449,7 @@ def fs_local_rank(directory: "_StrPath" = ".", timeout: _Seconds = None) -> int:
     """0 on exactly one rank per file system holding `directory`, counting up on the others.
     FS_LOCAL_RANK and OLMO_SHARED_FS=1 override as in OLMo-core; otherwise jobkit probes the
     directory (OLMo-core assumes: local rank, or global rank with OLMO_SHARED_FS). Collective."""
-    return _jobkit.fs_local_rank(_os.fspath(directory), timeout)
+    return _jobkit.fs_local_rank(_os.fspath(directory), _seconds(timeout))
 
 
 # ---- Workspace and node-local gather (bytes) ----
@@ -465,14 +466,14 @@ class Workspace:
 
     def __init__(self, root: "_StrPath", group: _Members = None, timeout: _Seconds = None) -> None:
         # None once closed: a later call fails (AttributeError on None)
-        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), group, timeout)
+        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), group, _seconds(timeout))
 
     def write(self, payload: "_ReadableBuffer", config: str = "") -> None:
         _cast(_jobkit.Workspace, self._ws).write(bytes(payload), config)
 
     def read(self, rank: int, timeout: _Seconds = None) -> _Tuple[str, bytes]:
         """(config, payload) of group rank `rank`, waiting until it exists."""
-        return _cast(_jobkit.Workspace, self._ws).read(rank, timeout)
+        return _cast(_jobkit.Workspace, self._ws).read(rank, _seconds(timeout))
 
     def path_of(self, rank: int) -> str:
         return _cast(_jobkit.Workspace, self._ws).path_of(rank)
@@ -500,7 +501,7 @@ def node_local_gather(payload: "_ReadableBuffer", config: str = "", group: _Memb
     Returns (states, route): states is a list on the group's rank 0 and [] elsewhere; route is
     "shared_memory", "workspace" or "collectives"."""
     where = "" if workspace is None else _os.fspath(workspace)
-    return _jobkit.node_local_gather(bytes(payload), config, group, where, collective_max_bytes, timeout)
+    return _jobkit.node_local_gather(bytes(payload), config, group, where, collective_max_bytes, _seconds(timeout))
 
 
 # ---- Pre-emption, time limits, requeue and checkpoints ----
@@ -541,7 +542,7 @@ class StopGuard:
                  timeout: _Seconds = None) -> None:
         # None once closed: a later call fails (AttributeError on None)
         self._guard: _Optional[_jobkit.StopGuard] = _jobkit.StopGuard(
-            None if signals is None else [int(s) for s in signals], float(time_margin), check_every, timeout)
+            None if signals is None else [int(s) for s in signals], float(time_margin), check_every, _seconds(timeout))
 
     def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop
@@ -595,7 +596,7 @@ class Checkpoints:
     Collective to create; keep: complete steps kept after a commit (0: all)."""
 
     def __init__(self, root: "_StrPath", keep: int = 2, timeout: _Seconds = None) -> None:
-        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, timeout)
+        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, _seconds(timeout))
 
     def latest(self) -> _Optional[int]:
         """The newest step complete on every file system, the same on every rank, or None. Collective."""

@@ -315,6 +315,20 @@ def test_checkpoints_commit_latest_verify(tmp_path):
         saved.commit()
 
 
+def test_helpers_take_a_timedelta_as_collectives_do(tmp_path):
+    """Every timeout of the helpers is seconds or a datetime.timedelta, checked as the collectives' are."""
+    five = datetime.timedelta(seconds=5)
+    assert jobkit.fs_local_rank(str(tmp_path), timeout=five) == 0
+    with jobkit.zero_first(timeout=five):
+        pass
+    assert jobkit.run_on_main(lambda: 7, timeout=five) == 7
+    assert jobkit.do_n_at_a_time(lambda: 3, n=1, timeout=five) == 3
+    with pytest.raises(jobkit.InvalidArgumentError, match=r"timeout=datetime.timedelta\(days=-1"):
+        jobkit.fs_local_rank(str(tmp_path), timeout=datetime.timedelta(seconds=-1))
+    with pytest.raises(jobkit.InvalidArgumentError, match="a number of seconds, a datetime.timedelta or None"):
+        jobkit.run_on_main(lambda: 7, timeout="5")  # type: ignore[arg-type]
+
+
 def test_python_exceptions_cross_unchanged():
     """Last: a failed collective leaves the world group unusable in this process, as in C++."""
     class Custom(Exception):
@@ -332,3 +346,4 @@ def test_python_exceptions_cross_unchanged():
     with pytest.raises(jobkit.Error) as caught:
         jobkit.reduce_and_broadcast(lambda: 1, lambda parts: boom())
     assert "Custom: kept" in str(caught.value) and "Traceback" not in str(caught.value)
+
