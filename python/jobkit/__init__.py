@@ -64,6 +64,7 @@ if _TYPE_CHECKING:
     _P = _ParamSpec("_P")
 _T = _TypeVar("_T")
 _U = _TypeVar("_U")
+_H = _TypeVar("_H")
 # Workspace's and node_local_gather's group: None or "world" (every rank), "node", or world ranks
 _Members = _Union[None, _Literal["world", "node"], _Sequence[int]]  # noqa: F821  (Literal's strings are no names)
 
@@ -455,6 +456,20 @@ def fs_local_rank(directory: "_StrPath" = ".", timeout: _Seconds = None) -> int:
 # ---- Workspace and node-local gather (bytes) ----
 
 
+def _payload(payload: "_ReadableBuffer") -> bytes:
+    """payload's bytes; an int is refused (bytes(5) would be five zero bytes)."""
+    if isinstance(payload, int):
+        raise InvalidArgumentError(f"payload={payload!r}: bytes or another buffer, not an int")
+    return bytes(payload)
+
+
+def _open(handle: "_Optional[_H]", what: str) -> "_H":
+    """handle, unless `what` was closed."""
+    if handle is None:
+        raise InvalidArgumentError(f"this {what} is closed (close() or the end of its with block)")
+    return handle
+
+
 class Workspace:
     """A shared directory where each rank leaves a state (config text + payload bytes) for the
     others (jobkit::workspace). Collective to create; close() (or the end of a ``with`` block)
@@ -465,22 +480,22 @@ class Workspace:
     """
 
     def __init__(self, root: "_StrPath", group: _Members = None, timeout: _Seconds = None) -> None:
-        # None once closed: a later call fails (AttributeError on None)
+        # None once closed: a later call fails with InvalidArgumentError
         self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), group, _seconds(timeout))
 
     def write(self, payload: "_ReadableBuffer", config: str = "") -> None:
-        _cast(_jobkit.Workspace, self._ws).write(bytes(payload), config)
+        _open(self._ws, "Workspace").write(_payload(payload), config)
 
     def read(self, rank: int, timeout: _Seconds = None) -> _Tuple[str, bytes]:
         """(config, payload) of group rank `rank`, waiting until it exists."""
-        return _cast(_jobkit.Workspace, self._ws).read(rank, _seconds(timeout))
+        return _open(self._ws, "Workspace").read(rank, _seconds(timeout))
 
     def path_of(self, rank: int) -> str:
-        return _cast(_jobkit.Workspace, self._ws).path_of(rank)
+        return _open(self._ws, "Workspace").path_of(rank)
 
     @property
     def directory(self) -> str:
-        return _cast(_jobkit.Workspace, self._ws).directory
+        return _open(self._ws, "Workspace").directory
 
     def close(self) -> None:
         self._ws = None
@@ -501,7 +516,7 @@ def node_local_gather(payload: "_ReadableBuffer", config: str = "", group: _Memb
     Returns (states, route): states is a list on the group's rank 0 and [] elsewhere; route is
     "shared_memory", "workspace" or "collectives"."""
     where = "" if workspace is None else _os.fspath(workspace)
-    return _jobkit.node_local_gather(bytes(payload), config, group, where, collective_max_bytes, _seconds(timeout))
+    return _jobkit.node_local_gather(_payload(payload), config, group, where, collective_max_bytes, _seconds(timeout))
 
 
 # ---- Pre-emption, time limits, requeue and checkpoints ----
@@ -540,18 +555,18 @@ class StopGuard:
 
     def __init__(self, signals: _Optional[_Iterable[int]] = None, time_margin: float = 0, check_every: int = 1,
                  timeout: _Seconds = None) -> None:
-        # None once closed: a later call fails (AttributeError on None)
+        # None once closed: a later call fails with InvalidArgumentError
         self._guard: _Optional[_jobkit.StopGuard] = _jobkit.StopGuard(
             None if signals is None else [int(s) for s in signals], float(time_margin), check_every, _seconds(timeout))
 
     def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop
         signal, or the job has less than time_margin seconds left (asked by rank 0 only)."""
-        return _cast(_jobkit.StopGuard, self._guard).stop_requested()
+        return _open(self._guard, "StopGuard").stop_requested()
 
     @property
     def cause(self) -> StopCause:
-        return StopCause(*_cast(_jobkit.StopGuard, self._guard).cause)
+        return StopCause(*_open(self._guard, "StopGuard").cause)
 
     def close(self) -> None:
         self._guard = None

@@ -329,6 +329,21 @@ def test_helpers_take_a_timedelta_as_collectives_do(tmp_path):
         jobkit.run_on_main(lambda: 7, timeout="5")  # type: ignore[arg-type]
 
 
+def test_a_closed_workspace_and_an_int_payload_are_refused(tmp_path):
+    """After close() a Workspace says it is closed; an int payload is no buffer (bytes(5) would be
+    five zero bytes, silently)."""
+    ws = jobkit.Workspace(str(tmp_path / "ws"))
+    with pytest.raises(jobkit.InvalidArgumentError, match="payload=5: bytes or another buffer, not an int"):
+        ws.write(5)  # type: ignore[arg-type]
+    ws.write(b"abc", "cfg")
+    assert ws.read(0) == ("cfg", b"abc")
+    ws.close()
+    with pytest.raises(jobkit.InvalidArgumentError, match="this Workspace is closed"):
+        ws.read(0)
+    with pytest.raises(jobkit.InvalidArgumentError, match="payload=3"):
+        jobkit.node_local_gather(3)  # type: ignore[arg-type]
+
+
 def test_python_exceptions_cross_unchanged():
     """Last: a failed collective leaves the world group unusable in this process, as in C++."""
     class Custom(Exception):
