@@ -463,9 +463,10 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
       for (std::size_t r = 0; r < endpoints_.size(); ++r) {
         if (endpoints_[r].host == e.host) there.push_back(static_cast<int>(r));
       }
-      const auto message = fmt::format("creating {} on {}: {} never connected: {} (its ranks: {})",
-                                       describe_members(key), rank_label(rank_, endpoints_[static_cast<std::size_t>(rank_)].host),
-                                       rank_label(lost->peer, e.host), lost->why, fmt::join(there, ", "));
+      const auto message =
+          fmt::format("creating {} on {}: {} never connected: {} (its ranks: {})", describe_members(key),
+                      rank_label(rank_, endpoints_[static_cast<std::size_t>(rank_)].host),
+                      rank_label(lost->peer, e.host), lost->why, fmt::join(there, ", "));
       for (std::size_t i = 0; i < fds.size(); ++i) {
         if (fds[i] < 0) continue;
         if (tell) tell(i, fds[i], message);
