@@ -145,6 +145,7 @@ meson_cmd=(meson)
 ninja_cmd=ninja
 mpirun_path=""
 deps_used=""
+system_ld_library_path=${LD_LIBRARY_PATH:-}  # before the carried packages are prepended
 
 command=run
 if (($#)) && [[ $1 != -* || $1 == -h || $1 == --help ]]; then
@@ -345,6 +346,11 @@ if [[ $build_status != failed ]]; then
   # PMIx-launched runs: 2 ranks under Open MPI's mpirun.
   if [[ -n $mpirun_path ]]; then
     mpirun_=("$mpirun_path" --allow-run-as-root --oversubscribe -np 2)
+    if [[ -n $deps_used && $mpirun_path != "$deps_used"/* ]]; then
+      # The machine's own mpirun loads the machine's PMIx: the carried libraries go to the ranks only.
+      mpirun_=(env -u PMIX_PREFIX "LD_LIBRARY_PATH=$system_ld_library_path" "$mpirun_path" --allow-run-as-root
+        --oversubscribe -np 2 -x "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" -x "PMIX_PREFIX=$PMIX_PREFIX")
+    fi
     deadline=$(secs 2 5)
     run_step mpirun-ids 0 120 "${mpirun_[@]}" "$gpu_check" launched ids 30
     run_step mpirun-fence 0 120 "${mpirun_[@]}" "$gpu_check" launched fence "$deadline"

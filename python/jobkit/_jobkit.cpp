@@ -275,7 +275,8 @@ void define_errors(py::module_& m) {
   };
   error_types.assign(std::size(kinds), base);
   for (const auto& k : kinds) {
-    py::tuple bases = k.also ? py::make_tuple(py::handle(base), py::handle(k.also)) : py::make_tuple(py::handle(base));
+    py::tuple bases = k.also ? py::tuple(py::make_tuple(py::handle(base), py::handle(k.also)))
+                             : py::tuple(py::make_tuple(py::handle(base)));
     PyObject* type = PyErr_NewException((std::string("jobkit.") + k.name).c_str(), bases.ptr(), nullptr);
     m.attr(k.name) = py::handle(type);
     error_types[static_cast<std::size_t>(k.code)] = type;

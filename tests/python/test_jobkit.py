@@ -244,8 +244,17 @@ def test_torch_init_process_group_on_one_rank(monkeypatch):
             store.wait(["absent"], datetime.timedelta(seconds=0.1))
     finally:
         dist.destroy_process_group()
-    with pytest.raises((jobkit.NcclError, jobkit.CudaError)):
+    if torch.cuda.is_available() and dist.is_nccl_available():  # a GPU machine (scripts/gpu-check.sh)
         jobkit.torch.init_process_group("nccl")
+        try:
+            value = torch.tensor([3.0], device=jobkit.torch.device())
+            dist.all_reduce(value)
+            assert value.item() == 3.0 and value.device.type == "cuda"
+        finally:
+            dist.destroy_process_group()
+    else:
+        with pytest.raises((jobkit.NcclError, jobkit.CudaError)):
+            jobkit.torch.init_process_group("nccl")
 
 
 def test_stop_guard_agrees_on_a_signal_and_restores_handlers():

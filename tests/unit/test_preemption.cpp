@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "jobkit/config.hpp"
 #include "preemption/slurm_api.hpp"
 #include "support.hpp"
 #include "transport/inprocess.hpp"
@@ -258,6 +259,10 @@ TEST_CASE("time_left: SLURM_JOB_END_TIME comes before libslurm") {
   CHECK(*left <= seconds(100));
 }
 
+// The calls into libslurm exist only where jobkit was built with Slurm's headers (libslurm-dev); a
+// build without them says so instead of asking.
+#if JOBKIT_HAS_SLURM_HEADERS
+
 TEST_CASE("time_left and requeue through libslurm.so.42 (a job id) and .45 (slurm_step_id_t)") {
   scoped_env no_end("SLURM_JOB_END_TIME", std::nullopt);
   for (const auto& [name, answer] : {std::pair{"42", 4242L}, std::pair{"45", 4545L}}) {
@@ -456,3 +461,16 @@ TEST_CASE("the real libslurm without a configuration: time_left returns within t
   CHECK(took < jobkit::detail::slurm_call_deadline + seconds(2));
   CHECK(no_children());
 }
+
+#else
+
+TEST_CASE("built without Slurm's headers: time_left and requeue say so instead of asking libslurm") {
+  scoped_env no_end("SLURM_JOB_END_TIME", std::nullopt);
+  scoped_env job("SLURM_JOB_ID", "1234");
+  const auto probe = jobkit::detail::slurm_remaining_seconds(1234);
+  CHECK_FALSE(probe.answered);
+  CHECK(probe.message == "jobkit was built without Slurm's headers (libslurm-dev)");
+  CHECK_FALSE(jobkit::time_left(seconds(0)));
+}
+
+#endif

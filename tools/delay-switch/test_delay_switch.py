@@ -12,6 +12,7 @@ Usage: test_delay_switch.py SWITCH_BINARY [DELAY_MS]   (python3 standard library
 """
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -159,6 +160,8 @@ def main():
     delay = float(sys.argv[2]) if len(sys.argv) == 3 else 10.0
     if os.geteuid() != 0:
         skip('needs root (network namespaces, tap devices)')
+    if shutil.which('ip') is None:
+        skip('no ip program (iproute2)')
     if not os.path.exists('/dev/net/tun'):
         skip('no /dev/net/tun')
     probe = f'jkds{os.getpid() % 100000}-p'
