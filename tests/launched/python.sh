@@ -2,11 +2,12 @@
 # The Python module `jobkit` on the dev cluster (tests/launched/python_check.py).
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
-#         hang, interrupt, torch, preempt, torch-env, tensor-uneven, tensor-cyclic
+#         hang, interrupt, torch, preempt, torch-env, tensor-uneven, tensor-cyclic, compat-uneven,
+#         compat-cyclic
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt \
-  torch-env tensor-uneven tensor-cyclic
+  torch-env tensor-uneven tensor-cyclic compat-uneven compat-cyclic
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -34,6 +35,13 @@ case $mode in
     layout=(-N3 -n7)  # 5+1+1
     [[ $mode == tensor-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)
     run_step env -u MASTER_ADDR -u MASTER_PORT "${step[@]}" "${layout[@]}" "$python" "$here/python_tensor_check.py" ;;
+  compat-*)
+    # The seeds' names and signatures (jobkit.compat, python_compat.py and compat_<seed>.py).
+    "$python" -c 'import torch, numpy' 2>/dev/null || skip "torch or numpy not installed for $python"
+    layout=(-N3 -n7)  # 5+1+1
+    [[ $mode == compat-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)
+    run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK "${step[@]}" "${layout[@]}" \
+      "$python" "$here/python_compat.py" ;;
   interrupt)
     # Two steps: SIGINT to rank 0, then SIGTERM to rank 1 (one signal per step: a second rank's
     # own signal would race with the first one's abort).
@@ -109,6 +117,13 @@ case $mode in
     (($(both dtype 'of int64\[4\], op sum' 'of float32\[4\], op sum') == ranks)) || fail "a dtype mismatch was not named"
     (($(both shape 'of float32\[2, 2\]' 'of float32\[4\]') == ranks)) || fail "a shape mismatch was not named"
     (($(both op 'float32\[4\], op max' 'float32\[4\], op sum') == ranks)) || fail "an op mismatch was not named" ;;
+  compat-*)
+    ((status == 0)) || fail "exit status $status"
+    ranks=7
+    [[ $mode == compat-cyclic ]] && ranks=8
+    for seed in axolotl composer modelopt olmo_core speechbrain; do
+      (($(count ": compat $seed ok") == ranks)) || fail "jobkit.compat.$seed misbehaved on some rank"
+    done ;;
   torch)
     ((status == 0)) || fail "exit status $status"
     (($(count 'nccl refused: NcclError\|nccl refused: CudaError') == 7)) || fail "nccl did not fail cleanly"

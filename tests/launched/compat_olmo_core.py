@@ -1,0 +1,2 @@
+def run():
+    return ["not written yet"]

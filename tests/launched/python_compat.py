@@ -1,0 +1,38 @@
+"""jobkit.compat on the dev cluster: every rank runs each seed's checks (tests/launched/compat_<seed>.py,
+whose run() returns the failures it saw, an empty list when all held) in the same order and prints
+one line per seed, "compat <seed> ok" or "compat <seed> FAILED: ...".
+usage: python_compat.py [SEED...]   (default: every seed)
+"""
+import importlib.util
+import os
+import sys
+import traceback
+
+import jobkit
+
+SEEDS = ["axolotl", "composer", "modelopt", "olmo_core", "speechbrain"]
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    me = jobkit.identity()
+    failed = 0
+    for seed in sys.argv[1:] or SEEDS:
+        spec = importlib.util.spec_from_file_location(f"compat_{seed}", os.path.join(here, f"compat_{seed}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+            failures = list(module.run())
+        except Exception as e:  # a check that raised: its message and where
+            failures = [f"raised {type(e).__name__}: {e} at {traceback.format_exc(limit=-1).strip().splitlines()[-2].strip()}"]
+        if failures:
+            failed += 1
+            print(f"rank {me.rank} ({me.hostname}): compat {seed} FAILED: " + "; ".join(failures), flush=True)
+        else:
+            print(f"rank {me.rank} ({me.hostname}): compat {seed} ok", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

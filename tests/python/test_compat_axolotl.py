@@ -1,0 +1,5 @@
+import jobkit.compat.axolotl  # noqa: F401
+
+
+def test_imports():
+    pass

@@ -1,0 +1,5 @@
+import jobkit.compat.olmo_core  # noqa: F401
+
+
+def test_imports():
+    pass
