@@ -14,9 +14,11 @@ at a time: do not call collectives from two threads at once.
 """
 
 import functools as _functools
+import math as _math
 import os as _os
 import pickle as _pickle
 from dataclasses import dataclass as _dataclass
+from datetime import timedelta as _timedelta
 from types import TracebackType as _TracebackType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
@@ -65,8 +67,8 @@ if _TYPE_CHECKING:
 _T = _TypeVar("_T")
 _U = _TypeVar("_U")
 _H = _TypeVar("_H")
-# Workspace's and node_local_gather's group: None or "world" (every rank), "node", or world ranks
-_Members = _Union[None, _Literal["world", "node"], _Sequence[int]]  # noqa: F821  (Literal's strings are no names)
+# Workspace's and node_local_gather's group: None or "world" (every rank), "node", world ranks or a Group
+_Members = _Union[None, _Literal["world", "node"], _Sequence[int], "Group"]  # noqa: F821  (Literal's strings are no names)
 
 
 # ---- Identity ----
@@ -377,14 +379,15 @@ class _FirstThenOthers:
     def __enter__(self) -> "_FirstThenOthers":
         if self._fn is not None:
             raise InvalidArgumentError("zero_first(fn) is called, not entered: use `with zero_first():`")
+        if self._stage is not None:
+            raise InvalidArgumentError("this zero_first() is entered already: write `with zero_first():` for each block")
         self._stage = _jobkit.FirstThenOthers(self._per_node, _seconds(self._timeout))
         self._stage.enter()
         return self
 
     def __exit__(self, kind: _Optional[_Type[BaseException]], value: _Optional[BaseException],
                  traceback: _Optional[_TracebackType]) -> _Literal[False]:
-        stage, self._stage = self._stage, None
-        # set by __enter__ (None only where one object is entered twice at once: an AttributeError)
+        stage, self._stage = self._stage, None  # set by __enter__, which refuses a second entry
         _cast(_jobkit.FirstThenOthers, stage).exit(None if kind is None else f"{kind.__name__}: {value}")
         return False
 
@@ -456,6 +459,15 @@ def fs_local_rank(directory: "_StrPath" = ".", timeout: _Seconds = None) -> int:
 # ---- Workspace and node-local gather (bytes) ----
 
 
+def _members(group: _Members) -> _Union[None, str, _List[int]]:
+    """A Workspace's or node_local_gather's group= for the extension: a Group as its world ranks."""
+    if isinstance(group, Group):
+        return group.world_ranks
+    if group is None or isinstance(group, str):
+        return group
+    return [int(r) for r in group]
+
+
 def _payload(payload: "_ReadableBuffer") -> bytes:
     """payload's bytes; an int is refused (bytes(5) would be five zero bytes)."""
     if isinstance(payload, int):
@@ -476,12 +488,12 @@ class Workspace:
     removes this rank's files; the last rank's, the directory. Close it when no rank reads anymore
     (e.g. after a barrier).
 
-    group: None (every rank), "node", or a list of world ranks.
+    group: None (every rank), "node", a list of world ranks, or a jobkit.Group.
     """
 
     def __init__(self, root: "_StrPath", group: _Members = None, timeout: _Seconds = None) -> None:
         # None once closed: a later call fails with InvalidArgumentError
-        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), group, _seconds(timeout))
+        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), _members(group), _seconds(timeout))
 
     def write(self, payload: "_ReadableBuffer", config: str = "") -> None:
         _open(self._ws, "Workspace").write(_payload(payload), config)
@@ -516,7 +528,7 @@ def node_local_gather(payload: "_ReadableBuffer", config: str = "", group: _Memb
     Returns (states, route): states is a list on the group's rank 0 and [] elsewhere; route is
     "shared_memory", "workspace" or "collectives"."""
     where = "" if workspace is None else _os.fspath(workspace)
-    return _jobkit.node_local_gather(_payload(payload), config, group, where, collective_max_bytes, _seconds(timeout))
+    return _jobkit.node_local_gather(_payload(payload), config, _members(group), where, collective_max_bytes, _seconds(timeout))
 
 
 # ---- Pre-emption, time limits, requeue and checkpoints ----
@@ -591,12 +603,16 @@ def stop_requested() -> bool:
     return _default_stop_guard.stop_requested()
 
 
-def time_left(max_age: float = 60) -> _Optional[float]:
+def time_left(max_age: "_Union[float, _timedelta]" = 60) -> _Optional[float]:
     """Seconds this job has left before its time limit: from SLURM_JOB_END_TIME when set (Slurm
     23.02+), else from Slurm through libslurm in a child process (kept for max_age seconds and
     counted down in between); 0 past the end; None outside Slurm, without a time limit, or when
-    libslurm gave no answer. InvalidEnvironmentError when SLURM_JOB_END_TIME is malformed."""
-    return _jobkit.time_left(max_age)
+    libslurm gave no answer. InvalidEnvironmentError when SLURM_JOB_END_TIME is malformed.
+    max_age: seconds (0: ask every time) or a datetime.timedelta, rounded up to whole seconds."""
+    seconds = max_age.total_seconds() if isinstance(max_age, _timedelta) else max_age
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not _math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"time_left(max_age={max_age!r}): seconds, 0 or more, or a datetime.timedelta")
+    return _jobkit.time_left(float(_math.ceil(seconds)))
 
 
 def requeue() -> None:

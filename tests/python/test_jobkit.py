@@ -178,6 +178,13 @@ def test_zero_first_forms():
     with pytest.raises(jobkit.InvalidArgumentError):
         with jobkit.zero_first(lambda: 1):
             pass
+    stage = jobkit.zero_first()
+    with stage:
+        with pytest.raises(jobkit.InvalidArgumentError, match="entered already"):
+            with stage:
+                pass
+    with stage:  # the first entry ended well: the object can be entered again
+        pass
 
 
 def test_nesting_runs_directly():
@@ -204,6 +211,11 @@ def test_workspace_and_node_local_gather(tmp_path):
             ws.read(1)
     assert not os.path.exists(directory)
     assert jobkit.node_local_gather(b"payload", config="c") == ([("c", b"payload")], "shared_memory")
+    group = jobkit.make_group([0])  # a Group as group=, as for the collectives
+    assert jobkit.node_local_gather(b"g", group=group) == ([("", b"g")], "shared_memory")
+    with jobkit.Workspace(tmp_path / "g", group=group) as ws:
+        ws.write(b"\x03")
+        assert ws.read(0) == ("", b"\x03")
 
 
 def test_version():
@@ -301,6 +313,11 @@ def test_time_left_from_slurm_job_end_time(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_END_TIME", "soon")
     with pytest.raises(jobkit.InvalidEnvironmentError, match="SLURM_JOB_END_TIME='soon'"):
         jobkit.time_left()
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 600))
+    assert 598 <= jobkit.time_left(datetime.timedelta(seconds=0.5)) <= 600
+    for bad in (-1, float("nan"), "60", True):
+        with pytest.raises(jobkit.InvalidArgumentError, match="max_age="):
+            jobkit.time_left(bad)  # type: ignore[arg-type]
 
 
 def test_checkpoints_commit_latest_verify(tmp_path):
