@@ -159,6 +159,11 @@ def _listen(table, token):
     return server.getsockname()[1]
 
 
+class StoreTimeoutError(_jobkit.TimeoutError, RuntimeError):
+    """A JobkitStore's get or wait that ran out of time: a jobkit.TimeoutError, and the RuntimeError
+    with "timeout" in its message that torch's own code catches (its store-based barrier)."""
+
+
 def _key(key):
     return key.encode() if isinstance(key, str) else bytes(key)
 
@@ -172,7 +177,7 @@ class JobkitStore(dist.Store):
         super().__init__()
         from . import broadcast_object, identity
 
-        self._timeout = timeout
+        self.set_timeout(timeout)  # torch's own field: a PrefixStore's set_timeout reaches it too
         self._rank = identity().rank
         self._lock = threading.Lock()
         self._table = None
@@ -211,14 +216,18 @@ class JobkitStore(dist.Store):
             raise _jobkit.InternalError(f"jobkit store: {answer[0].decode()}")
         return status, answer
 
+    @property
+    def _timeout(self):
+        return self.timeout
+
     def _timeout_ms(self, timeout=None):
         span = timeout if timeout is not None else self._timeout
         return str(int(span.total_seconds() * 1000)).encode()
 
     def _timed_out(self, what, timeout=None):
         span = timeout if timeout is not None else self._timeout
-        return _jobkit.TimeoutError(f"jobkit store: {what} not set within {span.total_seconds():g} s "
-                                    f"(rank {self._rank})")
+        return StoreTimeoutError(f"jobkit store: timeout: {what} not set within {span.total_seconds():g} s "
+                                 f"(rank {self._rank})")
 
     def set(self, key, value):
         value = value.encode() if isinstance(value, str) else bytes(value)
@@ -275,4 +284,8 @@ class JobkitStore(dist.Store):
         if self._table is not None:
             return self._table.delete_key(_key(key))
         return self._request(b"D", [_key(key)])[1][0] == b"1"
+
+    # The names torch's C++ side calls through its trampoline (a PrefixStore around this store).
+    getNumKeys = num_keys  # noqa: N815
+    deleteKey = delete_key  # noqa: N815
 

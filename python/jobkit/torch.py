@@ -1,31 +1,35 @@
-"""torch.distributed without MASTER_ADDR, MASTER_PORT or a TCPStore.
+"""torch.distributed without MASTER_ADDR or MASTER_PORT.
 
     import jobkit.torch
     jobkit.torch.init_process_group("gloo")   # under srun --mpi=pmix: no rendezvous variables
 
-The rank and world size come from jobkit's identity (PMIx), and the c10d store is a
-jobkit.torch.JobkitStore: rank 0 serves it on a port of its own, found and authenticated through
-jobkit's data path (see jobkit/_store.py). It coexists with `jobkit exec`: the variables that
-sets (RANK, MASTER_ADDR, ...) are not read. After init, RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK hold jobkit's identity, for the frameworks' own getters.
+The rank and world size come from jobkit's identity (PMIx). The c10d store is torch's own TCPStore,
+served by rank 0 on a port the kernel picks (no collision), its address and port sent to every rank
+over jobkit's authenticated data path (no MASTER_ADDR/MASTER_PORT): torch's semantics exactly, and
+torch's scale (a C++ server, no GIL). With store="jobkit" it is a JobkitStore instead (see
+jobkit/_store.py), whose every connection is authenticated, for a few hundred ranks. It coexists
+with `jobkit exec`: the variables that sets (RANK, MASTER_ADDR, ...) are not read. After init,
+RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK hold jobkit's identity,
+for the frameworks' own getters.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
 from datetime import timedelta
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import torch
 import torch.distributed as dist
 
-from . import Identity, _jobkit, identity, select_device
+from . import Identity, _jobkit, broadcast_object, identity, select_device
 from ._store import JobkitStore
 
 __all__ = ["init_process_group", "device", "JobkitStore"]
 
-_store: Optional[JobkitStore] = None  # torch keeps only the C++ side of a Python store: keep the object alive
+_store: Optional[dist.Store] = None  # torch keeps only the C++ side of a Python store: keep the object alive
 _arguments: Optional[Dict[str, Any]] = None  # those of the call that initialised the process group
 
 
@@ -80,6 +84,50 @@ def _set_cuda_device(backend: str, me: Identity) -> None:
     torch.cuda.set_device(_jobkit.select_device(count, me.local_rank, me.local_world_size))
 
 
+_CONNECT_LIMIT = timedelta(seconds=60)  # a TCPStore client's connection to rank 0's port, tries included
+
+
+def _reachable(addresses: List[str], port: int) -> str:
+    """The first of rank 0's data-path addresses that accepts a connection on `port`."""
+    if len(addresses) == 1:
+        return addresses[0]
+    failures = []
+    for address in addresses:
+        try:
+            socket.create_connection((address, port), timeout=10).close()
+            return address
+        except OSError as e:
+            failures.append(f"{address}: {e}")
+    raise _jobkit.PeerFailureError(f"init_process_group: rank {identity().rank} cannot reach rank 0's TCPStore on "
+                                   f"port {port}: {'; '.join(failures)}")
+
+
+def _tcp_store(me: Identity, timeout: timedelta) -> dist.Store:
+    """torch's TCPStore on a port rank 0's kernel picks, announced over jobkit's data path.
+    Collective over every rank."""
+    addresses = [address for _, address in _jobkit.data_path_addresses()] or ["127.0.0.1"]
+    if me.rank == 0:
+        store = dist.TCPStore(addresses[0], 0, me.world_size, True, timeout, wait_for_workers=False)
+        broadcast_object((addresses, int(store.port)), 0)
+        return store
+    addresses, port = broadcast_object(None, 0)
+    # A client tries to connect until its timeout: bounded here, then torch's timeout for the rest.
+    store = dist.TCPStore(_reachable(addresses, port), port, me.world_size, False, min(timeout, _CONNECT_LIMIT))
+    store.set_timeout(timeout)
+    return store
+
+
+def _make_store(store: Union[None, str, dist.Store], me: Identity, timeout: timedelta) -> dist.Store:
+    if store is None:
+        return _tcp_store(me, timeout)
+    if isinstance(store, str) and store == "jobkit":
+        return JobkitStore(timeout)  # type: ignore[no-untyped-call]  # _store.py has no hints yet
+    if isinstance(store, dist.Store):
+        return store
+    raise _jobkit.InvalidArgumentError(f"init_process_group(store={store!r}): None (torch's TCPStore found "
+                                       f"through jobkit), \"jobkit\" (a JobkitStore) or a torch.distributed.Store")
+
+
 def _text(value: object) -> str:
     return str(value) if isinstance(value, timedelta) else repr(value)
 
@@ -94,9 +142,14 @@ def _check_same(arguments: Dict[str, Any]) -> None:
 
 
 def init_process_group(backend: str = "gloo", timeout: Union[timedelta, float, None] = None,
-                       **kwargs: Any) -> JobkitStore:
-    """torch.distributed.init_process_group(backend, store=JobkitStore(), rank=, world_size=) with
-    the identity from jobkit. Collective over every rank of the step. Returns the store.
+                       store: Union[None, str, dist.Store] = None, **kwargs: Any) -> dist.Store:
+    """torch.distributed.init_process_group(backend, store=, rank=, world_size=) with the identity
+    from jobkit. Collective over every rank of the step. Returns the store.
+
+    store: None (default): torch's TCPStore, served by rank 0 on a port its kernel picks, its
+    address and port sent to every rank over jobkit's authenticated data path. "jobkit": a
+    JobkitStore, whose connections are authenticated with a token sent the same way (for a few
+    hundred ranks: rank 0 serves it from Python). A torch.distributed.Store: used as it is.
 
     backend "nccl" (or "cpu:gloo,cuda:nccl"-style strings naming nccl) first sets this rank's GPU
     by jobkit's device rule (see jobkit.select_device: cuda:0 where Slurm bound one GPU to each
@@ -113,7 +166,7 @@ def init_process_group(backend: str = "gloo", timeout: Union[timedelta, float, N
     initialises again.
     """
     global _store, _arguments
-    arguments = {"backend": backend, "timeout": _timedelta(timeout), **kwargs}
+    arguments = {"backend": backend, "timeout": _timedelta(timeout), "store": store, **kwargs}
     if dist.is_initialized():
         if _arguments is None or _store is None:
             raise _jobkit.InvalidArgumentError("init_process_group: torch.distributed was initialised without jobkit")
@@ -128,9 +181,9 @@ def init_process_group(backend: str = "gloo", timeout: Union[timedelta, float, N
         addresses = _jobkit.data_path_addresses()
         if addresses and addresses[0][0]:
             os.environ["GLOO_SOCKET_IFNAME"] = addresses[0][0]
-    store = JobkitStore(arguments["timeout"])  # type: ignore[no-untyped-call]  # _store.py has no hints yet
-    dist.init_process_group(backend, store=store, rank=me.rank, world_size=me.world_size,
+    made = _make_store(store, me, arguments["timeout"])
+    dist.init_process_group(backend, store=made, rank=me.rank, world_size=me.world_size,
                             timeout=arguments["timeout"], **kwargs)
-    _store, _arguments = store, arguments
+    _store, _arguments = made, arguments
     os.environ.update(variables)
-    return store
+    return made

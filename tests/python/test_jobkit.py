@@ -234,6 +234,34 @@ def test_ctrl_c_ends_a_wait(tmp_path):
             ws.read(0, timeout=0.2)
 
 
+def store_cases(store, dist):
+    """torch's own store test cases (StoreTestBase: set/get, compare_set, add, simple wait, and
+    TCPStore's num_keys, delete_key and timeouts), through the PrefixStore that
+    init_process_group puts around a store."""
+    prefixed = dist.PrefixStore("test/", store)
+    prefixed.set("key0", "value0")
+    prefixed.set("key1", b"value1")
+    assert prefixed.get("key0") == b"value0" and prefixed.get("key1") == b"value1"
+    assert prefixed.compare_set("cs", "", "first") == b"first"  # absent, expected "": set
+    assert prefixed.compare_set("cs", "wrong", "second") == b"first"
+    assert prefixed.compare_set("cs", "first", "second") == b"second"
+    assert prefixed.add("counter", 3) == 3 and prefixed.add("counter", 2) == 5
+    prefixed.wait(["key0", "key1"])
+    prefixed.wait(["key0"], datetime.timedelta(seconds=1))
+    keys_before = prefixed.num_keys()
+    prefixed.set("doomed", "x")
+    assert prefixed.num_keys() == keys_before + 1
+    assert prefixed.delete_key("doomed") and not prefixed.delete_key("doomed")
+    assert prefixed.num_keys() == keys_before
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="(?i)timeout"):  # what torch's code catches
+        prefixed.wait(["absent"], datetime.timedelta(seconds=0.2))
+    assert time.monotonic() - start < 5
+    prefixed.set_timeout(datetime.timedelta(seconds=0.2))
+    with pytest.raises(RuntimeError, match="(?i)timeout"):
+        prefixed.get("absent")
+
+
 def test_torch_init_process_group_on_one_rank(monkeypatch):
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
@@ -242,20 +270,21 @@ def test_torch_init_process_group_on_one_rank(monkeypatch):
 
     for name in ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"):
         monkeypatch.delenv(name, raising=False)
-    store = jobkit.torch.init_process_group("gloo")
-    try:
-        value = torch.tensor([2.0])
-        dist.all_reduce(value)
-        assert value.item() == 2.0 and dist.get_world_size() == 1
-        store.set("k", "v")
-        assert store.get("k") == b"v" and store.add("n", 3) == 3 and store.add("n", 2) == 5
-        assert store.compare_set("k", "v", "w") == b"w" and store.compare_set("k", "x", "y") == b"w"
-        assert store.check(["k", "n"]) and not store.check(["absent"])
-        assert store.delete_key("k") and not store.delete_key("k")
-        with pytest.raises(jobkit.TimeoutError):
-            store.wait(["absent"], datetime.timedelta(seconds=0.1))
-    finally:
-        dist.destroy_process_group()
+    for kind in (None, "jobkit"):
+        store = jobkit.torch.init_process_group("gloo", store=kind)
+        try:
+            assert isinstance(store, jobkit.torch.JobkitStore if kind else dist.TCPStore)
+            value = torch.tensor([2.0])
+            dist.all_reduce(value)
+            assert value.item() == 2.0 and dist.get_world_size() == 1
+            store_cases(store, dist)
+        finally:
+            dist.destroy_process_group()
+    with pytest.raises(jobkit.InvalidArgumentError, match="store='tcp'"):
+        jobkit.torch.init_process_group("gloo", store="tcp")
+    own = dist.HashStore()  # a Store of the caller's: used as it is
+    assert jobkit.torch.init_process_group("gloo", store=own) is own
+    dist.destroy_process_group()
     if torch.cuda.is_available() and dist.is_nccl_available():  # a GPU machine (scripts/gpu-check.sh)
         jobkit.torch.init_process_group("nccl")
         try:

@@ -105,7 +105,7 @@ def test_nccl_init_sets_the_bound_gpu_on_every_local_rank(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", seen_count)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: initialised.append((backend, kwargs)))
-    monkeypatch.setattr(jobkit.torch, "JobkitStore", lambda timeout: f"store({timeout})")
+    monkeypatch.setattr(jobkit.torch, "_make_store", lambda store, me, timeout: f"store({timeout})")
     monkeypatch.setenv("SLURM_STEP_GPUS", "0,1,2,3")
     for local_rank in range(4):
         as_rank(monkeypatch, local_rank=local_rank, local_world_size=4)

@@ -33,7 +33,8 @@ def main() -> None:
     jobkit.rank_zero_info("%s on %s", where, me.hostname)
     jobkit.rank_zero_warn("slow step", RuntimeWarning)
     try:
-        store: jobkit.torch.JobkitStore = jobkit.torch.init_process_group("gloo", timeout=30.0)
+        store = jobkit.torch.init_process_group("gloo", timeout=30.0)
+        authenticated = jobkit.torch.init_process_group("gloo", timeout=30.0, store="jobkit")
     except jobkit.TimeoutError as e:
         code: str = e.code
         raise TimeoutError(code) from e  # the built-in, not shadowed by the * import
@@ -55,7 +56,7 @@ def main() -> None:
         cause: str = stop.cause.reason if stop.stop_requested() else ""
     latest: Optional[int] = jobkit.Checkpoints("/ckpt", keep=3).latest()
     print(files, unpacked, tokens, config, payload, cause, latest)
-    print(handler, saved, store, jobkit.torch.device(), is_main_process(), world_size())  # noqa: F405
+    print(handler, saved, store, authenticated, jobkit.torch.device(), is_main_process(), world_size())  # noqa: F405
 
 
 if __name__ == "__main__":
