@@ -67,8 +67,8 @@ def run() -> list:
     result = sb.run_on_main(lambda a, b: (me.rank, a + b), args=[1], kwargs={"b": 2}, post_func=posts.append,
                             post_args=["post"], timeout=T)
     check(result == (0, 3) and posts == ([] if me.rank == 0 else ["post"]), f"run_on_main: {result!r}, {posts}")
-    result = sb.run_on_main(lambda: me.rank, post_func=lambda item: posts.append(item), post_kwargs={"item": "all"},
-                            run_post_on_main=True, timeout=T)
+    result = sb.run_on_main(lambda: me.rank, post_func=lambda item: posts.append(item),
+                            post_kwargs={"item": "all"}, run_post_on_main=True, timeout=T)
     check(result == 0 and posts[-1] == "all", f"run_on_main(run_post_on_main=True): {result!r}, {posts}")
 
     # SpeechBrain's example: save on one rank per node, load on the node's others

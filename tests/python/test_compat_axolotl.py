@@ -35,7 +35,8 @@ def test_names_and_signatures_are_axolotls():
 
 def test_import_does_not_need_torch():
     code = "import sys, jobkit.compat.axolotl; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "False\n"
 
 
 def test_identity_on_one_rank():

@@ -25,7 +25,8 @@ def test_names_and_signatures_are_speechbrains():
     positional = {
         "rank_prefixed_message": ["message"], "get_rank": [], "get_local_rank": [], "infer_device": [],
         "run_on_main": ["func", "args", "kwargs", "post_func", "post_args", "post_kwargs", "run_post_on_main"],
-        "run_once_per_node": ["func", "args", "kwargs", "post_func", "post_args", "post_kwargs", "run_post_on_all"],
+        "run_once_per_node": ["func", "args", "kwargs", "post_func", "post_args", "post_kwargs",
+                              "run_post_on_all"],
         "is_distributed_initialized": [], "if_main_process": [], "is_local_rank_zero": [],
         "main_process_only": ["function"], "once_per_node": ["function"], "ddp_prevent_block": [],
         "ddp_barrier": [], "ddp_broadcast": ["communication_object", "src"],
@@ -44,7 +45,8 @@ def test_names_and_signatures_are_speechbrains():
 
 def test_import_does_not_need_torch():
     code = "import sys, jobkit.compat.speechbrain; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "False\n"
 
 
 def test_identity_without_a_launcher():
@@ -96,6 +98,10 @@ def test_main_process_only_and_once_per_node_enter_their_sections():
     with pytest.raises(KeyError):
         fails()
     assert sb.MAIN_PROC_ONLY == 0
+    assert sb.main_process_only(lambda: sb.run_on_main(lambda: "nested"))() == "nested"
+    with pytest.raises(jobkit.InvalidArgumentError, match="inside once_per_node"):  # jobkit's nesting rule
+        sb.once_per_node(sb.main_process_only(lambda: 1))()
+    assert (sb.MAIN_PROC_ONLY, sb.NODE_ONCE_ONLY) == (0, 0)
 
 
 def test_run_on_main():
@@ -104,8 +110,8 @@ def test_run_on_main():
     assert sb.run_on_main(lambda a, b: inside.append(sb.MAIN_PROC_ONLY) or a * b, args=[4], kwargs={"b": 2},
                           post_func=post.append, post_args=["p"]) == 8
     assert inside == [1] and post == []  # post_func runs on the other ranks only...
-    assert sb.run_on_main(lambda: 1, post_func=lambda item: post.append(item), post_kwargs={"item": "q"}, run_post_on_main=True,
-                          timeout=5) == 1
+    assert sb.run_on_main(lambda: 1, post_func=lambda item: post.append(item), post_kwargs={"item": "q"},
+                          run_post_on_main=True, timeout=5) == 1
     assert post == ["q"]  # ...or on every rank with run_post_on_main
     with pytest.raises(jobkit.InvalidArgumentError, match="post_func= by name"):
         sb.run_on_main(lambda: 1, post.append)

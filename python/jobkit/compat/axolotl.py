@@ -16,7 +16,8 @@ process group is needed: the functions work before (and without) torch.distribut
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, List, Optional
+from types import TracebackType
+from typing import Any, Callable, ContextManager, Iterator, List, Literal, Optional, Type
 
 import jobkit
 from jobkit._collectives import Timeout
@@ -104,8 +105,25 @@ def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any]
     return jobkit.reduce_and_broadcast(fn1, fn2, timeout)
 
 
-@contextlib.contextmanager
-def zero_first(is_main: bool, *, timeout: Timeout = None) -> Iterator[None]:
+class _ZeroFirst:
+    """zero_first's context manager (a class, so that jobkit's errors name the caller's line)."""
+
+    def __init__(self, is_main: bool, timeout: Timeout) -> None:
+        self._is_main = bool(is_main)
+        self._timeout = timeout
+
+    def __enter__(self) -> None:
+        if not self._is_main:
+            jobkit.barrier(self._timeout)
+
+    def __exit__(self, kind: Optional[Type[BaseException]], value: Optional[BaseException],
+                 traceback: Optional[TracebackType]) -> Literal[False]:
+        if self._is_main and kind is None:
+            jobkit.barrier(self._timeout)
+        return False
+
+
+def zero_first(is_main: bool, *, timeout: Timeout = None) -> ContextManager[None]:
     """Context manager: the ranks passing is_main=True run the block first, the others once all of
     those have left it (every rank runs the block).
 
@@ -115,12 +133,9 @@ def zero_first(is_main: bool, *, timeout: Timeout = None) -> Iterator[None]:
     waiting ranks raise jobkit.PeerFailureError or jobkit.TimeoutError instead of hanging.
     """
     if callable(is_main) or is_main is None:
-        raise jobkit.InvalidArgumentError(f"zero_first(is_main={is_main!r}): a bool, True on the ranks that go first")
-    if not is_main:
-        jobkit.barrier(timeout)
-    yield
-    if is_main:
-        jobkit.barrier(timeout)
+        raise jobkit.InvalidArgumentError(f"zero_first(is_main={is_main!r}): a bool, True on the ranks that go "
+                                          "first")
+    return _ZeroFirst(is_main, timeout)
 
 
 @contextlib.contextmanager

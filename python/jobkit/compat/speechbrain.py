@@ -141,7 +141,9 @@ def _in_section() -> bool:
 def main_process_only(function: Callable[..., _T]) -> Callable[..., _T]:
     """Decorator: the function runs on the main rank only (inside MainProcessContext); every rank
     returns its result (which must be picklable). If it raises, the main rank re-raises it and the
-    others raise jobkit.PeerFailureError with its message instead of hanging."""
+    others raise jobkit.PeerFailureError with its message instead of hanging. Inside a once-per-node
+    section, where SpeechBrain's returns None on the node leaders but rank 0, it raises
+    jobkit.InvalidArgumentError (jobkit's nesting rule); nested in a main-only section it just runs."""
     return jobkit.main_process_only(_inside(MainProcessContext, function))
 
 
