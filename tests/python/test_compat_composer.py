@@ -37,7 +37,8 @@ SIGNATURES = {
 
 def untyped(function):
     """The signature without annotations, as composer's documentation writes it."""
-    parameters = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(function).parameters.values()]
+    parameters = [p.replace(annotation=inspect.Parameter.empty)
+                  for p in inspect.signature(function).parameters.values()]
     return str(inspect.Signature(parameters))
 
 
@@ -126,6 +127,8 @@ def test_gpu_tensors_and_torch_groups_are_no_ops_on_one_rank_without_torch_distr
     objects = [1]
     dist.broadcast_object_list(objects, 0, group)
     assert objects == [1]
+    with pytest.raises(jobkit.InvalidArgumentError, match="group=jobkit.Group.* with a tensor on .*cuda"):
+        dist.all_reduce(fake, group=jobkit.node_group())
 
 
 def test_get_sampler():

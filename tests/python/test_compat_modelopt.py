@@ -17,7 +17,8 @@ from jobkit.compat import modelopt as distribute
 
 def untyped(function):
     """The signature without annotations, as ModelOpt's documentation writes it."""
-    parameters = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(function).parameters.values()]
+    parameters = [p.replace(annotation=inspect.Parameter.empty)
+                  for p in inspect.signature(function).parameters.values()]
     return str(inspect.Signature(parameters))
 
 

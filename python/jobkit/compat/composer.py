@@ -43,6 +43,9 @@ def _torch_call(function: str, group: Any, tensor: Any = None) -> Optional[Any]:
     on_gpu = tensor is not None and getattr(getattr(tensor, "device", None), "type", "cpu") != "cpu"
     if not on_gpu and (group is None or isinstance(group, jobkit.Group)):
         return None
+    if isinstance(group, jobkit.Group):
+        raise jobkit.InvalidArgumentError(f"{function}: group={group!r} with a tensor on {tensor.device}: GPU "
+                                          "tensors go through torch.distributed, whose groups are torch's")
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -55,6 +58,7 @@ def _torch_call(function: str, group: Any, tensor: Any = None) -> Optional[Any]:
 
 
 def _size(group: Optional[jobkit.Group]) -> int:
+    """The number of members of group (None: the world)."""
     return jobkit.world_size() if group is None else group.size()
 
 
