@@ -224,23 +224,19 @@ def synchronize_value(value: V, device: Any, src: int = 0, group: Any = None) ->
     """src's value on every rank of the group. A tensor is moved to `device` and broadcast in place
     (CPU: jobkit.broadcast; GPU or a torch group: torch.distributed) and returned; a bool, int,
     float or any picklable value travels exactly with jobkit.broadcast_object (OLMo-core sends it
-    as a tensor on `device`: floats become float32)."""
+    as a tensor on `device`: floats become float32). A tensor alone in its group comes back as is.
+    """
+    if not _is_tensor(value):
+        return broadcast_object(value, src, group)
     if _single(group):
         return value
-    if _is_tensor(value):
-        tensor = cast(Any, value).to(device)
-        dist = _via_torch(group, tensor, "synchronize_value")
-        if dist is not None:
-            dist.broadcast(tensor, src, group=group)
-        else:
-            jobkit.broadcast(tensor.detach(), src, group=group)
-        return cast(V, tensor)
-    dist = _via_torch(group, None, "synchronize_value")
+    tensor = cast(Any, value).to(device)
+    dist = _via_torch(group, tensor, "synchronize_value")
     if dist is not None:
-        holder = [value]
-        dist.broadcast_object_list(holder, src, group=group)
-        return holder[0]
-    return cast(V, jobkit.broadcast_object(value, src, group=group))
+        dist.broadcast(tensor, src, group=group)
+    else:
+        jobkit.broadcast(tensor.detach(), src, group=group)
+    return cast(V, tensor)
 
 
 def synchronize_flag(flag: bool, device: Any, group: Any = None) -> bool:
@@ -254,22 +250,33 @@ def all_reduce_value(value: V, device: Any, op: Any = "sum", group: Any = None) 
     `device`, reduced in place (CPU: jobkit.all_reduce; GPU or a torch group: torch.distributed)
     and returned; a number is reduced exactly (ints as int64, floats as float64, where OLMo-core
     squeezes floats through float32) and returned as its type (bool for a bool); with a torch
-    group it travels as a tensor on `device` (floats as float64)."""
-    if _single(group):
-        return value
+    group it travels as a tensor on `device` (floats as float64). A tensor alone in its group comes
+    back as is."""
     if not _is_tensor(value) and not _torch_group(group):
         result = jobkit.all_reduce(value, op, group=group)
         return cast(V, bool(result) if isinstance(value, bool) else result)
+    if _single(group):
+        return value
     import torch
 
     tensor = cast(Any, value).to(device) if _is_tensor(value) else torch.tensor(
         value, dtype=torch.float64 if isinstance(value, float) else None, device=device)
     dist = _via_torch(group, tensor, "all_reduce_value")
     if dist is not None:
-        dist.all_reduce(tensor, op=op, group=group)
+        dist.all_reduce(tensor, op=_torch_op(dist, op), group=group)
     else:
         jobkit.all_reduce(tensor.detach(), op, group=group)
     return cast(V, tensor if _is_tensor(value) else cast(Any, type(value))(tensor.item()))
+
+
+def _torch_op(dist: Any, op: Any) -> Any:
+    """op as a torch.distributed.ReduceOp ("sum", "prod", "avg", ... by name)."""
+    if not isinstance(op, str):
+        return op
+    name = {"prod": "PRODUCT", "average": "AVG"}.get(op.lower(), op.upper())
+    if not hasattr(dist.ReduceOp, name):
+        raise InvalidArgumentError(f"all_reduce_value: op={op!r} is not a torch.distributed.ReduceOp")
+    return getattr(dist.ReduceOp, name)
 
 
 def broadcast_object(obj: T, src: int = 0, group: Any = None) -> T:
