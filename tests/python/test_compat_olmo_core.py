@@ -41,8 +41,9 @@ def test_every_function_of_the_page_with_the_seeds_signature():
     for name in du.__all__:
         assert getattr(du, name).__doc__, name
     empty, kw, pos = inspect.Parameter.empty, "KEYWORD_ONLY", "POSITIONAL_OR_KEYWORD"
-    assert signature(du.init_distributed) == [("backend", pos, "nccl"), ("timeout", pos, datetime.timedelta(seconds=1800)),
-                                              ("shared_filesytem", pos, True), ("kwargs", "VAR_KEYWORD", empty)]
+    assert signature(du.init_distributed) == [
+        ("backend", pos, "nccl"), ("timeout", pos, datetime.timedelta(seconds=1800)), ("shared_filesytem", pos, True),
+        ("kwargs", "VAR_KEYWORD", empty)]
     assert signature(du.synchronize_value) == [("value", pos, empty), ("device", pos, empty), ("src", pos, 0),
                                                ("group", pos, None)]
     assert signature(du.all_reduce_value) == [("value", pos, empty), ("device", pos, empty), ("op", pos, "sum"),

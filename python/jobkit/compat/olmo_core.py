@@ -141,8 +141,8 @@ def validate_env_vars() -> None:
     wrong = [f"{name}={os.environ[name]!r} (jobkit: {value})" for name, value in expected.items()
              if os.environ.get(name, str(value)) != str(value)]
     if wrong:
-        raise InvalidEnvironmentError(f"validate_env_vars: rank {me.rank} (host {me.hostname}) finds {', '.join(wrong)}, "
-                                      f"which disagree with jobkit's identity (source {me.source})")
+        raise InvalidEnvironmentError(f"validate_env_vars: rank {me.rank} (host {me.hostname}) finds "
+                                      f"{', '.join(wrong)}, which disagree with jobkit's identity (source {me.source})")
 
 
 def is_distributed() -> bool:
@@ -223,8 +223,8 @@ def get_num_nodes() -> int:
 def synchronize_value(value: V, device: Any, src: int = 0, group: Any = None) -> V:
     """src's value on every rank of the group. A tensor is moved to `device` and broadcast in place
     (CPU: jobkit.broadcast; GPU or a torch group: torch.distributed) and returned; a bool, int,
-    float or any picklable value travels exactly with jobkit.broadcast_object (OLMo-core sends it
-    as a tensor on `device`: floats become float32). A tensor alone in its group comes back as is.
+    float or any picklable value travels exactly, as broadcast_object (OLMo-core sends it as a
+    tensor on `device`: floats become float32). A tensor alone in its group comes back as is.
     """
     if not _is_tensor(value):
         return broadcast_object(value, src, group)
