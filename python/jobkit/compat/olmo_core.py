@@ -142,7 +142,7 @@ def validate_env_vars() -> None:
              if os.environ.get(name, str(value)) != str(value)]
     if wrong:
         raise InvalidEnvironmentError(f"validate_env_vars: rank {me.rank} (host {me.hostname}) finds "
-                                      f"{', '.join(wrong)}, which disagree with jobkit's identity (source {me.source})")
+                                      f"{', '.join(wrong)}, not jobkit's identity (source {me.source})")
 
 
 def is_distributed() -> bool:
