@@ -166,7 +166,8 @@ def init_process_group(backend: str = "gloo", timeout: Union[timedelta, float, N
     initialises again.
     """
     global _store, _arguments
-    arguments = {"backend": backend, "timeout": _timedelta(timeout), "store": store, **kwargs}
+    span = _timedelta(timeout)
+    arguments = {"backend": backend, "timeout": span, "store": store, **kwargs}
     if dist.is_initialized():
         if _arguments is None or _store is None:
             raise _jobkit.InvalidArgumentError("init_process_group: torch.distributed was initialised without jobkit")
@@ -181,9 +182,8 @@ def init_process_group(backend: str = "gloo", timeout: Union[timedelta, float, N
         addresses = _jobkit.data_path_addresses()
         if addresses and addresses[0][0]:
             os.environ["GLOO_SOCKET_IFNAME"] = addresses[0][0]
-    made = _make_store(store, me, arguments["timeout"])
-    dist.init_process_group(backend, store=made, rank=me.rank, world_size=me.world_size,
-                            timeout=arguments["timeout"], **kwargs)
+    made = _make_store(store, me, span)
+    dist.init_process_group(backend, store=made, rank=me.rank, world_size=me.world_size, timeout=span, **kwargs)
     _store, _arguments = made, arguments
     os.environ.update(variables)
     return made

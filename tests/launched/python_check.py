@@ -11,6 +11,7 @@ usage: python_check.py MODE [DIR]
   torch           jobkit.torch.init_process_group("gloo") and an all_reduce; nccl fails cleanly
 """
 import array
+import datetime
 import os
 import signal
 import socket
@@ -276,23 +277,35 @@ def torch_check():
         expect(False, "nccl initialised without a GPU")
     except (jobkit.NcclError, jobkit.CudaError) as e:
         print(f"rank {jobkit.rank()}: nccl refused: {type(e).__name__}: {e}", flush=True)
-    store = jobkit.torch.init_process_group("gloo")
-    expect(dist.get_rank() == jobkit.rank() and dist.get_world_size() == jobkit.world_size(), "torch identity")
     me, world = jobkit.rank(), jobkit.world_size()
-    store.set(f"rank{me}", str(me))
-    store.wait([f"rank{r}" for r in range(world)])
-    expect(store.get(f"rank{(me + 1) % world}") == str((me + 1) % world).encode(), "store get")
-    store.add("count", 1)
-    claimed = store.compare_set("owner", "", str(me))
-    jobkit.barrier()
-    expect(store.add("count", 0) == world and store.check([f"rank{r}" for r in range(world)]), "store add/check")
-    expect(len(set(jobkit.all_gather_object(claimed))) == 1 and store.get("owner") == claimed, "compare_set")
-    expect(store.num_keys() >= world + 2, "store num_keys")
-    value = torch.tensor([float(me + 1)])
-    dist.all_reduce(value)
-    expect(value.item() == world * (world + 1) / 2, f"all_reduce gave {value.item()}")
-    dist.barrier()
-    dist.destroy_process_group()
+    for kind in (None, "jobkit"):  # torch's TCPStore found through jobkit, then the JobkitStore
+        raw = jobkit.torch.init_process_group("gloo", store=kind)
+        expect(dist.get_rank() == me and dist.get_world_size() == world, "torch identity")
+        store = dist.PrefixStore("check", raw)  # as init_process_group wraps it for torch's own use
+        store.set(f"rank{me}", str(me))
+        store.wait([f"rank{r}" for r in range(world)])
+        expect(store.get(f"rank{(me + 1) % world}") == str((me + 1) % world).encode(), f"store {kind} get")
+        store.add("count", 1)
+        claimed = store.compare_set("owner", "", str(me))
+        jobkit.barrier()
+        expect(store.add("count", 0) == world, f"store {kind} add")
+        expect(len(set(jobkit.all_gather_object(claimed))) == 1 and store.get("owner") == claimed,
+               f"store {kind} compare_set")
+        expect(store.num_keys() >= world + 2, f"store {kind} num_keys")
+        start = time.monotonic()
+        try:
+            store.wait(["absent"], datetime.timedelta(seconds=0.3))
+            expect(False, f"store {kind}: a wait for an absent key returned")
+        except RuntimeError as e:  # what torch's own code catches
+            expect("timeout" in str(e).lower() and time.monotonic() - start < 10, f"store {kind} timeout: {e}")
+        jobkit.barrier()
+        if me == 0:
+            expect(store.delete_key("owner"), f"store {kind} delete_key")
+        value = torch.tensor([float(me + 1)])
+        dist.all_reduce(value)
+        expect(value.item() == world * (world + 1) / 2, f"all_reduce gave {value.item()}")
+        dist.barrier()
+        dist.destroy_process_group()
     print(f"rank {jobkit.rank()}: torch {'ok' if failures == 0 else 'WRONG'} all_reduce {value.item():g}", flush=True)
 
 
