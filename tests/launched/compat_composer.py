@@ -53,6 +53,8 @@ def run() -> list:
     expect(objects == [src, everyone[src][1]], f"broadcast_object_list from {src}: {objects}")
     gathered = dist.all_gather(torch.tensor([r, me.local_rank], dtype=torch.int16))
     expect([g.tolist() for g in gathered] == [[e[0], e[2]] for e in everyone], "all_gather")
+    gathered = dist.all_gather(torch.tensor([[r, 1], [2, 3]]).t())  # transposed: not contiguous
+    expect([g.tolist() for g in gathered] == [[[q, 2], [1, 3]] for q in range(n)], "all_gather(transposed)")
 
     node = jobkit.node_group()
     expect(node.world_ranks == [e[0] for e in here], f"node group {node}")
@@ -79,6 +81,9 @@ def run() -> list:
         t = torch.tensor([float(r)])
         dist.all_reduce(t, "SUM", group=world)
         expect(t.item() == n * (n - 1) / 2, f"torch all_reduce {t.item()}")
+        t = torch.tensor([r + 1], dtype=torch.int64)
+        dist.all_reduce(t, "product", group=world)  # a name in any case, as a torch ReduceOp
+        expect(t.item() == math.factorial(n), f"torch all_reduce product {t.item()}")
         objects = [r]
         dist.broadcast_object_list(objects, src=src, group=world)
         expect(objects == [src], f"torch broadcast_object_list {objects}")

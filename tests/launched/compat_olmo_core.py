@@ -49,6 +49,9 @@ def run() -> list:
     check("all_reduce_value(rank + 0.1, max)", du.all_reduce_value(r + 0.1, "cpu", "max"), W - 1 + 0.1)
     check("all_reduce_value(rank == 0, min)", du.all_reduce_value(r == 0, "cpu", "min"), W == 1)
     check("all_reduce_value(1, node group)", du.all_reduce_value(1, "cpu", group=node), len(on_my_node))
+    check("all_reduce_value(2**53 + rank)", du.all_reduce_value(2**53 + r, "cpu"), W * 2**53 + W * (W - 1) // 2)
+    check("all_reduce_value(rank, avg)", du.all_reduce_value(r, "cpu", "avg"), (W - 1) / 2)
+    check("all_reduce_value(0.1 * rank) exactly", du.all_reduce_value(0.1 * r, "cpu", "max"), 0.1 * (W - 1))
     grid = [list(range(i, min(i + 2, W))) for i in range(0, W, 2)]  # rows of two ranks
     check("get_mesh_coordinates(grid)", du.get_mesh_coordinates(grid), [r // 2, r % 2])
 
@@ -102,10 +105,23 @@ def run() -> list:
         check("all_reduce_value(rank, WORLD)", du.all_reduce_value(r, "cpu", group=world), W * (W - 1) // 2)
         check("all_reduce_value(rank + 0.5, max, WORLD)", du.all_reduce_value(r + 0.5, "cpu", "max", world), W - 0.5)
         check("synchronize_flag(rank == 0, WORLD)", du.synchronize_flag(r == 0, "cpu", world), True)
+        check("all_reduce_value(rank == 0, min, WORLD)", du.all_reduce_value(r == 0, "cpu", "min", world), W == 1)
+        check("all_reduce_value(True, WORLD)", du.all_reduce_value(True, "cpu", group=world), True)
+        average = du.all_reduce_value(r, "cpu", "avg", world)
+        check("all_reduce_value(rank, avg, WORLD)", (average, type(average)), ((W - 1) / 2, float))
+        check("all_reduce_value(2**53 + rank, WORLD)", du.all_reduce_value(2**53 + r, "cpu", group=world),
+              W * 2**53 + W * (W - 1) // 2)
         same = du.all_gather(torch.tensor([r, r]), world)
         check("all_gather(WORLD)", [x.tolist() for x in same], [[q, q] for q in range(W)])
         check("do_n_at_a_time(WORLD)", du.do_n_at_a_time(lambda: r, n=2, process_group=world), r)
         du.validate_env_vars()  # init_process_group exported jobkit's identity
+        probed = du.get_fs_local_rank()
+        check("probe decision, no variables", du._every_rank_probes(), True)
+        if r == W - 1:
+            os.environ["FS_LOCAL_RANK"] = str(probed)  # on one rank only: no rank may probe alone
+        check("probe decision, FS_LOCAL_RANK on the last rank", du._every_rank_probes(), False)
+        du.init_distributed("gloo", shared_filesytem=False)  # kept; probes nowhere (else a rank would wait)
+        check("get_fs_local_rank() with FS_LOCAL_RANK on the last rank", du.get_fs_local_rank(), probed)
     finally:
         dist.destroy_process_group()
         os.chdir(here)

@@ -3,6 +3,7 @@ multi-rank behaviour, with the expected values computed from jobkit.identity(), 
 hold on any layout. Every rank makes the same collective calls in the same order."""
 import os
 import tempfile
+import types
 import uuid
 
 import torch
@@ -12,6 +13,25 @@ import jobkit
 from jobkit.compat import speechbrain as sb
 
 T = 30  # seconds: every wait's deadline
+
+
+def check_infer_device(me, check) -> None:
+    """infer_device() for fixed counts of visible devices (torch.cuda.device_count replaced)."""
+    real = torch.cuda.device_count
+    cases = [(0, "cpu"), (1, "cuda:0"), (me.local_world_size, f"cuda:{me.local_rank}"),
+             (me.local_world_size + 3, f"cuda:{me.local_rank}")]
+    if me.local_world_size > 2:
+        cases.append((2, jobkit.InvalidEnvironmentError))
+    try:
+        for count, expected in cases:
+            torch.cuda.device_count = lambda: count
+            try:
+                got = sb.infer_device()
+            except jobkit.InvalidEnvironmentError as e:
+                got = type(e)
+            check(got == expected, f"infer_device() seeing {count} devices: {got!r}, not {expected!r}")
+    finally:
+        torch.cuda.device_count = real
 
 
 def run() -> list:
@@ -29,8 +49,7 @@ def run() -> list:
     check(sb.if_main_process() == (me.rank == 0), "if_main_process()")
     check(sb.is_local_rank_zero() == (me.local_rank == 0), "is_local_rank_zero()")
     check(sb.ddp_prevent_block() == (me.world_size == 1), "ddp_prevent_block() outside a section")
-    devices = torch.cuda.device_count()
-    check(sb.infer_device() == ("cpu" if devices == 0 else jobkit.select_device(devices)), sb.infer_device())
+    check_infer_device(me, check)
 
     sb.ddp_barrier(timeout=T)
     last = me.world_size - 1
@@ -42,6 +61,15 @@ def run() -> list:
     check(average.tolist() == [last / 2], f"ddp_all_reduce(avg): {average}")
     biggest = sb.ddp_all_reduce(2 ** 60 + me.rank, torch.distributed.ReduceOp.MAX, timeout=T)
     check(biggest == 2 ** 60 + last, f"ddp_all_reduce(int, MAX): {biggest}")
+    total = sb.ddp_all_reduce(2 ** 53 + me.rank, "sum", timeout=T)
+    check(total == me.world_size * 2 ** 53 + me.world_size * last // 2, f"ddp_all_reduce(int, sum) exact: {total}")
+    if me.world_size > 1 and not torch.distributed.is_initialized():
+        on_gpu = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"), is_cuda=True)
+        try:
+            sb.ddp_all_reduce(on_gpu, "sum")
+            check(False, "ddp_all_reduce(CUDA tensor) without torch.distributed did not raise")
+        except jobkit.InvalidArgumentError as e:
+            check("needs torch.distributed" in str(e), f"ddp_all_reduce(CUDA tensor): {e}")
 
     calls = []
 

@@ -15,6 +15,14 @@ import torch.distributed
 
 import jobkit
 from jobkit.compat import composer as dist
+from jobkit.compat._route import torch_op
+
+
+class FakeProcessGroup:
+    """A torch ProcessGroup, as the route sees it (an object of torch's)."""
+
+
+FakeProcessGroup.__module__ = "torch.distributed"
 
 SIGNATURES = {
     "all_gather": "(tensor, group=None)",
@@ -66,13 +74,7 @@ def test_collectives_on_one_rank():
     dist.barrier()
     dist.barrier(jobkit.node_group())
     t = torch.tensor([1.5, -2.0])
-    for op in ("SUM", "product", "Min", "MAX", "AVG"):
-        dist.all_reduce(t, op)
-        assert t.tolist() == [1.5, -2.0], op
-    bits = torch.tensor([6, 3], dtype=torch.int64)
-    for op in ("BAND", "BOR", "BXOR"):
-        dist.all_reduce(bits, reduce_operation=op)
-        assert bits.tolist() == [6, 3]
+    dist.all_reduce(t, "product")  # the values per op: tests/launched/compat_composer.py
     dist.broadcast(t, 0)
     dist.broadcast(t, src=0, group=jobkit.node_group())
     assert t.tolist() == [1.5, -2.0]
@@ -86,6 +88,24 @@ def test_all_gather_of_a_tensor_that_requires_grad():
     t = torch.ones(3, requires_grad=True)
     (copy,) = dist.all_gather(t)
     assert copy.tolist() == [1.0, 1.0, 1.0] and copy is not t
+
+
+def test_all_gather_of_a_transposed_tensor():
+    t = torch.arange(6).reshape(2, 3).t()
+    (copy,) = dist.all_gather(t)
+    assert copy.is_contiguous() and copy.tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
+def test_op_names_as_torch_reduce_ops():
+    ops = torch.distributed.ReduceOp
+    for names, op in ((("SUM", "sum"), ops.SUM), (("PRODUCT", "prod", "Product"), ops.PRODUCT),
+                      (("MIN", "min"), ops.MIN), (("MAX", "Max"), ops.MAX), (("AVG", "average"), ops.AVG),
+                      (("BAND",), ops.BAND), (("bor",), ops.BOR), (("BXOR",), ops.BXOR)):
+        for name in names:
+            assert torch_op(name) == op, name
+    assert torch_op(ops.MAX) is ops.MAX
+    with pytest.raises(jobkit.InvalidArgumentError, match="op='MEAN'"):
+        torch_op("MEAN")
 
 
 def test_broadcast_object_list_fills_the_list_in_place():
@@ -118,7 +138,7 @@ def test_argument_errors():
 def test_gpu_tensors_and_torch_groups_are_no_ops_on_one_rank_without_torch_distributed():
     assert not torch.distributed.is_initialized()
     fake = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"))  # a tensor on a GPU, as the route sees it
-    group = object()  # a torch ProcessGroup, as the route sees it
+    group = FakeProcessGroup()
     dist.all_reduce(fake)
     dist.broadcast(fake, 0)
     assert dist.all_gather(fake) == [fake]
@@ -129,6 +149,17 @@ def test_gpu_tensors_and_torch_groups_are_no_ops_on_one_rank_without_torch_distr
     assert objects == [1]
     with pytest.raises(jobkit.InvalidArgumentError, match="group=jobkit.Group.* with a tensor on .*cuda"):
         dist.all_reduce(fake, group=jobkit.node_group())
+    with pytest.raises(jobkit.InvalidArgumentError, match="barrier: group=<object"):
+        dist.barrier(object())  # neither a jobkit.Group nor torch's
+
+
+def test_torch_route_on_several_ranks_needs_torch_distributed(monkeypatch):
+    monkeypatch.setattr(jobkit, "world_size", lambda: 2)  # as the route sees two ranks
+    fake = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"))
+    with pytest.raises(jobkit.InvalidArgumentError, match="a tensor on .*cuda.* needs torch.distributed"):
+        dist.all_reduce(fake)
+    with pytest.raises(jobkit.InvalidArgumentError, match="group=<.*FakeProcessGroup.* needs torch.distributed"):
+        dist.barrier(FakeProcessGroup())
 
 
 def test_get_sampler():

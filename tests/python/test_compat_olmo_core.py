@@ -4,6 +4,7 @@ after init_distributed("gloo")."""
 import datetime
 import inspect
 import os
+import types
 
 for name in list(os.environ):  # no launcher: the documented single-rank defaults
     if name.startswith(("SLURM_", "PMIX_", "OMPI_", "JOBKIT_")) or name in (
@@ -30,6 +31,17 @@ def clean_environment(monkeypatch):
                  "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(du, "_probed_fs_local_rank", None)
+
+
+class FakeGpuTensor:
+    """A tensor on a GPU, as the route sees it: a torch object with a device of type cuda."""
+    device = types.SimpleNamespace(type="cuda")
+
+    def to(self, device):
+        return self
+
+
+FakeGpuTensor.__module__ = "torch"
 
 
 def signature(fn):
@@ -108,13 +120,11 @@ def test_barrier_and_objects_on_one_rank():
         du.broadcast_object(obj, src=1)
 
 
-def test_values_travel_exactly_on_one_rank():
-    assert du.synchronize_value(0.1, "cpu") == 0.1  # OLMo-core: float32's 0.10000000149...
-    assert du.synchronize_value(2**60 + 1, "cpu") == 2**60 + 1
+def test_value_types_on_one_rank():
+    """The types that come back; the values' exactness across ranks: tests/launched/compat_olmo_core.py."""
     assert du.synchronize_flag(True, "cpu") is True and du.synchronize_flag(False, "cpu") is False
-    assert du.all_reduce_value(0.1, "cpu") == 0.1
-    assert du.all_reduce_value(7, "cpu", "max") == 7
     assert du.all_reduce_value(True, "cpu") is True
+    assert type(du.all_reduce_value(3, "cpu", "avg")) is float
     with pytest.raises(jobkit.InvalidArgumentError, match="op='mean'"):
         du.all_reduce_value(1, "cpu", "mean")
 
@@ -127,8 +137,23 @@ def test_tensors_on_one_rank():
     assert du.synchronize_value(t, "cpu") is t
     assert du.all_reduce_value(t, "cpu", dist.ReduceOp.MAX) is t
     assert du.all_gather(t) == [t]
-    with pytest.raises(jobkit.InvalidArgumentError, match="torch.distributed, which is not initialised"):
-        du.barrier(torch.device("cpu"))  # a torch object as group=, as a ProcessGroup would be
+    group = torch.device("cpu")  # a torch object as group=, as a ProcessGroup would be
+    du.barrier(group)  # one rank before init_distributed: nothing to do, as OLMo-core
+    assert (du.get_rank(group), du.get_world_size(group), du.all_reduce_value(True, "cpu", group=group)) == (0, 1, True)
+    fake = FakeGpuTensor()
+    assert du.all_gather(fake) == [fake] and du.all_reduce_value(fake, "cuda") is fake
+    alone = jobkit.make_group([0])
+    for call in (lambda: du.all_gather(fake, alone), lambda: du.synchronize_value(fake, "cuda", group=alone),
+                 lambda: du.all_reduce_value(fake, "cuda", group=alone)):
+        with pytest.raises(jobkit.InvalidArgumentError, match="group=jobkit.Group.* with a tensor on .*cuda"):
+            call()
+
+
+def test_torch_route_on_several_ranks_needs_init_distributed(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(jobkit, "world_size", lambda: 2)  # as the route sees two ranks
+    with pytest.raises(jobkit.InvalidArgumentError, match="barrier: group=device.* needs torch.distributed"):
+        du.barrier(torch.device("cpu"))
 
 
 def test_mesh_coordinates():
@@ -190,6 +215,11 @@ def test_init_distributed_gloo_and_torch_groups():
         assert du.synchronize_value(0.25, "cpu", 0, world) == 0.25
         assert du.all_reduce_value(0.1, "cpu", group=world) == 0.1  # float64 through the tensor
         assert du.all_reduce_value(3, "cpu", "prod", world) == 3 and du.all_reduce_value(2, "cpu", "Max", world) == 2
+        assert du.all_reduce_value(True, "cpu", "max", world) is True  # gloo takes no bool tensor: int64
+        assert du.all_reduce_value(False, "cpu", group=world) is False
+        average = du.all_reduce_value(3, "cpu", "avg", world)
+        assert average == 3.0 and type(average) is float  # as on jobkit's route
+        assert du.all_reduce_value(2**60 + 1, "cpu", group=world) == 2**60 + 1  # int64, not float64
         with pytest.raises(jobkit.InvalidArgumentError, match="op='mean'"):
             du.all_reduce_value(1, "cpu", "mean", world)
         t = torch.arange(3)

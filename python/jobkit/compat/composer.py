@@ -13,7 +13,9 @@ The collectives run on jobkit (every rank, or the members of a ``jobkit.Group`` 
 deadline (JOBKIT_TIMEOUT) naming the ranks that did not arrive instead of hanging. Where the call
 is torch.distributed's by nature -- ``group=`` is a torch ProcessGroup, or the tensor is on a GPU --
 it goes to torch.distributed, which initialize_dist() initialises (jobkit.torch.init_process_group);
-as in composer, such a call on a single rank without it does nothing.
+as in composer, such a call on a single rank without it does nothing. A GPU tensor with a
+jobkit.Group, or a ``group=`` of neither kind, is jobkit.InvalidArgumentError (composer hands any
+group to torch). The rule is jobkit.compat._route's, shared with olmo_core and speechbrain.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import numbers
 from typing import Any, List, Optional, Sequence, TypeVar
 
 import jobkit
+
+from ._route import NOTHING, torch_dist, torch_op
 
 __all__ = [
     "all_gather", "all_gather_object", "all_reduce", "barrier", "broadcast", "broadcast_object_list",
@@ -33,28 +37,6 @@ TObj = TypeVar("TObj")
 
 _REDUCE_OPERATIONS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG")
 _BACKENDS = {"cpu": "gloo", "gpu": "nccl", "cuda": "nccl", "mps": "gloo"}  # composer's device names
-_NOTHING = object()  # _torch_call's answer on a single rank without torch.distributed: a no-op
-
-
-def _torch_call(function: str, group: Any, tensor: Any = None) -> Optional[Any]:
-    """torch.distributed where the call is torch's (group= a torch ProcessGroup, or a GPU tensor),
-    else None (jobkit's own route). Raises when torch.distributed is needed and not initialised on
-    more than one rank; on one rank the caller does nothing, as composer does."""
-    on_gpu = tensor is not None and getattr(getattr(tensor, "device", None), "type", "cpu") != "cpu"
-    if not on_gpu and (group is None or isinstance(group, jobkit.Group)):
-        return None
-    if isinstance(group, jobkit.Group):
-        raise jobkit.InvalidArgumentError(f"{function}: group={group!r} with a tensor on {tensor.device}: GPU "
-                                          "tensors go through torch.distributed, whose groups are torch's")
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist
-    if jobkit.world_size() == 1:
-        return _NOTHING
-    what = f"group={group!r}" if not on_gpu else f"a tensor on {tensor.device}"
-    raise jobkit.InvalidArgumentError(f"{function}: {what} needs torch.distributed, which is not initialised: "
-                                      "call initialize_dist() (jobkit.torch.init_process_group) first")
 
 
 def _size(group: Optional[jobkit.Group]) -> int:
@@ -97,10 +79,10 @@ def get_node_rank() -> int:
 def barrier(group: Any = None) -> None:
     """Returns when every rank (every member of ``group``) has arrived; torch's barrier where
     ``group`` is a torch ProcessGroup."""
-    dist = _torch_call("barrier", group)
+    dist = torch_dist("barrier", group)
     if dist is None:
         jobkit.barrier(group=group)
-    elif dist is not _NOTHING:
+    elif dist is not NOTHING:
         dist.barrier(group=group)
 
 
@@ -118,20 +100,20 @@ def all_reduce(tensor: Any, reduce_operation: str = "SUM", group: Any = None) ->
     if isinstance(tensor, (numbers.Number, list, tuple)):
         raise jobkit.InvalidArgumentError(f"all_reduce: tensor={tensor!r} is not a tensor reduced in place; "
                                           "jobkit.all_reduce(value, op) returns the reduced value")
-    dist = _torch_call("all_reduce", group, tensor)
+    dist = torch_dist("all_reduce", group, tensor)
     if dist is None:
         jobkit.all_reduce(tensor, reduce_operation, group=group)
-    elif dist is not _NOTHING:
-        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, reduce_operation.upper()), group=group)
+    elif dist is not NOTHING:
+        dist.all_reduce(tensor, op=torch_op(reduce_operation), group=group)
 
 
 def broadcast(tensor: Any, src: int, group: Any = None) -> None:
     """``src``'s tensor into every rank's tensor, in place (same dtype and shape everywhere); src
     is a global rank, also with ``group=``."""
-    dist = _torch_call("broadcast", group, tensor)
+    dist = torch_dist("broadcast", group, tensor)
     if dist is None:
         jobkit.broadcast(tensor, src, group=group)
-    elif dist is not _NOTHING:
+    elif dist is not NOTHING:
         dist.broadcast(tensor, src=src, group=group)
 
 
@@ -141,9 +123,9 @@ def broadcast_object_list(object_list: List[Any], src: int = 0, group: Any = Non
     jobkit.InvalidArgumentError after the broadcast, so no rank is left waiting."""
     if not isinstance(object_list, list):
         raise jobkit.InvalidArgumentError(f"broadcast_object_list: object_list={object_list!r} is not a list")
-    dist = _torch_call("broadcast_object_list", group)
+    dist = torch_dist("broadcast_object_list", group)
     if dist is not None:
-        if dist is not _NOTHING:
+        if dist is not NOTHING:
             dist.broadcast_object_list(object_list, src=src, group=group)
         return
     received = jobkit.broadcast_object(list(object_list), src, group=group)
@@ -155,14 +137,15 @@ def broadcast_object_list(object_list: List[Any], src: int = 0, group: Any = Non
 
 def all_gather(tensor: Any, group: Any = None) -> Sequence[Any]:
     """Every rank's tensor (a torch tensor of the same dtype and shape everywhere), in rank order:
-    a list of new tensors."""
-    dist = _torch_call("all_gather", group, tensor)
-    if dist is _NOTHING:
+    a list of new contiguous tensors, also for a transposed or sliced tensor (composer's
+    torch.empty_like keeps its strides)."""
+    dist = torch_dist("all_gather", group, tensor)
+    if dist is NOTHING:
         return [tensor]
     import torch
 
     size = _size(group) if dist is None else dist.get_world_size(group)
-    gathered = [torch.empty_like(tensor) for _ in range(size)]
+    gathered = [torch.empty_like(tensor, memory_format=torch.contiguous_format) for _ in range(size)]
     if dist is None:
         jobkit.all_gather(gathered, tensor.detach().contiguous(), group=group)
     else:
@@ -172,10 +155,10 @@ def all_gather(tensor: Any, group: Any = None) -> Sequence[Any]:
 
 def all_gather_object(obj: TObj, group: Any = None) -> List[TObj]:
     """Every rank's picklable ``obj``, in rank order, on every rank."""
-    dist = _torch_call("all_gather_object", group)
+    dist = torch_dist("all_gather_object", group)
     if dist is None:
         return jobkit.all_gather_object(obj, group=group)
-    if dist is _NOTHING:
+    if dist is NOTHING:
         return [obj]
     gathered: List[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, obj, group=group)

@@ -12,8 +12,10 @@ As in OLMo-core every function also works in a single process. The differences:
   returns 0 or 1 until then) and never read RANK, LOCAL_RANK, LOCAL_WORLD_SIZE or NUM_NODES.
 - ``group=`` takes None (every rank), a ``jobkit.Group`` (jobkit's collectives) or a torch
   ProcessGroup (torch.distributed's, once ``init_distributed`` has initialised it). CUDA tensors
-  go through torch.distributed too; CPU tensors and Python values through jobkit's collectives,
-  whose deadline (JOBKIT_TIMEOUT) ends a wait on a dead rank with an error naming it.
+  go through torch.distributed too (with a jobkit.Group: jobkit.InvalidArgumentError); CPU
+  tensors and Python values through jobkit's collectives, whose deadline (JOBKIT_TIMEOUT) ends a
+  wait on a dead rank with an error naming it. On one rank before init_distributed, torch's
+  route does nothing, as OLMo-core. The rule is jobkit.compat._route's.
 - Python values travel exactly (ints as int64, floats as float64, anything picklable), where
   OLMo-core sends them as a one-element tensor (a float becomes float32).
 """
@@ -22,13 +24,16 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
-import sys
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, TypeVar, cast
 
 import jobkit
 from jobkit import InvalidArgumentError, InvalidEnvironmentError
+from jobkit._collectives import _op
+
+from ._route import NOTHING, initialised_torch, torch_dist, torch_op
 
 __all__ = [
     "init_distributed", "validate_env_vars", "is_distributed", "barrier", "get_rank", "get_global_rank",
@@ -46,47 +51,16 @@ log = logging.getLogger(__name__)
 _probed_fs_local_rank: Optional[int] = None  # init_distributed's probe of the working directory
 
 
-def _torch_dist() -> Any:
-    """torch.distributed where torch is imported and its default process group initialised, else None."""
-    if "torch" not in sys.modules:
-        return None
-    import torch.distributed as dist
-
-    return dist if dist.is_available() and dist.is_initialized() else None
-
-
-def _torch_group(group: Any) -> bool:
-    """True for a torch ProcessGroup (torch.distributed's collectives), False for None (every rank)
-    or a jobkit.Group (jobkit's); anything else is refused."""
-    if group is None or isinstance(group, jobkit.Group):
-        return False
-    if type(group).__module__.split(".")[0] == "torch":
-        return True
-    raise InvalidArgumentError(f"group={group!r}: None (every rank), a jobkit.Group or a torch ProcessGroup")
-
-
-def _via_torch(group: Any, tensor: Any, function: str) -> Any:
-    """torch.distributed where group is a torch ProcessGroup or tensor is not in CPU memory, else
-    None (jobkit's collectives)."""
-    on_cpu = tensor is None or tensor.device.type == "cpu"
-    if not _torch_group(group) and on_cpu:
-        return None
-    dist = _torch_dist()
-    if dist is None:
-        where = f"group={group!r}" if on_cpu else f"a tensor on {tensor.device}"
-        raise InvalidArgumentError(f"{function}: {where} needs torch.distributed, which is not initialised: "
-                                   "call init_distributed() first")
-    return dist
-
-
 def _is_tensor(value: object) -> bool:
     """True for a torch.Tensor (without importing torch)."""
     return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "device")
 
 
-def _single(group: Any) -> bool:
-    """True where group is jobkit's and has one member: nothing to exchange."""
-    return not _torch_group(group) and get_world_size(group) == 1
+def _tensor_route(function: str, group: Any, tensor: Any = None) -> Any:
+    """jobkit.compat._route's torch_dist, with NOTHING also where the group is jobkit's and has
+    one member: nothing to exchange."""
+    dist = torch_dist(function, group, tensor)
+    return NOTHING if dist is None and get_world_size(group) == 1 else dist
 
 
 def init_distributed(backend: str = "nccl", timeout: timedelta = timedelta(seconds=1800),
@@ -98,8 +72,10 @@ def init_distributed(backend: str = "nccl", timeout: timedelta = timedelta(secon
     As OLMo-core: TORCH_NCCL_AVOID_RECORD_STREAMS=1, TORCH_DIST_INIT_BARRIER=1 and, with
     shared_filesytem (the seed's spelling), OLMO_SHARED_FS=1 are set unless already set; a process
     group initialised already is kept (its backend must be `backend`; the GPU is still set).
-    Without OLMO_SHARED_FS=1 or FS_LOCAL_RANK, jobkit probes whether the working directory is
-    shared (jobkit.fs_local_rank) for get_fs_local_rank, where OLMo-core assumes one per node.
+    Where no rank has OLMO_SHARED_FS=1 or FS_LOCAL_RANK, jobkit probes whether the working
+    directory is shared (jobkit.fs_local_rank, collective) for get_fs_local_rank, where OLMo-core
+    assumes one per node; the ranks gather their variables first, so that all probe or none does
+    (where only some have them, none probes and the others keep OLMo-core's local rank).
     Collective over every rank. Beaker's NCCL presets are not applied.
     """
     global _probed_fs_local_rank
@@ -121,10 +97,18 @@ def init_distributed(backend: str = "nccl", timeout: timedelta = timedelta(secon
     else:
         jobkit.torch.init_process_group(backend, timeout=timeout, **kwargs)
     validate_env_vars()
-    if os.environ.get("OLMO_SHARED_FS") != "1" and not os.environ.get("FS_LOCAL_RANK"):
+    if _every_rank_probes():
         _probed_fs_local_rank = jobkit.fs_local_rank(".")
     log.info("Global rank %d = local rank %d = file system local rank %d", get_rank(), get_local_rank(),
              get_fs_local_rank())
+
+
+def _every_rank_probes() -> bool:
+    """True on every rank where no rank has OLMO_SHARED_FS=1 or FS_LOCAL_RANK (the probe is
+    collective, and jobkit.fs_local_rank returns early on a rank that has one), else False on
+    every rank. Collective."""
+    mine = os.environ.get("OLMO_SHARED_FS") != "1" and not os.environ.get("FS_LOCAL_RANK")
+    return all(jobkit.all_gather_object(mine))
 
 
 def validate_env_vars() -> None:
@@ -148,32 +132,34 @@ def validate_env_vars() -> None:
 def is_distributed() -> bool:
     """True when the step has more than one rank (jobkit's identity) or torch.distributed is
     initialised (OLMo-core's only test)."""
-    return jobkit.is_distributed() or _torch_dist() is not None
+    return jobkit.is_distributed() or initialised_torch() is not None
 
 
 def barrier(group: Any = None) -> None:
     """Wait for every rank of the group: jobkit's barrier (with its deadline), or
     torch.distributed's for a torch ProcessGroup."""
-    dist = _via_torch(group, None, "barrier")
-    if dist is not None:
-        dist.barrier(group)
-    else:
+    dist = torch_dist("barrier", group)
+    if dist is None:
         jobkit.barrier(group=group)
+    elif dist is not NOTHING:
+        dist.barrier(group)
 
 
 def get_rank(group: Any = None) -> int:
     """This rank within the group (None: the global rank, from jobkit's identity)."""
-    if _torch_group(group):
-        return int(_via_torch(group, None, "get_rank").get_rank(group))
-    return jobkit.rank() if group is None else int(group.rank())
+    dist = torch_dist("get_rank", group)
+    if dist is None:
+        return jobkit.rank() if group is None else int(group.rank())
+    return 0 if dist is NOTHING else int(dist.get_rank(group))
 
 
 def get_global_rank(group_rank: int, group: Any = None) -> int:
     """The global rank of rank `group_rank` of the group; jobkit.InvalidArgumentError when the
     group has no such rank."""
-    if _torch_group(group):
-        return int(_via_torch(group, None, "get_global_rank").get_global_rank(group, group_rank))
-    members: List[int] = list(range(jobkit.world_size())) if group is None else group.world_ranks
+    dist = torch_dist("get_global_rank", group)
+    if dist is not None and dist is not NOTHING:
+        return int(dist.get_global_rank(group, group_rank))
+    members: List[int] = list(range(jobkit.world_size())) if group is None or dist is NOTHING else group.world_ranks
     if not isinstance(group_rank, int) or not 0 <= group_rank < len(members):
         raise InvalidArgumentError(f"get_global_rank: group_rank={group_rank!r} is not a rank of a group of "
                                    f"{len(members)}")
@@ -203,9 +189,10 @@ def get_fs_local_rank(group: Any = None) -> int:
 
 def get_world_size(group: Any = None) -> int:
     """The number of ranks in the group (None: in the step, from jobkit's identity; 1 alone)."""
-    if _torch_group(group):
-        return int(_via_torch(group, None, "get_world_size").get_world_size(group))
-    return jobkit.world_size() if group is None else int(group.size())
+    dist = torch_dist("get_world_size", group)
+    if dist is None:
+        return jobkit.world_size() if group is None else int(group.size())
+    return 1 if dist is NOTHING else int(dist.get_world_size(group))
 
 
 def get_local_world_size() -> int:
@@ -228,14 +215,14 @@ def synchronize_value(value: V, device: Any, src: int = 0, group: Any = None) ->
     """
     if not _is_tensor(value):
         return broadcast_object(value, src, group)
-    if _single(group):
-        return value
     tensor = cast(Any, value).to(device)
-    dist = _via_torch(group, tensor, "synchronize_value")
-    if dist is not None:
-        dist.broadcast(tensor, src, group=group)
-    else:
+    dist = _tensor_route("synchronize_value", group, tensor)
+    if dist is NOTHING:
+        return value
+    if dist is None:
         jobkit.broadcast(tensor.detach(), src, group=group)
+    else:
+        dist.broadcast(tensor, src, group=group)
     return cast(V, tensor)
 
 
@@ -248,45 +235,53 @@ def all_reduce_value(value: V, device: Any, op: Any = "sum", group: Any = None) 
     """value reduced over the group with op (torch.distributed.ReduceOp or its name: sum, prod,
     min, max, avg, band, bor, bxor; the default is OLMo-core's ReduceOp.SUM). A tensor is moved to
     `device`, reduced in place (CPU: jobkit.all_reduce; GPU or a torch group: torch.distributed)
-    and returned; a number is reduced exactly (ints as int64, floats as float64, where OLMo-core
-    squeezes floats through float32) and returned as its type (bool for a bool); with a torch
-    group it travels as a tensor on `device` (floats as float64). A tensor alone in its group comes
-    back as is."""
-    if not _is_tensor(value) and not _torch_group(group):
-        result = jobkit.all_reduce(value, op, group=group)
-        return cast(V, bool(result) if isinstance(value, bool) else result)
-    if _single(group):
+    and returned; a tensor alone in its group comes back as is. A number gives the same result on
+    both routes (with a torch group it travels as a one-element tensor on `device`): bools and
+    ints as int64, returned as bool and int; floats as float64; avg as a float. OLMo-core squeezes
+    floats through float32 and returns an int's avg truncated."""
+    if not _is_tensor(value):
+        return cast(V, _reduce_number(value, device, op, group))
+    tensor = cast(Any, value).to(device)
+    dist = _tensor_route("all_reduce_value", group, tensor)
+    if dist is NOTHING:
         return value
+    if dist is None:
+        jobkit.all_reduce(tensor.detach(), op, group=group)
+    else:
+        dist.all_reduce(tensor, op=torch_op(op, "all_reduce_value"), group=group)
+    return cast(V, tensor)
+
+
+def _reduce_number(value: Any, device: Any, op: Any, group: Any) -> Any:
+    """A number reduced over the group, the same on both routes: bools and ints as int64 (a bool
+    comes back a bool, an int an int), floats as float64, avg as a float (the float64 sum over the
+    group size). jobkit.all_reduce computes it; with a torch ProcessGroup, torch.distributed does,
+    on a one-element tensor on `device`."""
+    dist = torch_dist("all_reduce_value", group)
+    if dist is None or dist is NOTHING:
+        result = jobkit.all_reduce(value, op, group=None if dist is NOTHING else group)
+        return bool(result) if isinstance(value, bool) else result
     import torch
 
-    tensor = cast(Any, value).to(device) if _is_tensor(value) else torch.tensor(
-        value, dtype=torch.float64 if isinstance(value, float) else None, device=device)
-    dist = _via_torch(group, tensor, "all_reduce_value")
-    if dist is not None:
-        dist.all_reduce(tensor, op=_torch_op(dist, op), group=group)
-    else:
-        jobkit.all_reduce(tensor.detach(), op, group=group)
-    return cast(V, tensor if _is_tensor(value) else cast(Any, type(value))(tensor.item()))
-
-
-def _torch_op(dist: Any, op: Any) -> Any:
-    """op as a torch.distributed.ReduceOp ("sum", "prod", "avg", ... by name)."""
-    if not isinstance(op, str):
-        return op
-    name = {"prod": "PRODUCT", "average": "AVG"}.get(op.lower(), op.upper())
-    if not hasattr(dist.ReduceOp, name):
-        raise InvalidArgumentError(f"all_reduce_value: op={op!r} is not a torch.distributed.ReduceOp")
-    return getattr(dist.ReduceOp, name)
+    name = _op(op, "all_reduce_value")
+    exact = isinstance(value, numbers.Integral) and name != "avg"
+    tensor = torch.tensor(value, dtype=torch.int64 if exact else torch.float64, device=device)
+    dist.all_reduce(tensor, op=torch_op("sum" if name == "avg" else name), group=group)
+    if name == "avg":
+        return tensor.item() / dist.get_world_size(group)
+    return bool(tensor.item()) if isinstance(value, bool) else tensor.item()
 
 
 def broadcast_object(obj: T, src: int = 0, group: Any = None) -> T:
     """src's obj (pickled) on every rank of the group; src gets obj itself back."""
-    dist = _via_torch(group, None, "broadcast_object")
-    if dist is not None:
+    dist = torch_dist("broadcast_object", group)
+    if dist is None:
+        return cast(T, jobkit.broadcast_object(obj, src, group=group))
+    if dist is not NOTHING:
         holder = [obj]
         dist.broadcast_object_list(holder, src, group=group)
-        return holder[0]
-    return cast(T, jobkit.broadcast_object(obj, src, group=group))
+        obj = holder[0]
+    return obj
 
 
 def scatter_object(obj: T, src: int = 0, group: Any = None) -> T:
@@ -299,28 +294,30 @@ def all_gather(tensor: Any, group: Any = None) -> List[Any]:
     """Every rank's tensor, in rank order, as a list of new tensors on tensor's device; shapes may
     differ per rank (exchanged first), dtypes not. CPU tensors go through jobkit.all_gather, GPU
     tensors or a torch group through torch.distributed."""
-    if _single(group):
+    dist = _tensor_route("all_gather", group, tensor)
+    if dist is NOTHING:
         return [tensor]
     import torch
 
-    dist = _via_torch(group, tensor, "all_gather")
     shapes = all_gather_object(tuple(tensor.shape), group)
     outputs = [torch.empty(shape, dtype=tensor.dtype, device=tensor.device) for shape in shapes]
-    if dist is not None:
-        dist.all_gather(outputs, tensor, group=group)
-    else:
+    if dist is None:
         jobkit.all_gather(outputs, tensor.detach().contiguous(), group=group)
+    else:
+        dist.all_gather(outputs, tensor, group=group)
     return outputs
 
 
 def all_gather_object(obj: T, group: Any = None) -> List[T]:
     """Every rank's obj (pickled), in rank order, on every rank of the group."""
-    dist = _via_torch(group, None, "all_gather_object")
-    if dist is not None:
-        output: List[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(output, obj, group=group)
-        return output
-    return jobkit.all_gather_object(obj, group=group)
+    dist = torch_dist("all_gather_object", group)
+    if dist is None:
+        return jobkit.all_gather_object(obj, group=group)
+    if dist is NOTHING:
+        return [obj]
+    output: List[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(output, obj, group=group)
+    return output
 
 
 def get_mesh_coordinates(mesh: Any, rank: Optional[int] = None) -> Optional[List[int]]:
@@ -349,7 +346,7 @@ def _backend(backend: Optional[str], function: str) -> Optional[str]:
     """backend, else the backend of the initialised torch.distributed, else None."""
     if backend is not None and not isinstance(backend, str):
         raise InvalidArgumentError(f"{function}: backend={backend!r}: a string such as 'nccl', or None")
-    dist = _torch_dist()
+    dist = initialised_torch()
     return backend if backend is not None or dist is None else str(dist.get_backend())
 
 
@@ -394,6 +391,4 @@ def do_n_at_a_time(f: Callable[[], T], *, n: Optional[int] = None, process_group
         if mine % rounds == active:
             result.append(f())
         barrier(process_group)
-    if not result:
-        raise InvalidArgumentError(f"do_n_at_a_time: local_rank={mine} ran in no round of {rounds}")
     return result[0]

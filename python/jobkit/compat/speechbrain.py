@@ -12,17 +12,21 @@ and ddp_all_reduce return at once. Underneath they are jobkit's: the rank comes 
 (PMIx), never from RANK, LOCAL_RANK or SLURM_PROCID; objects travel as pickles over jobkit's data
 path; and every wait has a deadline (``timeout=`` in seconds, None: JOBKIT_TIMEOUT) and fails with an
 error naming a rank that died instead of hanging. No torch process group is needed, except for
-ddp_all_reduce on CUDA tensors (torch.distributed, initialised by ddp_init_group).
+ddp_all_reduce on CUDA tensors (torch.distributed, initialised by ddp_init_group; the routing
+rule is jobkit.compat._route's).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 from types import TracebackType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Type, TypeVar, Union
 
 import jobkit
 from jobkit._collectives import Timeout
+
+from ._route import NOTHING, torch_dist, torch_op
 
 __all__ = ["MainProcessContext", "OncePerNodeContext", "ddp_all_reduce", "ddp_barrier", "ddp_broadcast",
            "ddp_init_group", "ddp_prevent_block", "get_local_rank", "get_rank", "if_main_process", "infer_device",
@@ -61,7 +65,10 @@ def infer_device() -> str:
     is visible (torch counts them).
 
     SpeechBrain uses cuda:LOCAL_RANK, which fails under Slurm's one-GPU-per-task binding for every
-    local rank above 0; jobkit.select_device uses cuda:0 where the task sees one device.
+    local rank above 0; jobkit.select_device uses cuda:0 where the task sees one device, and
+    cuda:<local rank> where it sees at least as many as its node has ranks. A task that sees
+    more than one device but fewer than its node's ranks has none of its own:
+    jobkit.InvalidEnvironmentError (SpeechBrain returns a cuda:LOCAL_RANK that may not exist).
     """
     import torch
 
@@ -119,7 +126,8 @@ class OncePerNodeContext:
 
 
 def _inside(context: Callable[[], Any], func: Callable[..., _T]) -> Callable[..., _T]:
-    """func, run inside a fresh `context` section."""
+    """func, run inside a fresh `context` section, under func's name and docstring."""
+    @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> _T:
         with context():
             return func(*args, **kwargs)
@@ -127,15 +135,16 @@ def _inside(context: Callable[[], Any], func: Callable[..., _T]) -> Callable[...
     return run
 
 
-def ddp_prevent_block() -> bool:
-    """True inside a main-only or once-per-node section, or on a single rank: where ddp_barrier,
-    ddp_broadcast and ddp_all_reduce do nothing."""
-    return MAIN_PROC_ONLY >= 1 or NODE_ONCE_ONLY >= 1 or not jobkit.is_distributed()
-
-
 def _in_section() -> bool:
     """Inside a main-only or once-per-node section: the ranks do not all get here."""
     return MAIN_PROC_ONLY >= 1 or NODE_ONCE_ONLY >= 1
+
+
+def ddp_prevent_block() -> bool:
+    """True inside a main-only or once-per-node section, or on a single rank: where ddp_all_reduce
+    returns its object unchanged (ddp_barrier and ddp_broadcast still check their arguments on a
+    single rank)."""
+    return _in_section() or not jobkit.is_distributed()
 
 
 def main_process_only(function: Callable[..., _T]) -> Callable[..., _T]:
@@ -211,20 +220,20 @@ def ddp_all_reduce(communication_object: Any, reduce_op: Any, *, timeout: Timeou
     name: "sum", "avg", ...), and returned.
 
     A tensor is reduced in place and returned: a CUDA tensor by torch.distributed.all_reduce (it
-    must be initialised: ddp_init_group), a CPU tensor or numpy array by jobkit. A number or a
-    list of numbers gives a new value (ints stay exact). Inside a main-only or once-per-node
-    section it returns communication_object unchanged.
+    must be initialised: ddp_init_group; else jobkit.InvalidArgumentError), a CPU tensor or numpy
+    array by jobkit. A number or a list of numbers gives a new value (ints stay exact). On a
+    single rank, or inside a main-only or once-per-node section (ddp_prevent_block), it returns
+    communication_object unchanged without looking at reduce_op, as SpeechBrain.
     """
-    if _in_section():
+    if ddp_prevent_block():
         return communication_object
-    if getattr(communication_object, "is_cuda", False) is True:
-        import torch.distributed
-
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(communication_object, op=reduce_op)
-            return communication_object
-    result = jobkit.all_reduce(communication_object, reduce_op, timeout=timeout)
-    return communication_object if result is None else result
+    dist = torch_dist("ddp_all_reduce", None, communication_object)
+    if dist is None:
+        result = jobkit.all_reduce(communication_object, reduce_op, timeout=timeout)
+        return communication_object if result is None else result
+    if dist is not NOTHING:
+        dist.all_reduce(communication_object, op=torch_op(reduce_op, "ddp_all_reduce"))
+    return communication_object
 
 
 def _backend(run_opts: Union[Mapping[str, Any], Sequence[str]]) -> str:
