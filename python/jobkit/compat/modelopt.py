@@ -40,7 +40,8 @@ class NFSWorkspace:
     weights}``), where ModelOpt pickles the dict: torch 1.13's weights_only=True loader refuses
     every Python float, which configs are full of. So config_json must be JSON: its keys strings
     (jobkit.InvalidArgumentError otherwise) and tuples come back as lists. The weights are tensors,
-    saved and loaded by torch as in ModelOpt.
+    saved and loaded by torch as in ModelOpt. ModelOpt's own reader finds no "config" in these
+    files; this one reads ModelOpt's too.
 
     workspace_path: the directory; None makes a workspace that is not initialised (is_initialized
     False; its reads and writes raise jobkit.InvalidArgumentError, a ValueError as ModelOpt's).
