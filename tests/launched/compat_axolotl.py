@@ -28,7 +28,8 @@ def run() -> list:
     value = dist.compute_and_broadcast(lambda: calls.append(me.rank) or ("from", me.rank, 2 ** 40 + 1), timeout=T)
     check(value == ("from", 0, 2 ** 40 + 1), f"compute_and_broadcast gave {value!r}")
     check(calls == ([0] if me.rank == 0 else []), f"compute_and_broadcast ran fn on {calls}")
-    check(dist.compute_and_broadcast(lambda: 3.0, timeout=T) == 3.0, "compute_and_broadcast(3.0)")
+    three = dist.compute_and_broadcast(lambda: 3.0, timeout=T)
+    check(isinstance(three, float) and three == 3.0, f"compute_and_broadcast(3.0) gave {three!r}")
 
     gathered = dist.gather_from_all_ranks(lambda: (me.rank, me.hostname), me.world_size, timeout=T)
     if me.rank == 0:
@@ -66,6 +67,25 @@ def run() -> list:
         dist.barrier(timeout=T)
         if first:
             os.remove(marker)
+
+    # zero_first: ranks 0 and 1 go first and rank 1's block raises (caught): rank 1 gets its own
+    # error, every other rank jobkit.PeerFailureError naming rank 1 (rank 0 on leaving, the others
+    # at the with, without running their block); the next collective still pairs
+    ran, outcome = False, None
+    try:
+        with dist.zero_first(me.rank < 2, timeout=T):
+            ran = True
+            if me.rank == 1:
+                raise KeyError("rank 1's block raised")
+    except KeyError:
+        outcome = "own"
+    except jobkit.PeerFailureError as e:
+        outcome = "peer" if "rank 1: KeyError" in str(e) else f"peer, but it says {e}"
+    want = "own" if me.rank == 1 else "peer" if me.world_size > 1 else None
+    check(outcome == want, f"zero_first with a failing first rank: {outcome}, not {want}")
+    check(ran == (me.rank < 2), f"zero_first with a failing first rank: the block ran={ran}")
+    gathered = jobkit.all_gather_object(me.rank, timeout=T)
+    check(gathered == list(range(me.world_size)), f"a collective after the failed zero_first: {gathered}")
 
     with dist.zero_only() as main:
         check(main == (me.rank == 0), f"zero_only() yielded {main}")

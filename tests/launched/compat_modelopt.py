@@ -1,11 +1,15 @@
 """jobkit.compat.modelopt on every rank of a step (called by python_compat.py): NFSWorkspace in a
-node-local directory (each rank reads the states of its node's ranks), get_tensors_parallel over
-each node's ranks, get_configs_parallel over every rank in reverse order (None configs left out)
-and over the even ranks with a jobkit.Group, and an exception in the first rank's block. Expected
-values come from the identity, so they hold on any layout."""
+node-local directory (each rank reads the states of its node's ranks; configs with floats),
+get_tensors_parallel over each node's ranks, get_configs_parallel over every rank in reverse order
+(None configs left out), over the even ranks with a jobkit.Group, and over every rank with configs
+too large for the collectives and a workspace next to this file (the workspace route when the ranks
+span nodes, shared memory on one node), a member that fails before the gather, and an exception in
+the first rank's block. Expected values come from the identity, so they hold on any layout."""
 import os
+import pickle
 import shutil
 import tempfile
+import uuid
 
 import torch
 
@@ -29,12 +33,16 @@ def run() -> list:
                                    timeout=30)
     ws = distribute.NFSWorkspace(root)
     expect(ws.is_initialized and ws.rank == r, "NFSWorkspace")
-    ws.write_configs_and_weights({"rank": r, "host": me.hostname}, {"w": torch.full((2,), float(r))})
+    def state(q):
+        """Rank q's config, with floats (torch 1.13's weights_only loader refuses pickled floats)."""
+        return {"rank": q, "host": me.hostname, "eps": 1e-5 * (q + 1), "scales": [0.5, q + 0.25]}
+
+    ws.write_configs_and_weights(state(r), {"w": torch.full((2,), float(r))})
     jobkit.barrier(timeout=30)
     for q in node:
         config, weights = ws.read_configs_and_weights_from_rank(q)
-        expect(config == {"rank": q, "host": me.hostname} and weights["w"].tolist() == [float(q)] * 2,
-               f"NFSWorkspace state of rank {q}: {config} {weights}")
+        expect(config == state(q) and isinstance(config["scales"][0], float)
+               and weights["w"].tolist() == [float(q)] * 2, f"NFSWorkspace state of rank {q}: {config} {weights}")
 
     if len(node) > 1:  # shared memory on one node; a node with one rank has nothing to gather
         with distribute.get_tensors_parallel(torch.full((3,), float(r), dtype=torch.bfloat16), node) as tensors:
@@ -60,6 +68,10 @@ def run() -> list:
         with distribute.get_configs_parallel(f"config {r}", even, group, workspace_path=root) as configs:
             expect(configs == ([f"config {q}" for q in even] if r == 0 else []), f"over {even}: {configs}")
 
+    expect(large_configs(n, r, hosts), "get_configs_parallel of large configs")
+    for what, failing in before_the_gather(n, r):
+        expect(not failing, f"{what}: {failing}")
+
     try:
         with distribute.get_tensors_parallel(torch.tensor([r]), [0, 1] + list(range(2, n))) as tensors:
             if r == 0:
@@ -71,3 +83,58 @@ def run() -> list:
     if me.local_rank == 0:
         shutil.rmtree(root)
     return failures
+
+
+def large_configs(n, r, hosts):
+    """3 MiB configs over every rank with a workspace: their total is over node_local_gather's
+    4 MiB for the collectives, so ranks on several nodes take the workspace route (on one node:
+    shared memory). A spy on jobkit.node_local_gather records the route. True when all held."""
+    shared = jobkit.broadcast_object(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), f".compat-modelopt-{uuid.uuid4().hex}"), timeout=30)
+    os.makedirs(shared, exist_ok=True)
+    routes, real = [], jobkit.node_local_gather
+
+    def spy(*args, **kwargs):
+        states, route = real(*args, **kwargs)
+        routes.append(route)
+        return states, route
+
+    def blob(q):
+        return bytes([q % 251]) * (3 << 20)
+
+    jobkit.node_local_gather = spy
+    try:
+        with distribute.get_configs_parallel({"rank": r, "blob": blob(r)}, list(range(n)), None,
+                                             workspace_path=shared) as configs:
+            ok = [c["rank"] for c in configs] == (list(range(n)) if r == 0 else []) and \
+                all(c["blob"] == blob(c["rank"]) for c in configs)
+    finally:
+        jobkit.node_local_gather = real
+    jobkit.barrier(timeout=30)
+    if r == 0:
+        shutil.rmtree(shared, ignore_errors=True)
+    return ok and routes == ["workspace" if len(set(hosts)) > 1 else "shared_memory"]
+
+
+def before_the_gather(n, r):
+    """A config that does not pickle, then a tensor without .cpu(), on the last rank: it raises its
+    own error, the others jobkit.PeerFailureError naming it, nobody runs the block, and the next
+    collective pairs. Yields (what, failures)."""
+    bad = n - 1
+    cases = (("get_configs_parallel", lambda: distribute.get_configs_parallel(
+                  (lambda: 0) if r == bad else r, list(range(n)), None)),
+             ("get_tensors_parallel", lambda: distribute.get_tensors_parallel(
+                  object() if r == bad else torch.zeros(1), list(range(n)))))
+    for what, enter in cases:
+        outcome = "no error"
+        try:
+            with enter():
+                outcome = "the block ran"
+        except (pickle.PicklingError, AttributeError):
+            outcome = "own"
+        except jobkit.PeerFailureError as e:
+            outcome = "peer" if f"rank {bad}: " in str(e) else f"peer, but it says {e}"
+        want = "own" if r == bad else "peer"
+        after = jobkit.all_gather_object(r, timeout=30)
+        yield what, ([] if outcome == want else [f"{outcome}, not {want}"]) + \
+            ([] if after == list(range(n)) else [f"the next collective gave {after}"])

@@ -105,6 +105,52 @@ def test_zero_first_runs_the_block_on_each_rank():
                 pass
 
 
+def fake_gather(monkeypatch, others):
+    """jobkit.all_gather_object as on several ranks: this rank's value first, then others'; the
+    calls are recorded."""
+    calls = []
+
+    def gather(obj, timeout=None):
+        calls.append(obj)
+        return [obj] + others
+
+    monkeypatch.setattr(jobkit, "all_gather_object", gather)
+    return calls
+
+
+def test_zero_first_reports_a_failed_first_rank(monkeypatch):
+    calls = fake_gather(monkeypatch, [None, "KeyError: 'boom'"])
+    ran = []
+    with pytest.raises(jobkit.PeerFailureError, match="rank 2: KeyError: 'boom'"):
+        with dist.zero_first(False):  # waits on entry: the block does not run
+            ran.append(1)
+    assert ran == [] and calls == [None]
+    with pytest.raises(jobkit.PeerFailureError, match="rank 2: KeyError"):  # a first rank that succeeded
+        with dist.zero_first(True):
+            ran.append(2)
+    assert ran == [2] and calls == [None, None]
+
+
+def test_zero_first_tells_a_failure_to_the_others(monkeypatch):
+    calls = fake_gather(monkeypatch, [None, "KeyError: 'boom'"])
+    with pytest.raises(RuntimeError, match="block failed"):  # its own error, not PeerFailureError
+        with dist.zero_first(True):
+            raise RuntimeError("block failed")
+    assert calls == ["RuntimeError: block failed"]  # the one call, on leaving, carries the error
+    calls = fake_gather(monkeypatch, [None, None])
+    with dist.zero_first(True):
+        assert calls == []  # a first rank does not wait before its block
+    assert calls == [None]
+
+
+def test_zero_first_after_a_caught_failure():
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            with dist.zero_first(True, timeout=5):
+                raise KeyError("caught")
+    assert jobkit.all_gather_object(7, timeout=5) == [7]
+
+
 def test_zero_only_yields_whether_main():
     with dist.zero_only() as main:
         assert main is True

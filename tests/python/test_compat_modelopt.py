@@ -62,6 +62,35 @@ def test_workspace_writes_and_reads(tmp_path):
     assert again.read_configs_and_weights_from_rank(0) == (None, None)
 
 
+def test_workspace_configs_with_floats(tmp_path):
+    """torch 1.13's weights_only=True loader refuses pickled floats: the config is stored as JSON."""
+    ws = distribute.NFSWorkspace(tmp_path)
+    config = {"eps": 1e-05, "rope": {"base": 10000.0, "scale": [0.5, 2.5]}, "big": float("inf"), "n": 3,
+              "act": None, "bias": False}
+    ws.write_configs_and_weights(config, {"w": torch.tensor([1.5, -2.25])})
+    read, weights = ws.read_configs_and_weights_from_rank(0)
+    assert read == config and isinstance(read["rope"]["base"], float) and isinstance(read["n"], int)
+    assert weights["w"].tolist() == [1.5, -2.25]
+    state = torch.load(tmp_path / "rank_0_state.pth", weights_only=True)  # what was stored: JSON text
+    assert sorted(state) == ["config_text", "weight"] and '"eps": 1e-05' in state["config_text"]
+
+
+def test_workspace_reads_a_modelopt_state(tmp_path):
+    ws = distribute.NFSWorkspace(tmp_path)
+    torch.save({"config": {"layers": 2}, "weight": {"w": torch.ones(1)}}, tmp_path / "rank_0_state.pth")
+    config, weights = ws.read_configs_and_weights_from_rank(0)
+    assert config == {"layers": 2} and weights["w"].tolist() == [1.0]
+
+
+def test_workspace_config_must_be_json(tmp_path):
+    ws = distribute.NFSWorkspace(tmp_path)
+    with pytest.raises(jobkit.InvalidArgumentError, match=r"config_json\['a'\]\[1\]: key 2 is not a string"):
+        ws.write_configs_and_weights({"a": [0, {2: "x"}]}, {})
+    with pytest.raises(jobkit.InvalidArgumentError, match="not JSON serializable"):
+        ws.write_configs_and_weights({"w": torch.ones(1)}, {})
+    assert ws.read_configs_and_weights_from_rank(0) == (None, None)  # nothing written
+
+
 def test_workspace_target_rank(tmp_path):
     ws = distribute.NFSWorkspace(tmp_path)
     for bad in (1, -1, "0", True):

@@ -106,20 +106,33 @@ def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any]
 
 
 class _ZeroFirst:
-    """zero_first's context manager (a class, so that jobkit's errors name the caller's line)."""
+    """zero_first's context manager (a class, so that jobkit's errors name the caller's line).
+
+    One all_gather_object over every rank releases the others: they call it on entry, the first
+    ranks on exit (always, even when their block raised), contributing None or their block's error
+    text, so each rank makes exactly one collective call per block and no later call mispairs."""
 
     def __init__(self, is_main: bool, timeout: Timeout) -> None:
         self._is_main = bool(is_main)
         self._timeout = timeout
 
+    def _release(self, error: Optional[str]) -> None:
+        """The meeting point; raises PeerFailureError when a first rank's block raised (not on
+        the ranks whose own block raised: their exception goes on)."""
+        errors = jobkit.all_gather_object(error, self._timeout)
+        failed = [f"rank {rank}: {text}" for rank, text in enumerate(errors) if text is not None]
+        if failed and error is None:
+            raise jobkit.PeerFailureError("zero_first: the block of a first rank raised, so the others do not run "
+                                          "theirs: " + "; ".join(failed))
+
     def __enter__(self) -> None:
         if not self._is_main:
-            jobkit.barrier(self._timeout)
+            self._release(None)
 
     def __exit__(self, kind: Optional[Type[BaseException]], value: Optional[BaseException],
                  traceback: Optional[TracebackType]) -> Literal[False]:
-        if self._is_main and kind is None:
-            jobkit.barrier(self._timeout)
+        if self._is_main:
+            self._release(None if kind is None else f"{kind.__name__}: {value}")
         return False
 
 
@@ -127,10 +140,13 @@ def zero_first(is_main: bool, *, timeout: Timeout = None) -> ContextManager[None
     """Context manager: the ranks passing is_main=True run the block first, the others once all of
     those have left it (every rank runs the block).
 
-    As in axolotl the waits are barriers over every rank: the others wait before the block, the
-    first ones after it. axolotl passes is_local_main_process(), so local rank 0 of every node goes
-    first; pass jobkit.is_local_main_process() for that. If a first rank fails in its block, the
-    waiting ranks raise jobkit.PeerFailureError or jobkit.TimeoutError instead of hanging.
+    As in axolotl the others wait before the block and the first ones after it, on every rank;
+    axolotl passes is_local_main_process(), so local rank 0 of every node goes first: pass
+    jobkit.is_local_main_process() for that. Unlike axolotl's barriers, the wait carries each first
+    rank's outcome: if a first rank's block raises (even if the caller catches it), the others raise
+    jobkit.PeerFailureError naming that rank and its error at the ``with`` instead of running their
+    block, and so do the first ranks whose block succeeded, when they leave it; a rank that dies or
+    never comes gives jobkit.PeerFailureError or jobkit.TimeoutError instead of a hang.
     """
     if callable(is_main) or is_main is None:
         raise jobkit.InvalidArgumentError(f"zero_first(is_main={is_main!r}): a bool, True on the ranks that go "
