@@ -90,7 +90,8 @@ def large_configs(n, r, hosts):
     4 MiB for the collectives, so ranks on several nodes take the workspace route (on one node:
     shared memory). A spy on jobkit.node_local_gather records the route. True when all held."""
     shared = jobkit.broadcast_object(
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), f".compat-modelopt-{uuid.uuid4().hex}"), timeout=30)
+        os.path.join(os.environ.get("COMPAT_SHARED_DIR") or os.path.dirname(os.path.abspath(__file__)),
+                     f".compat-modelopt-{uuid.uuid4().hex}"), timeout=30)
     os.makedirs(shared, exist_ok=True)
     routes, real = [], jobkit.node_local_gather
 

@@ -41,7 +41,7 @@ case $mode in
     layout=(-N3 -n7)  # 5+1+1
     [[ $mode == compat-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)
     run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK "${step[@]}" "${layout[@]}" \
-      "$python" "$here/python_compat.py" ;;
+      "$python" "$here/python_compat.py" --shared "$shared" ;;
   interrupt)
     # Two steps: SIGINT to rank 0, then SIGTERM to rank 1 (one signal per step: a second rank's
     # own signal would race with the first one's abort).

@@ -1,7 +1,8 @@
 """jobkit.compat on the dev cluster: every rank runs each seed's checks (tests/launched/compat_<seed>.py,
 whose run() returns the failures it saw, an empty list when all held) in the same order and prints
 one line per seed, "compat <seed> ok" or "compat <seed> FAILED: ...".
-usage: python_compat.py [SEED...]   (default: every seed)
+usage: python_compat.py [--shared DIR] [SEED...]   (default: every seed; DIR: a directory every node
+sees, for the checks that need one, else this file's directory)
 """
 import importlib.util
 import os
@@ -17,7 +18,10 @@ def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     me = jobkit.identity()
     failed = 0
-    for seed in sys.argv[1:] or SEEDS:
+    seeds = sys.argv[1:]
+    if seeds[:1] == ["--shared"]:
+        os.environ["COMPAT_SHARED_DIR"], seeds = seeds[1], seeds[2:]
+    for seed in seeds or SEEDS:
         spec = importlib.util.spec_from_file_location(f"compat_{seed}", os.path.join(here, f"compat_{seed}.py"))
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
