@@ -27,8 +27,8 @@ def make(kind, me):
     if kind == "jobkit":
         return JobkitStore(timeout)
     if kind == "env":
-        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), me.world_size,
-                             me.rank == 0, timeout, wait_for_workers=False)
+        return jobkit.torch._tcp_store_object(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                              me.world_size, me.rank == 0, timeout)
     raise SystemExit(f"unknown kind {kind!r}: tcp, jobkit or env")
 
 

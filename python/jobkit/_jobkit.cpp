@@ -182,17 +182,29 @@ py::bytes bytes_from(const std::vector<std::byte>& data) {
 
 std::span<const std::byte> span_of(const std::string& data) { return std::as_bytes(std::span(data)); }
 
-jobkit::group group_of(const py::object& spec, std::optional<double> timeout) {
-  if (spec.is_none()) return jobkit::world();
+/// A Workspace's or node_local_gather's group=, read from Python while the GIL is held: the world
+/// (empty), "node" (nullopt) or world ranks.
+using group_spec = std::optional<std::vector<int>>;
+
+group_spec group_spec_of(const py::object& spec) {
+  if (spec.is_none()) return std::vector<int>{};
   if (py::isinstance<py::str>(spec)) {
     const auto name = spec.cast<std::string>();
-    if (name == "world") return jobkit::world();
-    if (name == "node") return jobkit::node_group();
+    if (name == "world") return std::vector<int>{};
+    if (name == "node") return std::nullopt;
     throw jobkit::error(jobkit::errc::invalid_argument,
                         "group='" + name + "': 'world', 'node', None or a list of world ranks");
   }
-  const auto ranks = spec.cast<std::vector<int>>();
-  return jobkit::make_group(ranks, call_of(timeout));
+  auto ranks = spec.cast<std::vector<int>>();
+  if (ranks.empty()) throw jobkit::error(jobkit::errc::invalid_argument, "group=[]: a group needs a member");
+  return ranks;
+}
+
+/// The group itself, made (collectively, for a list) without the GIL.
+jobkit::group group_of(const group_spec& spec, std::optional<double> timeout) {
+  if (!spec) return jobkit::node_group();
+  if (spec->empty()) return jobkit::world();
+  return jobkit::make_group(*spec, call_of(timeout));
 }
 
 /// The context-manager form of zero_first / local_zero_first: enter() waits (except on the
@@ -369,8 +381,9 @@ void define_workspace(py::module_& m) {
   using opt_seconds = std::optional<double>;
   py::class_<jobkit::workspace>(m, "Workspace")
       .def(py::init([](const std::string& root, const py::object& members, opt_seconds timeout) {
+             const auto spec = group_spec_of(members);
              return blocking([&] {
-               return std::make_unique<jobkit::workspace>(root, group_of(members, timeout), call_of(timeout));
+               return std::make_unique<jobkit::workspace>(root, group_of(spec, timeout), call_of(timeout));
              });
            }),
            py::arg("root"), py::arg("group") = py::none(), py::arg("timeout") = py::none())
@@ -394,9 +407,10 @@ void define_workspace(py::module_& m) {
   m.def("node_local_gather", [](const py::bytes& payload, const std::string& config, const py::object& members,
                                 const std::string& workspace, std::size_t collective_max_bytes, opt_seconds timeout) {
     const auto data = std::string(payload);
+    const auto spec = group_spec_of(members);
     auto result = blocking([&] {
       jobkit::gather_options options{call_of(timeout), workspace, collective_max_bytes};
-      return jobkit::node_local_gather(config, span_of(data), group_of(members, timeout), options);
+      return jobkit::node_local_gather(config, span_of(data), group_of(spec, timeout), options);
     });
     py::list states;
     for (const auto& s : result.states) states.append(py::make_tuple(s.config, bytes_from(s.payload)));

@@ -102,17 +102,28 @@ def _reachable(addresses: List[str], port: int) -> str:
                                    f"port {port}: {'; '.join(failures)}")
 
 
+def _tcp_store_object(host: str, port: int, world_size: int, is_master: bool, timeout: timedelta) -> dist.Store:
+    """dist.TCPStore; where torch asks for its libuv backend but was built without it (Debian's torch
+    2.6), its older backend."""
+    try:
+        return dist.TCPStore(host, port, world_size, is_master, timeout, wait_for_workers=False)
+    except RuntimeError as e:
+        if "libuv" not in str(e):
+            raise
+        return dist.TCPStore(host, port, world_size, is_master, timeout, wait_for_workers=False, use_libuv=False)
+
+
 def _tcp_store(me: Identity, timeout: timedelta) -> dist.Store:
     """torch's TCPStore on a port rank 0's kernel picks, announced over jobkit's data path.
     Collective over every rank."""
     addresses = [address for _, address in _jobkit.data_path_addresses()] or ["127.0.0.1"]
     if me.rank == 0:
-        store = dist.TCPStore(addresses[0], 0, me.world_size, True, timeout, wait_for_workers=False)
+        store = _tcp_store_object(addresses[0], 0, me.world_size, True, timeout)
         broadcast_object((addresses, int(store.port)), 0)
         return store
     addresses, port = broadcast_object(None, 0)
     # A client tries to connect until its timeout: bounded here, then torch's timeout for the rest.
-    store = dist.TCPStore(_reachable(addresses, port), port, me.world_size, False, min(timeout, _CONNECT_LIMIT))
+    store = _tcp_store_object(_reachable(addresses, port), port, me.world_size, False, min(timeout, _CONNECT_LIMIT))
     store.set_timeout(timeout)
     return store
 

@@ -74,6 +74,7 @@ def run() -> list:
 
     was = torch.distributed.is_initialized()  # an earlier seed's check may have initialised it
     dist.initialize_dist("cpu", timeout=60)
+    world = None
     try:
         expect(dist.is_initialized() and torch.distributed.get_rank() == r, "initialize_dist")
         world = torch.distributed.group.WORLD
@@ -90,6 +91,8 @@ def run() -> list:
         expect(dist.all_gather_object(r, group=world) == list(range(n)), "torch all_gather_object")
         dist.barrier(world)
     finally:
+        world = None  # no reference past destroy: the group goes now, on every rank at once
         if not was:
             torch.distributed.destroy_process_group()
+        jobkit.barrier()
     return failures

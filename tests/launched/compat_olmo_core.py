@@ -89,6 +89,7 @@ def run() -> list:
 
     saved, here = dict(os.environ), os.getcwd()
     os.chdir(os.path.dirname(os.path.abspath(__file__)))  # the same directory on every rank, for the probe
+    world = None
     try:
         du.init_distributed("gloo", timeout=datetime.timedelta(seconds=30), shared_filesytem=False)
         world = dist.group.WORLD
@@ -123,7 +124,9 @@ def run() -> list:
         du.init_distributed("gloo", shared_filesytem=False)  # kept; probes nowhere (else a rank would wait)
         check("get_fs_local_rank() with FS_LOCAL_RANK on the last rank", du.get_fs_local_rank(), probed)
     finally:
+        world = None  # no reference past destroy: the group goes now, on every rank at once
         dist.destroy_process_group()
+        jobkit.barrier()
         os.chdir(here)
         os.environ.clear()
         os.environ.update(saved)

@@ -4,6 +4,7 @@ one line per seed, "compat <seed> ok" or "compat <seed> FAILED: ...".
 usage: python_compat.py [--shared DIR] [SEED...]   (default: every seed; DIR: a directory every node
 sees, for the checks that need one, else this file's directory)
 """
+import faulthandler
 import importlib.util
 import os
 import sys
@@ -16,6 +17,7 @@ SEEDS = ["axolotl", "composer", "modelopt", "olmo_core", "speechbrain"]
 
 def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
+    faulthandler.dump_traceback_later(80)  # a hang shows where each rank waits before srun's 90 s end it
     me = jobkit.identity()
     failed = 0
     seeds = sys.argv[1:]
