@@ -382,9 +382,8 @@ void define_workspace(py::module_& m) {
   py::class_<jobkit::workspace>(m, "Workspace")
       .def(py::init([](const std::string& root, const py::object& members, opt_seconds timeout) {
              const auto spec = group_spec_of(members);
-             return blocking([&] {
-               return std::make_unique<jobkit::workspace>(root, group_of(spec, timeout), call_of(timeout));
-             });
+             return blocking(
+                 [&] { return std::make_unique<jobkit::workspace>(root, group_of(spec, timeout), call_of(timeout)); });
            }),
            py::arg("root"), py::arg("group") = py::none(), py::arg("timeout") = py::none())
       .def(
