@@ -3,7 +3,8 @@
 TARGET in this network namespace, again and again until they are gone, and (a) stays silent,
 (b) sends garbage, (c) sends a well-formed jobkit frame header with absurd sizes, (d) answers the
 handshake's challenge with a hello claiming to be a real rank but without the secret.
-usage: stranger.py TARGET WORLD_SIZE"""
+usage: stranger.py TARGET WORLD_SIZE [READY_DIR]   (READY_DIR: where it leaves ready.<host> once it
+looks for ports, so that the step starts after every stranger does)"""
 import os
 import socket
 import struct
@@ -12,6 +13,7 @@ import sys
 import time
 
 target, world_size = sys.argv[1], int(sys.argv[2])
+ready_dir = sys.argv[3] if len(sys.argv) > 3 else None
 my_netns = os.stat("/proc/self/ns/net").st_ino
 
 
@@ -87,6 +89,8 @@ def connect(port):
 
 
 open_sockets, counts, seen, start = [], {"silent": 0, "garbage": 0, "header": 0, "forged": 0}, set(), time.time()
+if ready_dir:
+    open(os.path.join(ready_dir, f"ready.{socket.gethostname()}"), "w").close()
 forged_rank = 0
 while time.time() - start < 240:
     ports = target_ports()

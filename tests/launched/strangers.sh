@@ -25,9 +25,9 @@ alone=$(awk '/^rank 0: churn/ {print $7}' <<<"$out")
 work=$(mktemp -d "$repo/build-strangers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 run_step timeout 300 salloc -N3 -n12 --ntasks-per-node=4 bash -c "
-  srun --overlap --mpi=none -N3 -n3 --ntasks-per-node=1 python3 '$here/stranger.py' '$(basename "$binary")' 12 >'$work/stranger' 2>&1 &
+  srun --overlap --mpi=none -N3 -n3 --ntasks-per-node=1 python3 '$here/stranger.py' '$(basename "$binary")' 12 '$work' >'$work/stranger' 2>&1 &
   stranger=\$!
-  sleep 1
+  for _ in \$(seq 600); do [[ \$(ls '$work' | grep -c '^ready\\.') -ge 3 ]] && break; sleep 0.1; done  # every stranger looks
   ${step[*]}
   status=\$?
   wait \$stranger
