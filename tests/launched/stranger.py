@@ -20,7 +20,10 @@ my_netns = os.stat("/proc/self/ns/net").st_ino
 def socket_inodes(pid):
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
-        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        try:  # a churning rank opens and closes descriptors all the time: one may be gone already
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
     return inodes

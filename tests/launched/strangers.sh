@@ -24,15 +24,23 @@ alone=$(awk '/^rank 0: churn/ {print $7}' <<<"$out")
 
 work=$(mktemp -d "$repo/build-strangers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-run_step timeout 300 salloc -N3 -n12 --ntasks-per-node=4 bash -c "
-  srun --overlap --mpi=none -N3 -n3 --ntasks-per-node=1 python3 '$here/stranger.py' '$(basename "$binary")' 12 '$work' >'$work/stranger' 2>&1 &
-  stranger=\$!
-  for _ in \$(seq 600); do [[ \$(ls '$work' | grep -c '^ready\\.') -ge 3 ]] && break; sleep 0.1; done  # every stranger looks
-  ${step[*]}
-  status=\$?
-  wait \$stranger
-  cat '$work/stranger'
-  exit \$status"
+# A stranger that reaches no rank proves nothing (on a loaded machine its connections time out now
+# and then): that step is run again, up to 3 times; the checks below hold for the step it reached.
+for attempt in 1 2 3; do
+  rm -f "$work"/ready.*
+  run_step timeout 300 salloc -N3 -n12 --ntasks-per-node=4 bash -c "
+    srun --overlap --mpi=none -N3 -n3 --ntasks-per-node=1 python3 '$here/stranger.py' '$(basename "$binary")' 12 '$work' >'$work/stranger' 2>&1 &
+    stranger=\$!
+    for _ in \$(seq 600); do [[ \$(ls '$work' | grep -c '^ready\\.') -ge 3 ]] && break; sleep 0.1; done  # every stranger looks
+    ${step[*]}
+    status=\$?
+    wait \$stranger
+    cat '$work/stranger'
+    exit \$status"
+  garbage=$(awk '/^stranger on /{for (i = 1; i < NF; i++) if ($i == "garbage") sum += $(i + 1)} END {print sum + 0}' <<<"$out")
+  ((garbage > 0)) && break
+  echo "attempt $attempt: the strangers reached no rank"
+done
 check_step "with strangers"
 (($(count '^stranger on ') == 3)) || fail "the strangers did not run on every node"
 dropped=$(count 'data path: dropped a connection from')
