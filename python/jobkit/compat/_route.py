@@ -17,7 +17,7 @@ Importing this module does not import torch.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, List, TypeVar
 
 import jobkit
 from jobkit._collectives import _op
@@ -81,3 +81,19 @@ def torch_op(op: Any, function: str = "all_reduce") -> Any:
     import torch.distributed as dist
 
     return getattr(dist.ReduceOp, "PRODUCT" if name == "prod" else name.upper())
+
+
+T = TypeVar("T")
+
+
+def all_gather_object(obj: T, group: Any = None) -> List[T]:
+    """Every rank's picklable obj, in rank order, on every rank of the group: jobkit's, or
+    torch.distributed's for a torch group (composer's and OLMo-core's all_gather_object)."""
+    dist = torch_dist("all_gather_object", group)
+    if dist is None:
+        return jobkit.all_gather_object(obj, group=group)
+    if dist is NOTHING:
+        return [obj]
+    gathered: List[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, obj, group=group)
+    return gathered

@@ -25,6 +25,7 @@ from typing import Any, List, Optional, Sequence, TypeVar
 
 import jobkit
 
+from . import _route
 from ._route import NOTHING, torch_dist, torch_op
 
 __all__ = [
@@ -155,14 +156,7 @@ def all_gather(tensor: Any, group: Any = None) -> Sequence[Any]:
 
 def all_gather_object(obj: TObj, group: Any = None) -> List[TObj]:
     """Every rank's picklable ``obj``, in rank order, on every rank."""
-    dist = torch_dist("all_gather_object", group)
-    if dist is None:
-        return jobkit.all_gather_object(obj, group=group)
-    if dist is NOTHING:
-        return [obj]
-    gathered: List[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, obj, group=group)
-    return gathered
+    return _route.all_gather_object(obj, group)
 
 
 def is_available() -> bool:

@@ -33,6 +33,7 @@ import jobkit
 from jobkit import InvalidArgumentError, InvalidEnvironmentError
 from jobkit._collectives import _op
 
+from . import _route
 from ._route import NOTHING, initialised_torch, torch_dist, torch_op
 
 __all__ = [
@@ -310,14 +311,7 @@ def all_gather(tensor: Any, group: Any = None) -> List[Any]:
 
 def all_gather_object(obj: T, group: Any = None) -> List[T]:
     """Every rank's obj (pickled), in rank order, on every rank of the group."""
-    dist = torch_dist("all_gather_object", group)
-    if dist is None:
-        return jobkit.all_gather_object(obj, group=group)
-    if dist is NOTHING:
-        return [obj]
-    output: List[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(output, obj, group=group)
-    return output
+    return _route.all_gather_object(obj, group)
 
 
 def get_mesh_coordinates(mesh: Any, rank: Optional[int] = None) -> Optional[List[int]]:
