@@ -7,7 +7,8 @@
 # of a round's time on its slowest rank, and the setup time of the slowest rank (medians over trials).
 #
 #   bench/store_fan_in.sh [OUT [BUILD_DIR]]   (defaults: bench/results/store-fan-in.jsonl, build)
-# Environment: LAYOUTS (default "3x16 3x32"), TRIALS (default 3), ROUNDS (default 20). Needs the dev
+# Environment: LAYOUTS (default "3x16 3x32"), TRIALS (default 3), ROUNDS (default 20), STEP_TIMEOUT
+# (seconds for one step, default 600). Needs the dev
 # cluster (slurm/dev-cluster.sh start 3) and torch for /usr/bin/python3.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -25,7 +26,7 @@ for layout in ${LAYOUTS:-3x16 3x32}; do
   for trial in $(seq "${TRIALS:-3}"); do
     for kind in tcp jobkit env; do
       env -u RANK -u WORLD_SIZE MASTER_ADDR="$first_node_address" MASTER_PORT=29517 PYTHONPATH="$build/python" \
-        timeout 600 srun --mpi=pmix -N"$nodes" -n$((nodes * per_node)) --overcommit \
+        timeout "${STEP_TIMEOUT:-600}" srun --mpi=pmix -N"$nodes" -n$((nodes * per_node)) --overcommit \
         "$python" "$here/store_fan_in.py" "$kind" "${ROUNDS:-20}" |
         sed "s/^{/{\"commit\":\"$commit\",\"layout\":\"$layout\",\"trial\":$trial,/" >>"$out"
       echo "$layout trial $trial $kind done" >&2

@@ -197,4 +197,15 @@ std::optional<abort_notice> abort_in(const frame& f) {
                       static_cast<int>(f.header.origin), known ? static_cast<errc>(code) : errc::peer_failure};
 }
 
+bool send_abort(int fd, std::uint64_t sequence, int origin, errc code, std::string_view message,
+                steady_clock::time_point deadline) noexcept {
+  try {
+    send_frame(fd, frame_type::abort, sequence, origin, std::to_string(static_cast<int>(code)), "", as_bytes(message),
+               deadline);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace jobkit::detail

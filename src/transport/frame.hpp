@@ -101,6 +101,10 @@ struct abort_notice {
   errc code;
 };
 std::optional<abort_notice> abort_in(const frame& f);
+/// Sends an abort frame (the one encoding abort_in reads); false when it could not be sent by
+/// `deadline` (the link is gone or full: the caller closes it either way).
+bool send_abort(int fd, std::uint64_t sequence, int origin, errc code, std::string_view message,
+                steady_clock::time_point deadline) noexcept;
 
 std::span<const std::byte> as_bytes(std::string_view text);
 

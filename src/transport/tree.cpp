@@ -75,11 +75,7 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   const auto tell = [&](int fd, bool mate, const std::string& message) {
     const auto until = clock::now() + std::chrono::milliseconds(200);
     if (mate) return tree_node::refuse(fd, message, until);
-    try {
-      send_frame(fd, frame_type::abort, 0, context_.rank, std::to_string(static_cast<int>(errc::peer_failure)), "",
-                 as_bytes(message), until);
-    } catch (...) {
-    }
+    send_abort(fd, 0, context_.rank, errc::peer_failure, message, until);
   };
   std::vector<int> fds;
   try {

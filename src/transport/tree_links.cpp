@@ -97,15 +97,9 @@ void tree_links::spread_abort(const std::string& message, int origin, errc code)
   // Tell every neighbour, so the failure reaches every member instead of a deadline. Then close
   // gracefully: a close with unread data sends a reset, which can destroy the abort in flight.
   const auto deadline = clock::now() + std::chrono::milliseconds(200);
-  const auto code_text = std::to_string(static_cast<int>(code));
   for (auto* l : links) {
     if (l->fd < 0) continue;
-    if (l->peer != origin) {
-      try {
-        send_frame(l->fd, frame_type::abort, context_.sequence, origin, code_text, "", as_bytes(message), deadline);
-      } catch (...) {
-      }
-    }
+    if (l->peer != origin) send_abort(l->fd, context_.sequence, origin, code, message, deadline);
     ::shutdown(l->fd, SHUT_WR);
   }
   for (auto* l : links) {

@@ -27,7 +27,6 @@ using clock = steady_clock;
 
 constexpr auto check_interval = segment_check_interval;
 /// The longest reason a leader sends a node-mate when its setup failed.
-constexpr std::size_t max_refusal_size = 4096;
 
 /// Whether a member's contribution goes through the data region (past its slot) rather than in place.
 bool in_data_region(const node_segment::slot& slot) {
@@ -70,26 +69,38 @@ void tree_node::start_watching() {
   }
 }
 
+leader_answer read_leader_answer(int fd, tree_context::time_point deadline) {
+  leader_answer answer;
+  std::uint32_t size = 0;
+  receive_all(fd, &size, sizeof size, deadline);
+  if (size == 0) {  // refused: the leader's reason follows
+    std::uint32_t length = 0;
+    receive_all(fd, &length, sizeof length, deadline);
+    answer.refusal.emplace(std::min<std::size_t>(length, max_refusal_size), '\0');
+    receive_all(fd, answer.refusal->data(), answer.refusal->size(), deadline);
+    return answer;
+  }
+  if (size > max_segment_name_size) {
+    throw error(errc::internal,
+                fmt::format("a {}-byte segment name announced (at most {})", size, max_segment_name_size));
+  }
+  answer.name.resize(size);
+  receive_all(fd, answer.name.data(), size, deadline);
+  return answer;
+}
+
 void tree_node::join(int fd, time_point deadline) {
   const int leader = mates_.front();
   const auto who = context_.describe(context_.rank);
   try {
-    std::uint32_t size = 0;
-    receive_all(fd, &size, sizeof size, deadline);
-    if (size == 0) {  // refused: the leader's reason follows
-      std::uint32_t length = 0;
-      receive_all(fd, &length, sizeof length, deadline);
-      std::string reason(std::min<std::uint32_t>(length, max_refusal_size), '\0');
-      receive_all(fd, reason.data(), reason.size(), deadline);
-      throw error(errc::peer_failure, reason);
+    leader_answer answer;
+    try {
+      answer = read_leader_answer(fd, deadline);
+    } catch (const error& e) {
+      throw error(e.code(), fmt::format("data path setup: {} to {}: {}", context_.describe(leader), who, e.what()));
     }
-    if (size > 255) {
-      throw error(errc::internal, fmt::format("data path setup: {} announced a {}-byte segment name to {}",
-                                              context_.describe(leader), size, who));
-    }
-    std::string name(size, '\0');
-    receive_all(fd, name.data(), size, deadline);
-    attach(name);
+    if (answer.refusal) throw error(errc::peer_failure, *answer.refusal);
+    attach(answer.name);
     const char mapped = 1;
     iovec part{const_cast<char*>(&mapped), 1};
     send_all(fd, &part, 1, deadline);

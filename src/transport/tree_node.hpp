@@ -17,6 +17,21 @@
 
 namespace jobkit::detail {
 
+/// The longest refusal a leader sends or a node-mate reads, and the longest segment name.
+inline constexpr std::size_t max_refusal_size = 4096;
+inline constexpr std::size_t max_segment_name_size = 255;
+
+/// What a node-mate reads from its leader at setup: the segment's name, or else the leader's
+/// refusal (its own setup failed; tree_node::refuse).
+struct leader_answer {
+  std::string name;
+  std::optional<std::string> refusal;
+};
+/// Reads the answer from `fd`, bounded: a refusal cut to max_refusal_size bytes. @throws
+/// jobkit::error (internal) naming the size of a name over max_segment_name_size; socket_closed,
+/// socket_timeout
+leader_answer read_leader_answer(int fd, tree_context::time_point deadline);
+
 /// The on-node half of the tree protocol: a group's members on one node meet in a node_segment
 /// under their first member, the leader. Each signs its slot and counts itself in; the last to
 /// arrive (or the leader, when the group spans nodes) finishes the exchange and publishes the
