@@ -130,7 +130,7 @@ case $mode in
       (($(count ": compat $seed ok") == ranks)) || fail "jobkit.compat.$seed misbehaved on some rank"
       # Side by side: the seed's own module passed (or differed as its documentation says), was
       # pinned as not loadable here, or the whole comparison was skipped; rank 0's line shows which.
-      (($(count ": compat $seed ok (seed's own \(.*: ok\|.*: not loaded: \|: SKIP: \)") == ranks)) ||
+      (($(count ": compat $seed ok (seed's own\( .*: ok\| .*: not loaded: \|: SKIP: \)") == ranks)) ||
         fail "the side-by-side line of $seed is missing on some rank"
       grep -m1 "^rank 0 .*: compat $seed ok" <<<"$out" | sed 's/^rank 0 ([^)]*): /side by side: /'
     done
