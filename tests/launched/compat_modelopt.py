@@ -139,3 +139,36 @@ def before_the_gather(n, r):
         after = jobkit.all_gather_object(r, timeout=30)
         yield what, ([] if outcome == want else [f"{outcome}, not {want}"]) + \
             ([] if after == list(range(n)) else [f"the next collective gave {after}"])
+
+
+def side_by_side(distribute, check, ctx) -> None:
+    """The checks both ModelOpt modules take (python_compat.py runs them on jobkit.compat.modelopt and on
+    ModelOpt's own export/distribute.py): NFSWorkspace in a directory every node sees, every rank reading
+    every rank's state; get_tensors_parallel and get_configs_parallel (None on all but the first) over
+    this node's ranks with ctx.node_group, a torch group of them, as ModelOpt's barrier group."""
+    import torch.distributed
+
+    me, node = ctx.me, ctx.node
+    shared = os.environ.get("COMPAT_SHARED_DIR") or os.path.dirname(os.path.abspath(__file__))
+    root = jobkit.broadcast_object(os.path.join(shared, f"modelopt-side-by-side-{uuid.uuid4().hex}"), timeout=30)
+    ws = distribute.NFSWorkspace(root)
+    check("NFSWorkspace", ws.is_initialized, True)
+    torch.distributed.barrier()  # ModelOpt's rank 0 makes the directory, and nothing waits for it
+    state = lambda q: {"rank": q, "eps": 1e-5 * (q + 1), "scales": [0.5, q + 0.25]}  # noqa: E731
+    ws.write_configs_and_weights(state(me.rank), {"w": torch.full((2,), float(me.rank))})
+    torch.distributed.barrier()
+    states = [ws.read_configs_and_weights_from_rank(q) for q in range(me.world_size)]
+    check("NFSWorkspace states", [(c, w["w"].tolist()) for c, w in states],
+          [(state(q), [float(q)] * 2) for q in range(me.world_size)])
+    torch.distributed.barrier()
+    if me.rank == 0:
+        shutil.rmtree(root)
+    if len(node) < 2:  # ModelOpt's asserts two ranks or more
+        return
+    with distribute.get_tensors_parallel(torch.full((3,), float(me.rank), dtype=torch.bfloat16), node,
+                                         ctx.node_group) as tensors:
+        check("get_tensors_parallel", [(t.tolist(), t.dtype) for t in tensors],
+              [([float(q)] * 3, torch.bfloat16) for q in node] if me.rank == node[0] else [])
+    config = {"rank": me.rank} if me.rank == node[0] else None
+    with distribute.get_configs_parallel(config, node, ctx.node_group) as configs:
+        check("get_configs_parallel (None on the others)", configs, [config] if me.rank == node[0] else [])

@@ -130,3 +130,47 @@ def run() -> list:
         os.environ.clear()
         os.environ.update(saved)
     return failures
+
+
+def side_by_side(du, check, ctx) -> None:
+    """The checks both OLMo-core modules take (python_compat.py runs them on jobkit.compat.olmo_core and
+    on OLMo-core's own distributed/utils.py), over torch's process group and ctx.node_group (a torch
+    group of this node), with jobkit's identity in the variables (jobkit.torch.init_process_group)."""
+    import torch
+    import torch.distributed as dist
+
+    me, node, cpu = ctx.me, ctx.node, torch.device("cpu")
+    r, W = me.rank, me.world_size
+    f32 = lambda x: torch.tensor(x, dtype=torch.float32).item()  # noqa: E731  the seed's float32 tensors
+    check("get_rank()", du.get_rank(), r)
+    check("get_world_size()", du.get_world_size(), W)
+    check("get_local_rank()", du.get_local_rank(), node.index(r))
+    check("get_local_world_size()", du.get_local_world_size(), len(node))
+    check("get_num_nodes()", du.get_num_nodes(), len(set(ctx.hosts)), seed=W // len(node))  # NUM_NODES unset
+    check("is_distributed()", du.is_distributed(), W > 1)
+    check("get_global_rank(W-1)", du.get_global_rank(W - 1), W - 1)
+    check("get_rank(node group)", du.get_rank(ctx.node_group), node.index(r))
+    check("get_world_size(node group)", du.get_world_size(ctx.node_group), len(node))
+    check("get_global_rank(last, node group)", du.get_global_rank(len(node) - 1, ctx.node_group), node[-1])
+    du.barrier()
+    du.barrier(ctx.node_group)
+    check("all_gather_object(rank)", du.all_gather_object(r), list(range(W)))
+    check("all_gather_object(rank, node group)", du.all_gather_object(r, ctx.node_group), node)
+    check("broadcast_object(src=last)", du.broadcast_object({"from": r}, W - 1), {"from": W - 1})
+    check("synchronize_value(float, src=last)", du.synchronize_value(0.1 + r, cpu, W - 1), 0.1 + (W - 1),
+          seed=f32(0.1 + (W - 1)))
+    check("synchronize_value(2**60 + rank)", du.synchronize_value(2**60 + r, cpu), 2**60)
+    check("synchronize_flag(rank == 0)", du.synchronize_flag(r == 0, cpu), True)
+    check("all_reduce_value(rank)", du.all_reduce_value(r, cpu), W * (W - 1) // 2)
+    check("all_reduce_value(rank + 0.1, MAX)", du.all_reduce_value(r + 0.1, cpu, dist.ReduceOp.MAX), W - 1 + 0.1,
+          seed=f32(W - 1 + 0.1))
+    check("all_reduce_value(1, node group)", du.all_reduce_value(1, cpu, group=ctx.node_group), len(node))
+    check("all_reduce_value(2**53 + rank)", du.all_reduce_value(2**53 + r, cpu), W * 2**53 + W * (W - 1) // 2)
+    t = torch.tensor([r, 1])
+    du.all_reduce_value(t, cpu, dist.ReduceOp.MAX)
+    check("all_reduce_value(tensor, MAX) in place", t.tolist(), [W - 1, 1])
+    t = torch.full((2,), float(r))
+    check("synchronize_value(tensor, src=last)", du.synchronize_value(t, cpu, W - 1).tolist(), [W - 1.0] * 2)
+    same = du.all_gather(torch.tensor([r, r]))
+    check("all_gather", [x.tolist() for x in same], [[q, q] for q in range(W)])
+    check("do_n_at_a_time(n=2)", du.do_n_at_a_time(lambda: r, n=2), r)

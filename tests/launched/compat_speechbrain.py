@@ -131,3 +131,72 @@ def run() -> list:
             torch.distributed.all_reduce(ones)
             check(ones.tolist() == [me.world_size] * 2, f"torch all_reduce after ddp_init_group: {ones}")
     return failures
+
+
+def side_by_side(sb, check, ctx) -> None:
+    """The checks both SpeechBrain modules take (python_compat.py runs them on jobkit.compat.speechbrain
+    and on SpeechBrain's own utils/distributed.py), over torch's process group, with jobkit's identity in
+    the variables (jobkit.torch.init_process_group)."""
+    me = ctx.me
+    last = me.world_size - 1
+    check("get_rank(), get_local_rank()", (sb.get_rank(), sb.get_local_rank()), (me.rank, me.local_rank))
+    saved = dict(os.environ)
+    try:  # SpeechBrain reads RANK, then LOCAL_RANK, SLURM_PROCID...; LOCAL_RANK alone for the local rank
+        del os.environ["RANK"]
+        check("get_rank() without RANK", sb.get_rank(), me.rank, seed=me.local_rank)
+        del os.environ["LOCAL_RANK"]
+        check("get_local_rank() without LOCAL_RANK", sb.get_local_rank(), me.local_rank, seed=None)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    check("rank_prefixed_message", sb.rank_prefixed_message("m"), f"[rank: {me.rank}] m")
+    check("is_distributed_initialized()", sb.is_distributed_initialized(), me.world_size > 1)
+    check("if_main_process()", sb.if_main_process(), me.rank == 0)
+    check("is_local_rank_zero()", sb.is_local_rank_zero(), me.local_rank == 0)
+    check("ddp_prevent_block() outside a section", sb.ddp_prevent_block(), me.world_size == 1)
+    sb.ddp_barrier()
+    check("ddp_broadcast(src=last)", sb.ddp_broadcast({"rank": me.rank}, src=last), {"rank": last})
+    tensor = torch.tensor([float(me.rank), 1.0])
+    check("ddp_all_reduce(SUM) in place", (sb.ddp_all_reduce(tensor, torch.distributed.ReduceOp.SUM) is tensor,
+                                           tensor.tolist()), (True, [me.world_size * last / 2, me.world_size]))
+    tensor = torch.tensor([me.rank, -me.rank])
+    sb.ddp_all_reduce(tensor, torch.distributed.ReduceOp.MAX)
+    check("ddp_all_reduce(MAX)", tensor.tolist(), [last, 0])
+
+    calls = []
+
+    @sb.main_process_only
+    def on_main(x):
+        calls.append(x)
+        sb.ddp_barrier()  # a no-op inside the section
+        return sb.ddp_broadcast(("main", me.rank, x), src=0)
+
+    check("main_process_only", (on_main("x"), calls), (("main", 0, "x"), ["x"] if me.rank == 0 else []))
+
+    @sb.once_per_node
+    def per_node():
+        sb.ddp_barrier()
+        return me.hostname, me.rank
+
+    check("once_per_node", per_node(), (me.hostname, me.rank) if me.local_rank == 0 else None)
+    posts = []
+    result = sb.run_on_main(lambda a, b: (me.rank, a + b), args=[1], kwargs={"b": 2}, post_func=posts.append,
+                            post_args=["post"])
+    check("run_on_main", (result, posts), ((0, 3), [] if me.rank == 0 else ["post"]))
+    key = sb.ddp_broadcast(uuid.uuid4().hex)
+    path = os.path.join(tempfile.gettempdir(), f"jobkit-compat-speechbrain-{key}-{me.hostname}")
+
+    def save(where, text):
+        with open(where, "w") as f:
+            f.write(text)
+        return "saved"
+
+    def load(where):
+        with open(where) as f:
+            return f.read()
+
+    result = sb.run_once_per_node(save, args=[path, me.hostname], post_func=load, post_args=[path])
+    check("run_once_per_node", result, "saved" if me.local_rank == 0 else me.hostname)
+    sb.ddp_barrier()
+    if me.local_rank == 0:
+        os.remove(path)

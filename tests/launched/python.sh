@@ -36,12 +36,17 @@ case $mode in
     [[ $mode == tensor-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)
     run_step env -u MASTER_ADDR -u MASTER_PORT "${step[@]}" "${layout[@]}" "$python" "$here/python_tensor_check.py" ;;
   compat-*)
-    # The seeds' names and signatures (jobkit.compat, python_compat.py and compat_<seed>.py).
+    # The seeds' names and signatures (jobkit.compat, python_compat.py and compat_<seed>.py), and
+    # side by side with the seeds' own modules from their pinned PyPI releases (seed_packages.py:
+    # fetched into a cache outside the checkout, or "SKIP: why").
     "$python" -c 'import torch, numpy' 2>/dev/null || skip "torch or numpy not installed for $python"
+    packages=$("$python" "$here/seed_packages.py" fetch) || fail "seed_packages.py fetch failed"
+    packages=${packages#seed-packages }
     layout=(-N3 -n7)  # 5+1+1
     [[ $mode == compat-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)
-    run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK "${step[@]}" "${layout[@]}" \
-      "$python" "$here/python_compat.py" --shared "$shared" ;;
+    # 180 s: both sides, five seeds, on a loaded machine (python_compat.py dumps its stacks at 170 s).
+    run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK timeout 180 srun --mpi=pmix \
+      "${layout[@]}" "$python" "$here/python_compat.py" --shared "$shared" --seed-packages "$packages" ;;
   interrupt)
     # Two steps: SIGINT to rank 0, then SIGTERM to rank 1 (one signal per step: a second rank's
     # own signal would race with the first one's abort).
@@ -123,7 +128,13 @@ case $mode in
     [[ $mode == compat-cyclic ]] && ranks=8
     for seed in axolotl composer modelopt olmo_core speechbrain; do
       (($(count ": compat $seed ok") == ranks)) || fail "jobkit.compat.$seed misbehaved on some rank"
-    done ;;
+      # Side by side: the seed's own module passed (or differed as its documentation says), was
+      # pinned as not loadable here, or the whole comparison was skipped; rank 0's line shows which.
+      (($(count ": compat $seed ok (seed's own\( .*: ok\| .*: not loaded: \|: SKIP: \)") == ranks)) ||
+        fail "the side-by-side line of $seed is missing on some rank"
+      grep -m1 "^rank 0 .*: compat $seed ok" <<<"$out" | sed 's/^rank 0 ([^)]*): /side by side: /'
+    done
+    [[ $packages != SKIP* ]] || echo "side by side: $packages" ;;
   torch)
     ((status == 0)) || fail "exit status $status"
     (($(count 'nccl refused: NcclError\|nccl refused: CudaError') == 7)) || fail "nccl did not fail cleanly"
