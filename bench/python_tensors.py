@@ -5,7 +5,8 @@ same loop (bench/RESULTS.md, issue 25).
     srun --mpi=pmix -N3 -n6 /usr/bin/python3 bench/python_tensors.py [ITERS [SIZES [DTYPES]]]
 
 PYTHONPATH must reach the module (a build's python/ directory, or an installed jobkit).
-ITERS: timed iterations of each (op, size, dtype, impl), after ITERS // 5 + 1 untimed ones (default 20).
+ITERS: timed iterations of each (op, size, dtype, impl), after ITERS // 5 + 1 untimed ones (default 20);
+an operation the implementation refuses (torch 1.13's gloo reduces no bfloat16) gets a line with its error.
 SIZES: comma-separated bytes per rank (default 1024,65536,1048576,16777216,67108864).
 DTYPES: float32,bfloat16 (default both).
 Ops, jobkit / torch (the process group of jobkit.torch.init_process_group("gloo")):
@@ -33,8 +34,18 @@ import jobkit.torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def timed(call, iters: int) -> list:
-    for _ in range(iters // 5 + 1):
+def timed(call, iters: int):
+    """The times of the call, or the error it raised on some rank (raised on every rank alike:
+    torch 1.13's gloo reduces no bfloat16)."""
+    try:
+        call()
+        failed = ""
+    except RuntimeError as e:
+        failed = str(e)
+    errors = [e for e in jobkit.all_gather_object(failed) if e]
+    if errors:
+        return errors[0]
+    for _ in range(iters // 5):
         call()
         jobkit.barrier()
     times = []
@@ -76,6 +87,12 @@ def main() -> int:
                 for impl, call in (("jobkit", jobkit_call), ("torch_gloo", torch_call)):
                     t.fill_(float(me.rank + 1))  # the sums grow (x n per all_reduce) but stay finite over these loops
                     times = timed(call, iters)
+                    if isinstance(times, str):
+                        if me.rank == 0:
+                            print(json.dumps({"bench": "python_tensors", "impl": impl, "op": op, "dtype": dtype_name,
+                                              "bytes": size, "ranks": n, "error": times,
+                                              "torch": torch.__version__}), flush=True)
+                        continue
                     if me.rank == 0:
                         median = statistics.median(times)
                         p90 = sorted(times)[int(0.9 * (len(times) - 1))]

@@ -87,6 +87,12 @@ in_root() { # root cmd...
   while IFS='=' read -r v _; do
     case $v in JOBKIT_DEBIAN13_*) ;; JOBKIT_*) env+=("$v=${!v}") ;; esac
   done < <(env)
+  # The seeds' releases (tests/launched/seed_packages.py): this machine's cache, and its certificate
+  # authorities for the download (a TLS proxy's are in this machine's bundle, not in the root's; the
+  # files are checked against pinned digests either way).
+  [[ -n ${JOBKIT_SEED_PACKAGES:-} ]] || env+=(JOBKIT_SEED_PACKAGES=/host/var/cache/jobkit/seed-packages)
+  local authorities=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+  [[ -n ${JOBKIT_SEED_CA_FILE:-} || ! -f $authorities ]] || env+=(JOBKIT_SEED_CA_FILE=/host$authorities)
   unshare --mount --propagation private bash -c "
     set -euo pipefail
     $(declare -f enter_mounts)
