@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The wheel: `pip wheel` of this source tree, installed into a fresh venv (no system site packages,
+# so no torch and no numpy), imported from there and run under srun --mpi=pmix on 3 nodes
+# (tests/launched/wheel_check.py on every rank).
+# usage: wheel.sh PYTHON SOURCE_DIR WORK_DIR
+#   PYTHON      the interpreter the wheel is built for and the venv made from (the one meson found)
+#   SOURCE_DIR  this repository; it is copied into WORK_DIR and built there, never written to
+#   WORK_DIR    emptied, then holds the copy, the wheel and the venv; every node must see it (a dev
+#               cluster node's /tmp is its own)
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+python=${1:-}
+source_dir=${2:-}
+work=${3:-}
+[[ -x $python ]] || fail "PYTHON '$python' is not an executable"
+[[ -f $source_dir/pyproject.toml && -f $source_dir/meson.build ]] ||
+  fail "SOURCE_DIR '$source_dir' has no pyproject.toml and meson.build"
+[[ $work == /* && $work != / ]] || fail "WORK_DIR '$work' is not an absolute path below /"
+case $work in /tmp | /tmp/*) fail "WORK_DIR '$work' is under /tmp, which every dev-cluster node has its own of" ;; esac
+source_dir=$(cd "$source_dir" && pwd -P)
+need_cluster
+"$python" -c 'import mesonpy' 2>/dev/null || skip "meson-python not installed for $python (apt-get install python3-mesonpy)"
+"$python" -c 'import ensurepip, venv' 2>/dev/null || skip "no venv with pip for $python (apt-get install python3-venv)"
+
+# What the user's environment could slip in: another module path, a venv, pip's settings (an index,
+# a cache, a version check over the network).
+unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV
+while read -r name; do unset "$name"; done < <(env | awk -F= '/^PIP_/ {print $1}')
+export PIP_NO_INDEX=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+version=$(meson introspect --projectinfo "$source_dir/meson.build" |
+  "$python" -c 'import json, sys; print(json.load(sys.stdin)["version"])') ||
+  fail "meson introspect --projectinfo $source_dir/meson.build gave no version"
+[[ $version =~ ^[0-9]+(\.[0-9]+)*$ ]] || fail "the project's version '$version' is not N.N.N"
+echo "project version $version"
+
+# WORK_DIR is emptied only when it is this test's own (its marker) or already empty.
+if [[ -e $work && ! -e $work/.jobkit-wheel-test && -n $(ls -A "$work" 2>/dev/null) ]]; then
+  fail "WORK_DIR '$work' holds files this test did not make (no .jobkit-wheel-test in it): not emptying it"
+fi
+rm -rf "$work" && mkdir -p "$work/src" "$work/dist" "$work/check" && touch "$work/.jobkit-wheel-test" ||
+  fail "cannot make WORK_DIR '$work'"
+# meson-python builds in a temporary .mesonpy-* directory inside the source tree and (0.12, Debian
+# 12) writes .mesonpy-native-file.ini there: build a copy, so that the checkout is never written.
+# The copy leaves out what .gitignore names (build directories, .git) and WORK_DIR itself.
+excludes=(--exclude=./.git --exclude='./build*' --exclude='./.mesonpy-*' --exclude=./.device --exclude=__pycache__)
+relative=$(realpath -m --relative-to="$source_dir" "$work")
+[[ $relative == ..* ]] || excludes+=(--exclude="./$relative")
+tar -C "$source_dir" "${excludes[@]}" -cf - . | tar -C "$work/src" -xf - || fail "cannot copy $source_dir to $work/src"
+
+# pip: the interpreter's own where it has one (Debian 12's python3-pip); otherwise (Debian 13 ships
+# none with python3) the pip that ensurepip puts into a venv that sees the system's packages, for
+# Debian's meson-python and pybind11.
+if "$python" -m pip --version >/dev/null 2>&1; then
+  builder=$python
+else
+  "$python" -m venv --system-site-packages "$work/builder" || fail "python -m venv --system-site-packages failed"
+  builder=$work/builder/bin/python
+fi
+echo "building with $("$builder" -m pip --version)"
+# pyproject.toml's build (release), as a user gets it, two compilers at a time.
+TIMEFORMAT="wheel built in %R s (CPU: user %U s, sys %S s)"
+time (cd "$work" && "$builder" -m pip wheel -v --no-build-isolation --no-deps -w "$work/dist" \
+  --config-settings=compile-args=-j2 "$work/src" >"$work/build.log" 2>&1) ||
+  { tail -40 "$work/build.log"; fail "pip wheel failed (log: $work/build.log)"; }
+wheels=("$work"/dist/*.whl)
+((${#wheels[@]} == 1)) && [[ -f ${wheels[0]} ]] || fail "pip wheel made not exactly one wheel: $(ls "$work/dist")"
+wheel=${wheels[0]}
+echo "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB"
+[[ $(basename "$wheel") == jobkit-"$version"-*.whl ]] || fail "the wheel's name does not carry version $version"
+
+# What the wheel holds: the package, its extension (libjobkit's objects inside), its stub and its
+# subpackage; no shared library beside it, no header, no program.
+"$python" - "$wheel" <<'EOF' || fail "the wheel's contents are wrong"
+import re, sys, zipfile
+listed = zipfile.ZipFile(sys.argv[1]).namelist()
+print("\n".join("  " + n for n in listed))
+# Where each file installs: NAME-VERSION.data/purelib/ and /platlib/ are site-packages too.
+names = [re.sub(r"^[^/]+\.data/(purelib|platlib)/", "", n) for n in listed]
+bad = [n for n in names if not (n.startswith("jobkit/") or n.split("/")[0].endswith(".dist-info"))]
+need = ["jobkit/__init__.py", "jobkit/torch.py", "jobkit/_jobkit.pyi", "jobkit/py.typed", "jobkit/compat/__init__.py"]
+missing = [n for n in need if n not in names]
+extensions = [n for n in names if n.startswith("jobkit/_jobkit.") and n.endswith(".so")]
+libraries = [n for n in names if "libjobkit" in n or ".libs/" in n or n.endswith((".h", ".hpp"))]
+for what, value in (("outside the package", bad), ("missing", missing), ("beside the extension", libraries)):
+    if value:
+        print(f"wheel: {what}: {value}")
+if len(extensions) != 1:
+    print(f"wheel: not one extension jobkit/_jobkit.*.so: {extensions}")
+sys.exit(1 if bad or missing or libraries or len(extensions) != 1 else 0)
+EOF
+
+# A fresh venv: no system site packages, pip from ensurepip; the wheel from the file alone.
+venv=$work/venv
+"$python" -m venv "$venv" || fail "python -m venv $venv failed"
+for module in numpy torch; do
+  ! "$venv/bin/python" -c "import $module" 2>/dev/null || fail "the fresh venv imports $module"
+done
+"$venv/bin/python" -m pip install --no-index --no-deps "$wheel" >"$work/install.log" 2>&1 ||
+  { cat "$work/install.log"; fail "pip install of the wheel into the venv failed"; }
+echo "installed into $venv: $(tail -1 "$work/install.log")"
+
+cd "$work/check" || fail "no $work/check"  # no jobkit/ here, so the import can only be the venv's
+extension=$("$venv/bin/python" -c 'import jobkit._jobkit; print(jobkit._jobkit.__file__)') ||
+  fail "the venv's python cannot import jobkit"
+echo "extension: $extension"
+[[ $extension == "$venv"/lib/python3*/site-packages/jobkit/_jobkit.*.so ]] ||
+  fail "jobkit._jobkit is not the venv's: $extension"
+libraries=$(ldd "$extension") || fail "ldd $extension failed"
+echo "$libraries"
+! grep -q 'not found' <<<"$libraries" || fail "the extension needs a library that is not found"
+! grep -q 'libjobkit' <<<"$libraries" || fail "the extension needs libjobkit.so"
+grep -q 'libpmix\.so' <<<"$libraries" || fail "the extension does not load the system's libpmix.so"
+
+# Every rank: wheel_check.py from a directory of its own, through the venv's python by its path.
+cp "$here/wheel_check.py" "$work/check/" || fail "cannot copy wheel_check.py"
+[[ -z $(timeout 60 srun -N3 --ntasks-per-node=1 bash -c "[[ -x $venv/bin/python ]] || hostname") ]] ||
+  fail "a node does not see $venv"
+run_step timeout 90 srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n5 --chdir="$work/check" \
+  "$venv/bin/python" "$work/check/wheel_check.py" "$version"
+((status == 0)) || fail "exit status $status"
+oks=$(grep -o '^rank [0-9]*: wheel ok' <<<"$out" | sort -u | wc -l)
+((oks == 5 && $(count 'wheel FAILED') == 0)) || fail "$oks of the 5 ranks printed ok"
+echo ok
