@@ -26,8 +26,6 @@ namespace {
 using clock = steady_clock;
 
 constexpr auto check_interval = segment_check_interval;
-/// The longest reason a leader sends a node-mate when its setup failed.
-
 /// Whether a member's contribution goes through the data region (past its slot) rather than in place.
 bool in_data_region(const node_segment::slot& slot) {
   return slot.has_payload != 0 && slot.size > node_segment::inline_capacity;

@@ -15,6 +15,19 @@ from jobkit.compat import speechbrain as sb
 T = 30  # seconds: every wait's deadline
 
 
+def save(where, text):
+    """SpeechBrain's example's writer: one rank per node saves."""
+    with open(where, "w") as f:
+        f.write(text)
+    return "saved"
+
+
+def load(where):
+    """...and the node's others load."""
+    with open(where) as f:
+        return f.read()
+
+
 def check_infer_device(me, check) -> None:
     """infer_device() for fixed counts of visible devices (torch.cuda.device_count replaced)."""
     real = torch.cuda.device_count
@@ -103,15 +116,6 @@ def run() -> list:
     key = sb.ddp_broadcast(uuid.uuid4().hex, timeout=T)
     path = os.path.join(tempfile.gettempdir(), f"jobkit-compat-speechbrain-{key}-{me.hostname}")
 
-    def save(where, text):
-        with open(where, "w") as f:
-            f.write(text)
-        return "saved"
-
-    def load(where):
-        with open(where) as f:
-            return f.read()
-
     result = sb.run_once_per_node(save, args=[path, me.hostname], post_func=load, post_args=[path], timeout=T)
     check(result == ("saved" if me.local_rank == 0 else me.hostname), f"run_once_per_node gave {result!r}")
     result = sb.run_once_per_node(save, args=[path, me.hostname], post_func=load, post_kwargs={"where": path},
@@ -185,15 +189,6 @@ def side_by_side(sb, check, ctx) -> None:
     check("run_on_main", (result, posts), ((0, 3), [] if me.rank == 0 else ["post"]))
     key = sb.ddp_broadcast(uuid.uuid4().hex)
     path = os.path.join(tempfile.gettempdir(), f"jobkit-compat-speechbrain-{key}-{me.hostname}")
-
-    def save(where, text):
-        with open(where, "w") as f:
-            f.write(text)
-        return "saved"
-
-    def load(where):
-        with open(where) as f:
-            return f.read()
 
     result = sb.run_once_per_node(save, args=[path, me.hostname], post_func=load, post_args=[path])
     check("run_once_per_node", result, "saved" if me.local_rank == 0 else me.hostname)
