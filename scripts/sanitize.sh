@@ -2,7 +2,8 @@
 # Sanitizers: builds the unit tests with g++ under ASan+UBSan (build-asan) and under TSan
 # (build-tsan) and runs every unit test under both (leaks included; collectives, helpers, workspace
 # and runtime run N threads as N ranks). Any report fails the test. Known reports from outside jobkit
-# are suppressed by tests/sanitizers/*.supp, one reason per line. The results are in each build
+# are suppressed by tests/sanitizers/*.supp, one reason per line. Both builds are without CUDA/NCCL,
+# warnings as errors (scripts/test.sh has no other such build). The results are in each build
 # directory's meson-logs/testlog.json, which scripts/test.sh counts.
 #   scripts/sanitize.sh [asan|tsan]   (both when not given)
 set -euo pipefail
@@ -16,7 +17,7 @@ setup() {  # dir, options...
   local dir=$1
   shift
   # -O0 (buildtype=debug): a quarter of -O2's compile time under ASan+UBSan, and no report optimised away.
-  local options=(-Dbuildtype=debug -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false -Dpython=disabled
+  local options=(-Dbuildtype=debug -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false -Dpython=disabled
     -Db_lundef=false --wrap-mode=nodownload "$@")
   if [[ -f $dir/build.ninja ]]; then
     meson setup --reconfigure "$dir" "${options[@]}" >/dev/null

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds jobkit (warnings as errors; with and without CUDA/NCCL),
-# starts the dev cluster and runs every test. Last line: "N passed, N failed, N skipped".
+# Installs what is missing, builds jobkit (warnings as errors), starts the dev cluster and runs
+# every test. Last line: "N passed, N failed, N skipped".
 # With CI=true a skipped test counts as failed: CI must run everything.
-# On Debian 12 it also runs the unit tests under the sanitizers and the fuzz targets; on Debian 13
+# On Debian 12 it also runs the unit tests under the sanitizers (their builds are the ones without
+# CUDA/NCCL, warnings as errors) and the fuzz targets (FUZZ_SECONDS each, 30 here); on Debian 13
 # (inside scripts/debian13.sh: `scripts/debian13.sh run scripts/test.sh`) the build with CUDA/NCCL
 # and every unit, launched and Python test, in build directories of its own (build-test-13).
 #   scripts/test.sh [--build-only]
@@ -12,7 +13,6 @@ scripts/install-deps.sh
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 if [[ $codename == trixie ]]; then suffix=-13; else suffix=; fi
 build=${JOBKIT_BUILD_DIR:-build-test$suffix}
-build_nogpu=$build-nogpu
 rm -f "$build/summary.txt"
 
 setup() {  # dir, options...
@@ -32,11 +32,7 @@ ninja -C "$build"
 [[ ${1:-} != --build-only ]] || exit 0
 checked=()
 if [[ $codename != trixie ]]; then
-  # The build without CUDA/NCCL runs the unit tests only: no CLI or examples to build there.
-  setup "$build_nogpu" -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false \
-    --wrap-mode=nodownload
-  ninja -C "$build_nogpu"
-  checked=("$build_nogpu" build-asan build-tsan build-fuzz)
+  checked=(build-asan build-tsan build-fuzz)
 fi
 
 slurm/dev-cluster.sh start 3
@@ -44,11 +40,10 @@ slurm/dev-cluster.sh start 3
 status=0
 meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
 if [[ $codename != trixie ]]; then
-  meson test -C "$build_nogpu" --suite unit --print-errorlogs || status=$?
-  # The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS (default 60).
+  # The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS.
   for d in build-asan build-tsan build-fuzz; do rm -f "$d/meson-logs/testlog.json"; done
   scripts/sanitize.sh || status=$?
-  scripts/fuzz.sh || status=$?
+  FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh || status=$?
 fi
 
 python3 - "$build" "${CI:-}" "${checked[@]}" <<'PY' | tee "$build/summary.txt"

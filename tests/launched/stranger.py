@@ -41,26 +41,44 @@ def slurm_inodes():
     return held
 
 
+def start_ticks(pid):
+    """When the process started, in clock ticks since boot."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[19])
+
+
+my_start = start_ticks("self")
+
+
+def listening():
+    """This network namespace's listening TCP sockets, {inode: port}: `ss` asks the kernel for the
+    listening ones only (netlink), where /proc/PID/net/tcp walks every socket of the machine, and
+    a churning step leaves thousands in TIME_WAIT (a read took seconds, the step was over)."""
+    found = {}
+    for line in subprocess.run(["ss", "-Hltne"], capture_output=True, text=True).stdout.splitlines():
+        fields = line.split()
+        inode = next((f[4:] for f in fields if f.startswith("ino:")), None)
+        if len(fields) > 3 and inode:
+            found[inode] = int(fields[3].rsplit(":", 1)[1])
+    return found
+
+
 def target_ports():
     ports = set()
     slurm = slurm_inodes()
+    listeners = listening()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if os.path.basename(os.readlink(f"/proc/{pid}/exe")) != target:
                 continue
             if os.stat(f"/proc/{pid}/ns/net").st_ino != my_netns:
                 continue
-            # Only this allocation's ranks: a rank of an earlier job may still be exiting, and once
-            # its port is gone the stranger would stop before this job's ranks listen.
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if my_job not in environ.read().split(b"\0"):
-                    continue
-            inodes = socket_inodes(pid) - slurm
-            for table in ("tcp", "tcp6"):
-                for line in open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]:
-                    fields = line.split()
-                    if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+            # Only ranks started after this stranger (the step's start waits for it): a rank of an
+            # earlier job may still be exiting, and once its port is gone the stranger would stop
+            # before this job's ranks listen.
+            if start_ticks(pid) < my_start:
+                continue
+            ports |= {listeners[inode] for inode in socket_inodes(pid) - slurm if inode in listeners}
         except OSError:
             continue
     return ports
@@ -77,7 +95,6 @@ def host_addresses():
 
 
 addresses = host_addresses()
-my_job = f"SLURM_JOB_ID={os.environ['SLURM_JOB_ID']}".encode()
 
 
 def connect(port):
