@@ -1,10 +1,13 @@
 """jobkit.compat.axolotl on every rank of a step (run by python_compat.py): each function's
 multi-rank behaviour, with the expected values computed from jobkit.identity(), so that the checks
-hold on any layout. Every rank makes the same collective calls in the same order."""
+hold on any layout. Every rank makes the same collective calls in the same order. side_by_side: the
+checks both modules take, jobkit's and axolotl's own (with the real accelerate)."""
 import os
 import tempfile
 import time
 import uuid
+
+import torch
 
 import jobkit
 from jobkit.compat import axolotl as dist
@@ -90,3 +93,84 @@ def run() -> list:
     with dist.zero_only() as main:
         check(main == (me.rank == 0), f"zero_only() yielded {main}")
     return failures
+
+
+def _accelerate_state(dist, ctx, cpu: bool) -> None:
+    """The seed's state made anew (nothing on jobkit's module, which has none): accelerate's PartialState,
+    a singleton that axolotl makes on first use as PartialState(timeout=...), that is with cpu=False;
+    with cpu=True it is made first, as `accelerate launch --cpu` and Accelerator(cpu=True) do."""
+    if not hasattr(dist, "PartialState"):
+        return
+    dist.PartialState._reset_state()
+    dist.distributed_state = None
+    if cpu:
+        saved = dict(os.environ)
+        try:  # accelerate asks for MASTER_ADDR on several nodes (unused: torch is initialised) and
+            os.environ.setdefault("MASTER_ADDR", ctx.hosts[0])  # sets the thread count without OMP_NUM_THREADS
+            os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+            dist.PartialState(cpu=True)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def side_by_side(dist, check, ctx) -> None:
+    """The checks both axolotl modules take (python_compat.py runs them on jobkit.compat.axolotl and on
+    axolotl's own utils/distributed.py with the real accelerate), over torch's gloo group. Not run on
+    the seed, because they would hang the step (read from its code): a zero_first block that raises on a first rank (that rank
+    skips its barrier after the block, the others wait in theirs), gather_from_all_ranks with its default
+    world_size=1 on several ranks, and gather_from_all_ranks under the state of the first part (every
+    rank calls torch's gather as its destination: the others raise, rank 0 waits). Nor reduce_and_broadcast
+    or compute_and_broadcast of a value that is not one number: rank 0 broadcasts a longer tensor than
+    the others' one-number placeholder, and gloo aborts the processes (seen with a tuple: "op.preamble.length
+    <= op.nbytes. 8 vs 4")."""
+    me, n, r = ctx.me, ctx.me.world_size, ctx.me.rank
+    on_0 = lambda value: value if r == 0 else None  # noqa: E731
+    f32 = lambda value: int(torch.tensor(value, dtype=torch.float32).item())  # noqa: E731  the seed's squeeze
+
+    # As axolotl makes accelerate's state on nodes without a GPU (the dev cluster's): PartialState()
+    # finds no GPU and, without cpu=True, no distribution, so the seed is on one rank everywhere
+    # (barrier a no-op); every rank is its "main" and runs fn, and torch's broadcast still pairs.
+    if not torch.cuda.is_available():
+        _accelerate_state(dist, ctx, cpu=False)
+        check("is_distributed() (no GPU)", dist.is_distributed(), n > 1, seed=False)
+        check("is_main_process() (no GPU)", dist.is_main_process(), r == 0, seed=True)
+        ran = []
+        value = dist.compute_and_broadcast(lambda: ran.append(r) or 2 ** 24 + 1)
+        check("compute_and_broadcast(2**24 + 1) (no GPU): value, ran here", (value, ran),
+              (2 ** 24 + 1, on_0([0]) or []), seed=(f32(2 ** 24 + 1), [r]))
+        check("gather_scalar_from_all_ranks (no GPU)", dist.gather_scalar_from_all_ranks(lambda: r + 0.5, n),
+              on_0([q + 0.5 for q in range(n)]), seed=[r + 0.5])
+        check("reduce_and_broadcast(sum) (no GPU)", dist.reduce_and_broadcast(lambda: r, sum), n * (n - 1) // 2,
+              seed=r)
+
+    # accelerate's state for CPUs (cpu=True): distributed over torch's gloo group.
+    _accelerate_state(dist, ctx, cpu=True)
+    check("is_distributed()", dist.is_distributed(), n > 1)
+    check("is_main_process()", dist.is_main_process(), r == 0)
+    dist.barrier()
+    ran = []
+    value = dist.compute_and_broadcast(lambda: ran.append(r) or 2 ** 24 + 1)
+    check("compute_and_broadcast(2**24 + 1): value, ran here", (value, ran), (2 ** 24 + 1, on_0([0]) or []),
+          seed=(f32(2 ** 24 + 1), on_0([0]) or []))
+    value = dist.compute_and_broadcast(lambda: 3.0)
+    check("compute_and_broadcast(3.0)", (type(value).__name__, value), ("float", 3.0), seed=("int", 3))
+    check("gather_from_all_ranks", dist.gather_from_all_ranks(lambda: r * 0.25 - 1, n),
+          on_0([q * 0.25 - 1 for q in range(n)]))
+    check("gather_scalar_from_all_ranks(2**30 + rank)", dist.gather_scalar_from_all_ranks(lambda: 2 ** 30 + r, n),
+          on_0([2 ** 30 + q for q in range(n)]), seed=on_0([f32(2 ** 30 + q) for q in range(n)]))
+    check("reduce_and_broadcast(sum)", dist.reduce_and_broadcast(lambda: r + 0.5, sum), n * n / 2)
+
+    # zero_first(local main): a node's first rank writes a marker late; its others must see it on entry
+    key = jobkit.broadcast_object(uuid.uuid4().hex)
+    marker = os.path.join(tempfile.gettempdir(), f"jobkit-compat-axolotl-{key}-{me.hostname}")
+    first = me.local_rank == 0
+    with dist.zero_first(first):
+        if first:
+            time.sleep(0.2)
+            open(marker, "w").close()
+        seen = first or os.path.exists(marker)
+    check("zero_first(local main): the first rank's block ran before the others'", seen, True)
+    dist.barrier()
+    if first:
+        os.remove(marker)

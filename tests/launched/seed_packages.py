@@ -3,7 +3,10 @@
 Each release below is a pure-Python wheel, pinned by URL and sha256. Only the module under test is
 loaded (importlib, under its own name), with none of the package's dependencies installed: where
 its imports reach into its own package, the files it needs come from the same wheel, and a parent
-package is an empty stand-in. Stand-ins never replace a function under test (see STAND_INS).
+package is an empty stand-in. Stand-ins never replace a function under test or one it calls for its
+result (see STAND_INS). A release the module needs besides torch (axolotl: accelerate, whose
+PartialState decides axolotl's is_distributed(), three files of transformers, tqdm) is a Pin of the
+seed's `needs`, pinned, fetched and verified the same way; the files taken from it go on sys.path.
 
 usage: seed_packages.py fetch    downloads what is missing into the cache and verifies every wheel;
                                  prints "seed-packages DIR" or "seed-packages SKIP: reason" (exit 0)
@@ -34,16 +37,33 @@ class Pin(NamedTuple):
     version: str
     url: str  # under HOST
     sha256: str
-    module: str  # the seed's module under test
-    files: tuple  # the wheel's files it needs (the module's own file first)
+    module: str  # the seed's module under test (of a need: the module the seed imports from it)
+    files: tuple  # the wheel's files it needs (the module's own file first; "pkg/": all under pkg/)
     loads: bool  # what was found on Debian 13 (python 3.13, torch 2.6) when pinned
+    needs: tuple = ()  # Pins of the releases it imports; their files' trees go on sys.path
 
+
+# What axolotl's distributed.py imports besides torch: accelerate 1.13.0 (axolotl 0.19.0's own pin,
+# whole: PartialState decides is_distributed()), three files of transformers (is_torch_*_available)
+# and tqdm (transformers' logging.py imports it).
+AXOLOTL_NEEDS = (
+    Pin("accelerate", "1.13.0", "7e/46/02ac5e262d4af18054b3e922b2baedbb2a03289ee792162de60a865defc5/"
+        "accelerate-1.13.0-py3-none-any.whl", "cf1a3efb96c18f7b152eb0fa7490f3710b19c3f395699358f08decca2b8b62e0",
+        "accelerate", ("accelerate/",), True),
+    Pin("transformers", "5.16.1", "0d/4d/ee3728674c0bbc637bb4af88ccf0be697f92e4e90b55f5dc110c44d61b61/"
+        "transformers-5.16.1-py3-none-any.whl", "2f2d5b98a5ad3718713653734298fa620754ed683702a635ebb587df3ed29c7e",
+        "transformers.utils.import_utils",
+        ("transformers/utils/import_utils.py", "transformers/utils/logging.py", "transformers/_typing.py"), True),
+    Pin("tqdm", "4.67.1", "d0/30/dc54f88dd4a2b5dc8a0279bdd7270e735851848b762aeb1c1184ed1f6b14/"
+        "tqdm-4.67.1-py3-none-any.whl", "26445eca388f82e72884e0d580d5464cd801a3ea01e63e5601bdff9ba6a48de2",
+        "tqdm", ("tqdm/",), True),
+)
 
 PINS = {
     "axolotl": Pin(
         "axolotl", "0.19.0", "86/d6/98c3b575af7cc775792af0c9eee4957935b544ceb9f0fec05db2a97e7466/"
         "axolotl-0.19.0-py3-none-any.whl", "f28eb3ad3709975eec4adfe13307dd980c7e7917cc43cb03f2c6f26c007135cc",
-        "axolotl.utils.distributed", ("axolotl/utils/distributed.py",), False),  # imports accelerate
+        "axolotl.utils.distributed", ("axolotl/utils/distributed.py",), True, AXOLOTL_NEEDS),
     "composer": Pin(
         "mosaicml", "0.32.1", "4c/ad/eb9101cf2a0288984c5d1bc3a80409277e5861c877338b406949e6177e81/"
         "mosaicml-0.32.1-py3-none-any.whl", "d5dc601cec7af281d6a30ab8baccb7c495ee0044237893a991081f54617f8919",
@@ -67,6 +87,12 @@ PINS = {
 
 # What stands in for the rest of a seed's package, and why (none of it is under test):
 STAND_INS = {
+    "axolotl": "accelerate whole (its wheel's accelerate/); of transformers only utils/import_utils.py, "
+               "utils/logging.py and _typing.py, under namespace packages (is_torch_cuda/mps/npu_available, real); "
+               "where this Python lacks them (Debian 13's does): huggingface_hub.utils holding only the "
+               "progress-bar switches that transformers' logging.py reads at import (huggingface_hub 1.x needs httpx "
+               "and more), and safetensors and safetensors.torch whose functions raise (accelerate imports them at "
+               "module level, a compiled package; PartialState never calls them)",
     "composer": "empty packages composer, composer.utils (dist.py imports composer.utils.device, taken from the "
                 "wheel)",
     "modelopt": "empty packages modelopt, modelopt.torch, modelopt.torch.export; modelopt.torch.utils holding the "
@@ -121,7 +147,11 @@ def fetch_one(pin: Pin, cache: str) -> str:
     if not all(os.path.exists(os.path.join(tree, f)) for f in pin.files):
         fresh = tempfile.mkdtemp(dir=where)
         with zipfile.ZipFile(wheel) as z:
-            for name in pin.files:  # fixed names, so nothing lands outside fresh
+            names = [n for n in z.namelist() if any(n == f or f.endswith("/") and n.startswith(f) and
+                                                    not n.endswith("/") for f in pin.files)]
+            for name in names:
+                if name.startswith("/") or ".." in name.split("/"):  # the pinned wheels have none
+                    raise Unavailable(f"{wheel}: member {name!r} would land outside {fresh}")
                 os.makedirs(os.path.dirname(os.path.join(fresh, name)), exist_ok=True)
                 with z.open(name) as src, open(os.path.join(fresh, name), "wb") as dst:
                     shutil.copyfileobj(src, dst)
@@ -170,7 +200,20 @@ def _functions_of(path: str, names: set, into: types.ModuleType) -> None:
 
 def _parents(seed: str, tree: str) -> None:
     """The stand-ins of STAND_INS and the wheel's helper files the module imports."""
-    if seed == "composer":
+    if seed == "axolotl":  # stand-ins where this Python lacks the package
+        if "huggingface_hub" not in sys.modules and importlib.util.find_spec("huggingface_hub") is None:
+            hub = _package("huggingface_hub.utils")
+            hub.are_progress_bars_disabled, hub.enable_progress_bars, hub.disable_progress_bars = (
+                lambda name=None: True, lambda name=None: None, lambda name=None: None)
+            _package("huggingface_hub").utils = hub
+        if "safetensors" not in sys.modules and importlib.util.find_spec("safetensors") is None:
+            def not_loaded(*args, **kwargs):
+                raise NotImplementedError("safetensors is a stand-in here (seed_packages.STAND_INS)")
+
+            _package("safetensors").safe_open = not_loaded
+            _package("safetensors.torch").__dict__.update(dict.fromkeys(("load_file", "save_file", "load_model",
+                                                                          "save_model"), not_loaded))
+    elif seed == "composer":
         _package("composer"), _package("composer.utils")
         _load("composer.utils.device", tree)
     elif seed == "modelopt":
@@ -203,12 +246,15 @@ def load(seed: str, cache: str) -> types.ModuleType:
     """The seed's own module from its pinned release in cache (fetched before). Raises Unavailable."""
     pin = PINS[seed]
     where = _release_dir(pin, cache)
-    wheel = os.path.join(where, os.path.basename(pin.url))
-    if not os.path.exists(wheel) or _sha256(wheel) != pin.sha256:
-        raise Unavailable(f"{wheel}: missing or not the pinned sha256")
+    for each in (pin, *pin.needs):
+        wheel = os.path.join(_release_dir(each, cache), os.path.basename(each.url))
+        if not os.path.exists(wheel) or _sha256(wheel) != each.sha256:
+            raise Unavailable(f"{wheel}: missing or not the pinned sha256")
     if pin.module in sys.modules:
         return sys.modules[pin.module]
     tree = os.path.join(where, "tree")
+    for each in pin.needs:
+        sys.path.insert(0, os.path.join(_release_dir(each, cache), "tree"))
     try:
         _parents(seed, tree)
         return _load(pin.module, tree)
@@ -240,7 +286,8 @@ def main() -> int:
     try:
         if not why:
             for pin in PINS.values():
-                fetch_one(pin, cache)
+                for each in (pin, *pin.needs):
+                    fetch_one(each, cache)
     except (Unavailable, OSError) as e:
         why = str(e)
     print(f"seed-packages SKIP: {why}" if why else f"seed-packages {cache}")

@@ -19,7 +19,7 @@ spec.loader.exec_module(sp)
 def wheel(tmp_path, body="def answer():\n    return 42\n"):
     """A wheel holding fakeseed/utils/distributed.py, and a Pin of it served from tmp_path."""
     path = tmp_path / "server" / "fakeseed-1.0-py3-none-any.whl"
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("fakeseed/utils/distributed.py", body)
         z.writestr("fakeseed/other.py", "raise ImportError('never loaded')\n")
@@ -72,11 +72,49 @@ def test_module_that_cannot_load(served, monkeypatch):
     assert "fakeseed.utils.distributed" not in sys.modules
 
 
+def needed_wheel(tmp_path, members):
+    """A wheel of the package fakedep (members: name -> text) and a Pin of its whole fakedep/."""
+    path = tmp_path / "server" / "fakedep-2.0-py3-none-any.whl"
+    path.parent.mkdir(exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return sp.Pin("fakedep", "2.0", path.name, digest, "fakedep", ("fakedep/",), True)
+
+
+def test_needs_on_sys_path(served, monkeypatch):
+    dep = needed_wheel(served, {"fakedep/__init__.py": "from .inner import VALUE\n", "fakedep/inner.py": "VALUE = 7\n",
+                                "fakedep-2.0.dist-info/METADATA": "", "other/x.py": ""})
+    pin = wheel(served, body="import fakedep\ndef answer():\n    return fakedep.VALUE * 6\n")._replace(needs=(dep,))
+    monkeypatch.setitem(sp.PINS, "fakeseed", pin)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    cache = str(served / "cache")
+    sp.fetch_one(pin, cache)
+    with pytest.raises(sp.Unavailable, match="fakedep-2.0-py3-none-any.whl: missing"):  # the need not fetched
+        sp.load("fakeseed", cache)
+    where = sp.fetch_one(dep, cache)
+    assert sorted(os.listdir(os.path.join(where, "tree"))) == ["fakedep"]  # the prefix's files only
+    try:
+        assert sp.load("fakeseed", cache).answer() == 42
+    finally:
+        sys.modules.pop("fakedep", None), sys.modules.pop("fakedep.inner", None)
+
+
+def test_member_outside_the_tree_refused(served):
+    dep = needed_wheel(served, {"fakedep/../../escaped.py": "", "fakedep/ok.py": ""})
+    with pytest.raises(sp.Unavailable, match="member 'fakedep/../../escaped.py' would land outside"):
+        sp.fetch_one(dep, str(served / "cache"))
+    assert not (served / "escaped.py").exists() and not (served / "cache" / "escaped.py").exists()
+
+
 def test_pins():
-    for seed, pin in sp.PINS.items():
-        name = os.path.basename(pin.url)
-        assert name.startswith(f"{pin.dist.replace('-', '_')}-{pin.version}-") and name.endswith(".whl"), seed
-        assert len(pin.sha256) == 64 and pin.files[0] == pin.module.replace(".", "/") + ".py", seed
+    for seed, main in sp.PINS.items():
+        assert len(main.files) >= 1 and main.files[0] == main.module.replace(".", "/") + ".py", seed
+        for pin in (main, *main.needs):
+            name = os.path.basename(pin.url)
+            assert name.startswith(f"{pin.dist.replace('-', '_')}-{pin.version}-") and name.endswith(".whl"), seed
+            assert len(pin.sha256) == 64 and (pin is main or pin.loads and not pin.needs), seed
 
 
 def test_old_torch_skips(capsys, monkeypatch):
@@ -85,3 +123,19 @@ def test_old_torch_skips(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["seed_packages.py", "fetch"])
     assert sp.main() == 0
     assert capsys.readouterr().out.startswith("seed-packages SKIP: torch 1.13.1 here")
+
+
+def test_axolotl_stand_ins_only_where_missing(monkeypatch):
+    """safetensors and huggingface_hub stand in where Python lacks them; a real one is kept."""
+    real = type(sys)("huggingface_hub")
+    monkeypatch.setitem(sys.modules, "huggingface_hub", real)
+    for name in ("safetensors", "safetensors.torch", "huggingface_hub.utils"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(sp.importlib.util, "find_spec", lambda name, *args: None)
+    try:
+        sp._parents("axolotl", "unused")
+        assert sys.modules["huggingface_hub"] is real and "huggingface_hub.utils" not in sys.modules
+        with pytest.raises(NotImplementedError, match="safetensors is a stand-in here"):
+            sys.modules["safetensors.torch"].load_file("model.safetensors")
+    finally:
+        sys.modules.pop("safetensors", None), sys.modules.pop("safetensors.torch", None)
