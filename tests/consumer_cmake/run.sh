@@ -95,11 +95,12 @@ type=$(meson introspect "$build_root" --buildoptions |
 [[ $type == static ]] && type=STATIC || type=SHARED
 check installed "$work/destdir$prefix" $type
 
-# 2. A static jobkit from the same tree, with the same CUDA/NCCL choice, installed with --prefix.
+# 2. A static jobkit from the same tree, with the same CUDA/NCCL choice, installed with --prefix
+#    (unoptimised: the package is under test, not the code, and -O0 compiles faster).
 feature=disabled
 ((expect_nccl)) && feature=enabled
 meson setup "$work/build-static" "$repo" --wrap-mode=nodownload --prefix "$work/static-prefix" \
-  -Ddefault_library=static -Dtests=disabled -Dcli=false -Dexamples=false -Dpython=disabled \
+  -Dbuildtype=plain -Ddefault_library=static -Dtests=disabled -Dcli=false -Dexamples=false -Dpython=disabled \
   -Dcuda=$feature -Dnccl=$feature -Dnccl_root="$nccl_root" >"$work/build-static.log" 2>&1 ||
   { cat "$work/build-static.log"; fail "meson setup of the static jobkit"; }
 meson compile -C "$work/build-static" jobkit >>"$work/build-static.log" 2>&1 ||
