@@ -68,6 +68,11 @@ enter_mounts() { # root
   mount --rbind / "$root/host"
   mount --make-rslave "$root/host"
   cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+  # This machine's names as it resolves them: slurmctld resolves the host srun registers (this
+  # machine's name), and Debian's libslurm retries a failed lookup for 10 s holding the job's lock,
+  # after which a slurmstepd's step-complete message times out and is sent again 60 s later.
+  { cat "$root/etc/hosts"; echo "# this machine's own (scripts/debian13.sh)"; cat /etc/hosts; } >"$root/run/hosts"
+  mount --bind "$root/run/hosts" "$root/etc/hosts"
   mkdir -p "$root$repo_root"
   mount --rbind "$repo_root" "$root$repo_root"
   # NCCL and CUDA (not packaged in Debian 13), so that the GPU code builds there too.

@@ -11,8 +11,9 @@ skip() {
 need_cluster() {
   command -v srun >/dev/null || skip "srun not installed (apt-get install slurm-client)"
   eval "$("$repo/slurm/dev-cluster.sh" env)"
-  # Slurm 24.11's controller can be busy for over 10 s while it ends an earlier step: ask for a
-  # minute before deciding that no cluster runs.
+  # A controller that cannot resolve the host srun registers stalls 10 s in each lookup (Debian's
+  # libslurm retries; this was the Debian 13 root's case until scripts/debian13.sh gave it this
+  # machine's /etc/hosts): ask for a minute before deciding that no cluster runs.
   local deadline=$((SECONDS + 60))
   until timeout 10 sinfo -h >/dev/null 2>&1; do
     ((SECONDS < deadline)) ||
@@ -22,10 +23,10 @@ need_cluster() {
   local nodes
   nodes=$(sinfo -h -N -o %N | sort -u | wc -l)
   ((nodes >= 3)) || skip "the dev cluster has $nodes nodes, these tests need 3"
-  # An earlier test's job may still be completing and hold its nodes (Slurm 24.11 took 5 s and more
-  # after a task was killed; on a loaded machine a slurmstepd's step-complete message to slurmctld
-  # timed out and was resent 60 s later, the job completing after 75 s): a step on those nodes would
-  # wait for them, and srun print that it waits. Wait up to 150 s for the queue to empty.
+  # An earlier test's job may still be completing and hold its nodes (with the stalled lookup above,
+  # a slurmstepd's step-complete message timed out and was resent 60 s later, the job completing
+  # after 75 s): a step on those nodes would wait for them, and srun print that it waits. Wait up
+  # to 150 s for the queue to empty.
   deadline=$((SECONDS + 150))
   while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
   # netns: every node is a host of its own on a network; loopback: all on 127.0.0.1.
