@@ -17,6 +17,7 @@
 
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
+#include "jobkit/log.hpp"
 #include "pmix/values.hpp"
 #include "pmix/versions.hpp"
 
@@ -488,6 +489,82 @@ std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key
   values.reserve(found.bytes.size());
   for (auto& v : found.bytes) values.push_back(std::move(*v));
   return values;
+}
+
+std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                                           const std::function<void()>& while_waiting) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(5);
+  while (true) {
+    auto found = get_each(self_.nspace, key, {rank}, rank + 1, nullptr, 0, until, while_waiting);
+    const auto i = static_cast<std::size_t>(rank);
+    if (!found.bytes[i] && found.status[i] == PMIX_ERR_NOT_FOUND &&
+        std::chrono::steady_clock::now() + pause < until) {
+      if (while_waiting) while_waiting();
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(100));
+      continue;
+    }
+    return answer_of(found, rank, key, timeout);
+  }
+}
+
+void pmix_session::commit() {
+  if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
+    throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
+  }
+}
+
+std::optional<job_placement> pmix_session::placement() {
+  pmix_proc_t job;
+  PMIX_LOAD_PROCID(&job, self_.nspace, PMIX_RANK_WILDCARD);
+  pmix_status_t status = PMIX_SUCCESS;
+  const auto size_value = get_value(job, PMIX_JOB_SIZE, true, &status);
+  if (!size_value) return std::nullopt;
+  const int size = pmix_count(*size_value, "PMIX_JOB_SIZE");
+  char* list = nullptr;
+  status = PMIx_Resolve_nodes(self_.nspace, &list);
+  const std::string nodes = status == PMIX_SUCCESS && list != nullptr ? list : "";
+  std::free(list);
+  auto incomplete = [&](const std::string& why) -> std::optional<job_placement> {
+    jobkit::log::debug("data path: the launcher's placement of the ranks is incomplete ({}); setting up through a "
+                       "collecting fence",
+                       why);
+    return std::nullopt;
+  };
+  if (nodes.empty()) return incomplete(fmt::format("PMIx_Resolve_nodes: {}", pmix_status_text(status)));
+  job_placement p;
+  p.node_of.assign(static_cast<std::size_t>(size), -1);
+  p.local_rank_of.assign(static_cast<std::size_t>(size), -1);
+  for (std::string_view rest = nodes; !rest.empty();) {
+    const auto comma = rest.find(',');
+    p.nodes.emplace_back(rest.substr(0, comma));
+    rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+  }
+  for (std::size_t n = 0; n < p.nodes.size(); ++n) {
+    pmix_proc_t* procs = nullptr;
+    std::size_t count = 0;
+    status = PMIx_Resolve_peers(p.nodes[n].c_str(), self_.nspace, &procs, &count);
+    if (status != PMIX_SUCCESS) {
+      return incomplete(fmt::format("PMIx_Resolve_peers({}): {}", p.nodes[n], pmix_status_text(status)));
+    }
+    std::vector<int> ranks;
+    for (std::size_t i = 0; i < count; ++i) ranks.push_back(static_cast<int>(procs[i].rank));
+    if (procs != nullptr) PMIX_PROC_FREE(procs, count);
+    std::sort(ranks.begin(), ranks.end());
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const int r = ranks[i];
+      if (r < 0 || r >= size || p.node_of[static_cast<std::size_t>(r)] != -1) {
+        return incomplete(fmt::format("rank {} listed on {} is out of range or on two nodes", r, p.nodes[n]));
+      }
+      p.node_of[static_cast<std::size_t>(r)] = static_cast<int>(n);
+      p.local_rank_of[static_cast<std::size_t>(r)] = static_cast<int>(i);
+    }
+  }
+  if (const auto it = std::find(p.node_of.begin(), p.node_of.end(), -1); it != p.node_of.end()) {
+    return incomplete(fmt::format("rank {} is on no node", it - p.node_of.begin()));
+  }
+  return p;
 }
 
 pmix_facts pmix_session::query_facts() const {

@@ -45,6 +45,19 @@ class pmix_session final : public rendezvous {
   /// by timeout: a rank that never answers is named in a timeout_error.
   std::vector<std::vector<std::byte>> get_all(const std::string& key, int world_size,
                                               std::chrono::milliseconds timeout) override;
+  /// From the job data (PMIx_Resolve_nodes, then PMIx_Resolve_peers of each node): no traffic
+  /// under Slurm and under mpirun's PRRTE (which answers the query it asks first with a line on
+  /// its stderr, "Query for unrecognized attribute", then serves it from the job data). Empty,
+  /// logged at debug level, when the answer is not one node for every rank.
+  std::optional<job_placement> placement() override;
+  /// PMIx_Commit: this rank's puts become readable through direct gets.
+  void commit() override;
+  /// PMIx_Get_nb with no fence (direct modex): the launcher asks `rank`'s node, whose server
+  /// answers once `rank` committed the key (Slurm and PRRTE hold the request until then). Under
+  /// PMIx 4.2 a rank of this node that has not yet reached its server is answered NOT-FOUND at
+  /// once: tried again (5 ms, doubling to 100 ms) until the deadline.
+  std::vector<std::byte> await(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                               const std::function<void()>& while_waiting = {}) override;
   /// Asks for the key of every other rank of this node at once (PMIx_Get_nb), each bounded by
   /// probe. Other nodes' ranks are not asked: under Slurm 22.05 their servers do not answer while
   /// the fence is pending (measured: nothing within 4 s, even for ranks that had put the key).

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "core/posix_io.hpp"
 #include "core/timeout.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
@@ -76,11 +77,20 @@ struct runtime::impl {
     if (!fabric) {
       world_group();
       try {
+        const auto deadline = detail::steady_clock::now() + timeout;
         auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, timeout, detail::settings_for(id));
-        world_state->link = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
-        for (const auto& e : created->endpoints()) {
-          world_state->hosts.push_back(e.host);
-          world_state->local_ranks.push_back(e.local_rank);
+        try {
+          auto tree = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
+          tree->end_setup(*created, deadline);
+          world_state->link = std::move(tree);
+        } catch (const error& e) {
+          // Without a fence, a rank that never started is seen here, by its tree neighbours.
+          if (created->on_demand() && e.code() == errc::timeout) detail::raise_setup_failure(rendezvous, id, e);
+          throw;
+        }
+        for (int r = 0; r < id.world_size; ++r) {
+          world_state->hosts.push_back(created->host_of(r));
+          world_state->local_ranks.push_back(created->placement().local_rank_of[static_cast<std::size_t>(r)]);
         }
         fabric = std::move(created);
       } catch (const error& e) {
@@ -158,11 +168,12 @@ group& runtime::node_group() {
     // Every rank joins the data path's setup here, even one alone on its node: the setup is
     // collective over the whole job, and the others may be waiting in it.
     if (id.world_size > 1) {
-      const auto& endpoints = impl_->connect(detail::default_timeout()).endpoints();
+      const auto& placed = impl_->connect(detail::default_timeout()).placement();
+      const auto my_node = placed.node_of[static_cast<std::size_t>(id.rank)];
       std::vector<std::pair<int, int>> local;  // (local rank, world rank)
       for (int r = 0; r < id.world_size; ++r) {
-        const auto& e = endpoints[static_cast<std::size_t>(r)];
-        if (e.node == id.node_rank) local.emplace_back(e.local_rank, r);
+        const auto i = static_cast<std::size_t>(r);
+        if (placed.node_of[i] == my_node) local.emplace_back(placed.local_rank_of[i], r);
       }
       std::sort(local.begin(), local.end());
       ranks.clear();
@@ -184,11 +195,11 @@ group& runtime::node_leaders_group() {
     }
     std::vector<int> ranks{id.rank};
     if (id.world_size > 1) {
-      const auto& endpoints = impl_->connect(detail::default_timeout()).endpoints();
+      const auto& placed = impl_->connect(detail::default_timeout()).placement();
       std::vector<std::pair<int, int>> leaders;  // (node, world rank)
       for (int r = 0; r < id.world_size; ++r) {
-        const auto& e = endpoints[static_cast<std::size_t>(r)];
-        if (e.local_rank == 0) leaders.emplace_back(e.node, r);
+        const auto i = static_cast<std::size_t>(r);
+        if (placed.local_rank_of[i] == 0) leaders.emplace_back(placed.node_of[i], r);
       }
       std::sort(leaders.begin(), leaders.end());
       ranks.clear();

@@ -32,6 +32,8 @@ namespace jobkit::detail {
 namespace {
 
 constexpr std::size_t max_pending_connections = 256;
+/// The rendezvous key of every rank's endpoint record.
+const std::string endpoint_key = "jobkit.endpoint";
 /// Tries of a connection that was refused or reset (with backoff: at most about 5 s in all).
 constexpr int max_connect_attempts = 8;
 
@@ -135,9 +137,33 @@ struct tcp_fabric::pending {
   std::string key;
 };
 
+void raise_setup_failure(rendezvous& rv, const identity& self, const error& e) {
+  const auto call = rv.ranks_without(endpoint_key, self.world_size, std::chrono::seconds(2));
+  std::string who;
+  if (call.asked.empty()) {
+    who = "this launcher's rendezvous (PMI-2) cannot say which rank never arrived";
+  } else if (!call.absent.empty()) {
+    who = fmt::format("rank(s) {} never reached jobkit (exited or crashed before it, or stuck)",
+                      fmt::join(call.absent, ", "));
+  } else if (static_cast<int>(call.asked.size()) < self.world_size) {
+    who = fmt::format("every rank on {} reached jobkit, so the missing rank is on another node", self.hostname);
+  } else {
+    who = "every rank had published its endpoint";
+  }
+  raise(e.code(),
+        fmt::format("data path setup on {}: {}; {}; with srun, --kill-on-bad-exit=1 ends the whole step as soon "
+                    "as a rank exits with an error",
+                    rank_label(self.rank, self.hostname), e.what(), who),
+        e.native_status());
+}
+
 tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::milliseconds timeout,
                        fabric_settings settings)
-    : rank_(self.rank), settings_(std::move(settings)), segment_prefix_("/jobkit-" + job_step_tag(self, ::getpid())) {
+    : rv_(rv),
+      rank_(self.rank),
+      world_size_(self.world_size),
+      settings_(std::move(settings)),
+      segment_prefix_("/jobkit-" + job_step_tag(self, ::getpid())) {
   fill_random(secret_);
   const auto [fd, port] = listen_socket(settings_);
   listen_fd_ = fd;
@@ -148,41 +174,92 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
   mine.host = self.hostname.empty() ? "unknown" : self.hostname;
   mine.addresses = settings_.addresses;
   mine.secret = secret_;
-  const std::string key = "jobkit.endpoint";
   try {
-    rv.put(key, as_bytes(encode_endpoint(self.rank, mine)));
+    rv.put(endpoint_key, as_bytes(encode_endpoint(self.rank, mine)));
+    auto placed = rv.placement();
+    // The launcher's placement must be the one this rank's identity came from: otherwise the ranks
+    // could build different trees.
+    if (placed && (static_cast<int>(placed->node_of.size()) != self.world_size ||
+                   placed->node_of[static_cast<std::size_t>(rank_)] != self.node_rank ||
+                   placed->local_rank_of[static_cast<std::size_t>(rank_)] != self.local_rank)) {
+      const auto i = static_cast<std::size_t>(rank_);
+      throw error(errc::invalid_environment,
+                  fmt::format("data path setup on {}: the launcher places {} of {} ranks, this one on node {} at local "
+                              "rank {}, but its identity says node {} and local rank {}",
+                              rank_label(rank_, self.hostname), placed->node_of.size(), self.world_size,
+                              i < placed->node_of.size() ? placed->node_of[i] : -1,
+                              i < placed->node_of.size() ? placed->local_rank_of[i] : -1, self.node_rank,
+                              self.local_rank));
+    }
+    if (placed) {
+      // Every rank decides alike: the placement is the launcher's, the same on every rank.
+      rv.commit();
+      on_demand_ = true;
+      placement_ = std::move(*placed);
+      known_.emplace(rank_, std::move(mine));
+      return;
+    }
     std::vector<std::vector<std::byte>> records;
     try {
       rv.fence(timeout);
       // A fence that returned does not prove that every rank put its endpoint (Slurm 24.11: see
       // pmix_session::get_all), so a missing record is named like a missing rank at the fence.
-      records = rv.get_all(key, self.world_size, timeout);
+      records = rv.get_all(endpoint_key, self.world_size, timeout);
     } catch (const error& e) {
-      const auto call = rv.ranks_without(key, self.world_size, std::chrono::seconds(2));
-      std::string who;
-      if (call.asked.empty()) {
-        who = "this launcher's rendezvous (PMI-2) cannot say which rank never arrived";
-      } else if (!call.absent.empty()) {
-        who = fmt::format("rank(s) {} never reached jobkit (exited or crashed before it, or stuck)",
-                          fmt::join(call.absent, ", "));
-      } else if (static_cast<int>(call.asked.size()) < self.world_size) {
-        who = fmt::format("every rank on {} reached jobkit, so the missing rank is on another node", self.hostname);
-      } else {
-        who = "every rank had published its endpoint";
-      }
-      raise(e.code(),
-            fmt::format("data path setup on {}: {}; {}; with srun, --kill-on-bad-exit=1 ends the whole step as soon "
-                        "as a rank exits with an error",
-                        rank_label(self.rank, self.hostname), e.what(), who),
-            e.native_status());
+      raise_setup_failure(rv, self, e);
     }
+    std::map<int, int> node_index;  // identity's node rank -> index in placement_.nodes
     for (int r = 0; r < self.world_size; ++r) {
-      endpoints_.push_back(decode_endpoint(records[static_cast<std::size_t>(r)], r));
+      auto e = decode_endpoint(records[static_cast<std::size_t>(r)], r);
+      const auto [it, added] = node_index.emplace(e.node, static_cast<int>(placement_.nodes.size()));
+      if (added) placement_.nodes.push_back(e.host);
+      placement_.node_of.push_back(it->second);
+      placement_.local_rank_of.push_back(e.local_rank);
+      known_.emplace(r, std::move(e));
     }
+    settled_ = true;
   } catch (...) {
     ::close(listen_fd_);
     throw;
   }
+}
+
+const endpoint* tcp_fabric::fetch(int peer, steady_clock::time_point until, std::string& why) {
+  if (const auto it = known_.find(peer); it != known_.end()) return &it->second;
+  if (!on_demand_) {
+    why = "its endpoint was not exchanged";
+    return nullptr;
+  }
+  try {
+    auto e = decode_endpoint(rv_.await(peer, endpoint_key, std::chrono::milliseconds(remaining_ms(until))), peer);
+    const auto at = static_cast<std::size_t>(peer);
+    if (e.node != placement_.node_of.at(at) || e.local_rank != placement_.local_rank_of.at(at)) {
+      throw error(errc::invalid_environment,
+                  fmt::format("data path setup: rank {} published node {} and local rank {}, the launcher places it "
+                              "on node {} ({}) at local rank {}",
+                              peer, e.node, e.local_rank, placement_.node_of[at], host_of(peer),
+                              placement_.local_rank_of[at]));
+    }
+    return &known_.emplace(peer, std::move(e)).first->second;
+  } catch (const timeout_error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+const endpoint& tcp_fabric::endpoint_of(int peer, steady_clock::time_point deadline) {
+  const auto until = settled_ ? std::min(deadline, steady_clock::now() + settings_.silence_limit) : deadline;
+  std::string why;
+  if (const auto* e = fetch(peer, until, why)) return *e;
+  if (settled_ && until < deadline) {
+    throw error(errc::peer_failure,
+                fmt::format("data path: {}: its node gave no answer for its endpoint within {} s "
+                            "(JOBKIT_LOST_NODE_TIMEOUT): the node is lost or cut off ({})",
+                            rank_label(peer, host_of(peer)),
+                            std::chrono::duration<double>(settings_.silence_limit).count(), why));
+  }
+  throw timeout_error(fmt::format("data path setup: {} never published its endpoint: {}",
+                                  rank_label(peer, host_of(peer)), why));
 }
 
 tcp_fabric::~tcp_fabric() {
@@ -210,10 +287,10 @@ std::string tcp_fabric::describe_members(const std::string& key) const {
   return it == key_members_.end() ? "another group" : fmt::format("group [{}]", it->second);
 }
 
-std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, const std::string& key,
-                                          steady_clock::time_point deadline, std::string& why, bool& transient) {
+std::optional<int> tcp_fabric::connect_to(const endpoint& e, int peer, const std::string& address,
+                                          const std::string& key, steady_clock::time_point deadline, std::string& why,
+                                          bool& transient) {
   transient = false;
-  const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
@@ -300,7 +377,7 @@ std::optional<int> tcp_fabric::connect_to(int peer, const std::string& address, 
 }
 
 int tcp_fabric::connect(int peer, const std::string& key, steady_clock::time_point deadline) {
-  const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
+  const auto& e = endpoint_of(peer, deadline);
   std::vector<std::string> failures;
   for (int attempt = 1;; ++attempt) {
     failures.clear();
@@ -308,7 +385,7 @@ int tcp_fabric::connect(int peer, const std::string& key, steady_clock::time_poi
     for (const auto& address : e.addresses) {
       std::string why;
       bool transient = false;
-      if (const auto fd = connect_to(peer, address, key, deadline, why, transient)) return *fd;
+      if (const auto fd = connect_to(e, peer, address, key, deadline, why, transient)) return *fd;
       failures.push_back(fmt::format("{} port {}: {}", address, e.port, why));
       retry = retry && transient;
       if (steady_clock::now() >= deadline) break;
@@ -408,7 +485,7 @@ bool tcp_fabric::advance(pending& p) {
   }
   const auto& hello = p.start->hello;
   const auto claimed = static_cast<int>(hello.world_rank);
-  if (hello.world_rank >= endpoints_.size() ||
+  if (hello.world_rank >= static_cast<std::uint32_t>(world_size_) ||
       !equal_in_constant_time(hello.mac, hello_mac(secret_, p.nonce, hello.nonce, hello.world_rank, p.key))) {
     drop(p, "its proof of membership is wrong");
     return true;
@@ -434,7 +511,15 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
                                     steady_clock::time_point deadline,
                                     const std::function<void(std::size_t, int, const std::string&)>& tell) {
   std::vector<int> fds(peers.size(), -1);
-  host_watch watch(endpoints_, settings_.silence_limit, steady_clock::now());
+  const auto start = steady_clock::now();
+  // A rank is watched through its endpoint: those not read yet are read once the watch begins
+  // (after host_watch::grace), only once every rank is known to have published its own.
+  host_watch watch(
+      [this](int peer) -> const endpoint* {
+        const auto it = known_.find(peer);
+        return it == known_.end() ? nullptr : &it->second;
+      },
+      settings_.silence_limit, start);
   std::vector<int> missing;
   auto claim_waiting = [&] {
     for (std::size_t i = 0; i < peers.size(); ++i) {
@@ -457,16 +542,30 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
     for (std::size_t i = 0; i < peers.size(); ++i) {
       if (fds[i] < 0) missing.push_back(peers[i]);
     }
-    if (const auto lost = watch.check(missing, now)) {
-      const auto& e = endpoints_[static_cast<std::size_t>(lost->peer)];
+    std::optional<host_watch::verdict> lost;
+    if (settled_ && now >= start + host_watch::grace) {
+      for (const int peer : missing) {
+        std::string why;
+        if (known_.count(peer) == 0 && !fetch(peer, std::min(deadline, now + settings_.silence_limit), why)) {
+          lost = host_watch::verdict{
+              peer, fmt::format("its node {} gave no answer for its endpoint within {} s (JOBKIT_LOST_NODE_TIMEOUT): "
+                                "the node is lost or cut off ({})",
+                                host_of(peer), std::chrono::duration<double>(settings_.silence_limit).count(), why)};
+          break;
+        }
+      }
+    }
+    if (!lost) lost = watch.check(missing, now);
+    if (lost) {
+      const int node = placement_.node_of.at(static_cast<std::size_t>(lost->peer));
       std::vector<int> there;
-      for (std::size_t r = 0; r < endpoints_.size(); ++r) {
-        if (endpoints_[r].host == e.host) there.push_back(static_cast<int>(r));
+      for (int r = 0; r < world_size_; ++r) {
+        if (placement_.node_of[static_cast<std::size_t>(r)] == node) there.push_back(r);
       }
       const auto message =
           fmt::format("creating {} on {}: {} never connected: {} (its ranks: {})", describe_members(key),
-                      rank_label(rank_, endpoints_[static_cast<std::size_t>(rank_)].host),
-                      rank_label(lost->peer, e.host), lost->why, fmt::join(there, ", "));
+                      rank_label(rank_, host_of(rank_)), rank_label(lost->peer, host_of(lost->peer)), lost->why,
+                      fmt::join(there, ", "));
       for (std::size_t i = 0; i < fds.size(); ++i) {
         if (fds[i] < 0) continue;
         if (tell) tell(i, fds[i], message);
@@ -483,7 +582,7 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
           if (waiting_key.second == peers[i])
             note = fmt::format(", which is creating {} instead", describe_members(waiting_key.first));
         }
-        missing.push_back(rank_label(peers[i], endpoints_[static_cast<std::size_t>(peers[i])].host) + note);
+        missing.push_back(rank_label(peers[i], host_of(peers[i])) + note);
       }
       for (const int fd : fds) {
         if (fd >= 0) ::close(fd);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/posix_io.hpp"
+#include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
 #include "transport/addresses.hpp"
 #include "transport/handshake.hpp"
@@ -33,9 +34,18 @@ fabric_settings settings_for(const identity& self);
 /// The interfaces and addresses behind settings_for(self).addresses.
 std::vector<interface_address> endpoint_interfaces(const identity& self);
 
-/// This process's listening socket and every rank's endpoint, exchanged in one rendezvous put and
-/// one fence (the only PMIx traffic of the data path). Groups connect through it; the socket
-/// stays open so that later groups need no PMIx at all.
+/// Raises `e`, a failure of the data path's setup on `self`, with what the rendezvous can say of
+/// the ranks that never arrived: those of this node that never published their endpoint, or that
+/// the missing rank is on another node.
+[[noreturn]] void raise_setup_failure(rendezvous& rv, const identity& self, const error& e);
+
+/// This process's listening socket and the way to every rank's: the only PMIx traffic of the
+/// data path. Where the launcher says where every rank runs (rendezvous::placement: PMIx), each
+/// rank puts and commits its endpoint and reads a peer's only when it first connects to it or
+/// watches it (one direct get, answered by the peer's node: no fence, nothing proportional to the
+/// job); elsewhere (PMI-2) every endpoint comes through one collecting fence. Groups connect
+/// through it; the socket stays open so that later groups need no more than the endpoints of
+/// their tree neighbours.
 ///
 /// Membership is proven on every connection (see transport/handshake.hpp). Connections that do
 /// not prove it (strangers: port scanners, other users' processes, a rank of another step) are
@@ -50,7 +60,20 @@ class tcp_fabric {
   tcp_fabric& operator=(const tcp_fabric&) = delete;
 
   int rank() const noexcept { return rank_; }
-  const std::vector<endpoint>& endpoints() const noexcept { return endpoints_; }
+  /// The port this rank listens on.
+  int port() const { return known_.at(rank_).port; }
+  /// Where every rank runs: the launcher's placement, or the endpoints exchanged by the fence.
+  const job_placement& placement() const noexcept { return placement_; }
+  /// The node (its name) of world rank `r`.
+  const std::string& host_of(int r) const { return placement_.nodes.at(static_cast<std::size_t>(placement_.node_of.at(static_cast<std::size_t>(r)))); }
+  /// Endpoints are read on demand (no fence): the world's setup must end with a barrier over its
+  /// tree, then settle() says every rank has published its endpoint.
+  bool on_demand() const noexcept { return on_demand_; }
+  /// From now on an endpoint that the launcher does not serve within settings.silence_limit
+  /// means that its node is lost: every rank has published its own.
+  void settle() noexcept { settled_ = true; }
+  bool settled() const noexcept { return settled_; }
+  int world_size() const noexcept { return world_size_; }
   /// "/jobkit-<job>.<step>": how the names of this step's shared memory segments begin.
   const std::string& segment_prefix() const noexcept { return segment_prefix_; }
   /// Connections dropped because they did not prove membership.
@@ -76,7 +99,11 @@ class tcp_fabric {
  private:
   struct pending;
   /// One attempt; `transient`: refused or reset, so that another attempt may succeed.
-  std::optional<int> connect_to(int peer, const std::string& address, const std::string& key,
+  /// The endpoint of `peer`, read once; nullptr with `why` when it did not come by `until`.
+  const endpoint* fetch(int peer, steady_clock::time_point until, std::string& why);
+  /// fetch, bounded by the deadline (by the silence limit once settled). @throws jobkit::error
+  const endpoint& endpoint_of(int peer, steady_clock::time_point deadline);
+  std::optional<int> connect_to(const endpoint& e, int peer, const std::string& address, const std::string& key,
                                 steady_clock::time_point deadline, std::string& why, bool& transient);
   void take_new_connections();
   /// Reads what a pending connection sent; true when it is done (admitted or dropped).
@@ -84,11 +111,16 @@ class tcp_fabric {
   void drop(pending& p, const std::string& why);
   std::string describe_members(const std::string& key) const;
 
+  rendezvous& rv_;
   int rank_;
+  int world_size_;
+  bool on_demand_ = false;
+  bool settled_ = false;
+  job_placement placement_;
   int listen_fd_ = -1;
   fabric_settings settings_;
   secret_bytes secret_{};
-  std::vector<endpoint> endpoints_;
+  std::map<int, endpoint> known_;  // world rank -> its endpoint, once read
   std::string segment_prefix_;
   std::vector<pending> pending_;
   std::uint64_t dropped_ = 0;

@@ -14,8 +14,6 @@ namespace jobkit::detail {
 
 namespace {
 
-/// A rank that connects within this needs no watch.
-constexpr std::chrono::seconds grace{1};
 /// After a watch ended without a verdict (the peer's process accepted and dropped it).
 constexpr std::chrono::seconds pause{1};
 
@@ -56,7 +54,9 @@ std::optional<host_watch::verdict> host_watch::check(const std::vector<int>& mis
 }
 
 std::optional<host_watch::verdict> host_watch::advance(int peer, watch& w, time_point now) {
-  const auto& e = endpoints_.at(static_cast<std::size_t>(peer));
+  const endpoint* known = endpoint_of_(peer);
+  if (known == nullptr) return std::nullopt;
+  const auto& e = *known;
   const auto seconds = std::chrono::duration<double>(limit_).count();
   const auto silent = [&](const std::string& how) {
     return verdict{peer, fmt::format("its node {} {} (JOBKIT_LOST_NODE_TIMEOUT={} s): the node is lost or cut off",

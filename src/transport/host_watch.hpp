@@ -7,9 +7,11 @@
 // the peer's process accepts it, it drops it as a connection that never proved membership.
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/posix_io.hpp"
@@ -28,8 +30,12 @@ class host_watch {
     std::string why;  // "its node c3 answered no connection for 8 s", ...
   };
 
-  host_watch(const std::vector<endpoint>& endpoints, std::chrono::milliseconds limit, time_point start)
-      : endpoints_(endpoints), limit_(limit), start_(start) {}
+  /// How long a rank may be missing before it is watched: one that connects within it needs no watch.
+  static constexpr std::chrono::seconds grace{1};
+
+  /// endpoint_of(rank): its endpoint, or nullptr when not known (the rank is not watched).
+  host_watch(std::function<const endpoint*(int)> endpoint_of, std::chrono::milliseconds limit, time_point start)
+      : endpoint_of_(std::move(endpoint_of)), limit_(limit), start_(start) {}
   ~host_watch();
   host_watch(const host_watch&) = delete;
   host_watch& operator=(const host_watch&) = delete;
@@ -48,7 +54,7 @@ class host_watch {
   void close(watch& w) noexcept;
   std::optional<verdict> advance(int peer, watch& w, time_point now);
 
-  const std::vector<endpoint>& endpoints_;
+  std::function<const endpoint*(int)> endpoint_of_;
   std::chrono::milliseconds limit_;
   time_point start_;
   std::map<int, watch> watches_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "jobkit/error.hpp"
 
@@ -30,6 +31,7 @@ bool wait_checking(std::unique_lock<std::mutex>& lock, std::condition_variable& 
 }
 
 void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+  ++fences_;
   auto& s = *store_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(s.mutex_);
@@ -89,6 +91,60 @@ rendezvous::roll_call memory_rendezvous::ranks_without(const std::string& key, i
     if (!store_->pending_.count({r, key}) && !store_->visible_.count({r, key})) call.absent.push_back(r);
   }
   return call;
+}
+
+}  // namespace jobkit::detail
+
+namespace jobkit::detail {
+
+void rendezvous::commit() {
+  throw error(errc::internal, "this launcher's rendezvous makes values visible only through a fence");
+}
+
+std::vector<std::byte> rendezvous::await(int, const std::string&, std::chrono::milliseconds,
+                                         const std::function<void()>&) {
+  throw error(errc::internal, "this launcher's rendezvous makes values visible only through a fence");
+}
+
+std::optional<job_placement> memory_rendezvous::placement() {
+  const auto& node_of = store_->node_of_;
+  if (node_of.empty()) return std::nullopt;
+  job_placement p;
+  p.node_of = node_of;
+  std::map<int, int> count;
+  for (const int n : node_of) p.local_rank_of.push_back(count[n]++);
+  const int nodes = node_of.empty() ? 0 : *std::max_element(node_of.begin(), node_of.end()) + 1;
+  for (int n = 0; n < nodes; ++n) p.nodes.push_back(fmt::format("n{}", n));
+  return p;
+}
+
+void memory_rendezvous::commit() {
+  auto& s = *store_;
+  {
+    std::lock_guard lock(s.mutex_);
+    for (auto it = s.pending_.begin(); it != s.pending_.end();) {
+      if (it->first.first != rank_) {
+        ++it;
+        continue;
+      }
+      s.visible_[it->first] = std::move(it->second);
+      it = s.pending_.erase(it);
+    }
+  }
+  s.committed_.notify_all();
+}
+
+std::vector<std::byte> memory_rendezvous::await(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                                                const std::function<void()>& while_waiting) {
+  ++awaits_;
+  auto& s = *store_;
+  std::unique_lock lock(s.mutex_);
+  const auto there = [&] { return s.visible_.count({rank, key}) != 0; };
+  if (!wait_checking(lock, s.committed_, std::chrono::steady_clock::now() + timeout, there, while_waiting)) {
+    throw timeout_error(
+        fmt::format("rank {}: key '{}' of rank {} was not committed within {} ms", rank_, key, rank, timeout.count()));
+  }
+  return s.visible_.at({rank, key});
 }
 
 }  // namespace jobkit::detail

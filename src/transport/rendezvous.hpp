@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -14,13 +15,36 @@
 
 namespace jobkit::detail {
 
-/// How the ranks of a job first find each other: each rank puts values, one fence over all ranks
-/// makes them visible, then any rank's value can be read. The PMIx session implements it for
-/// launched jobs; memory_rendezvous does for ranks that are threads of one process (unit tests).
-/// Data here is visible only to the ranks of the job, so secrets may travel through it.
+/// Where the launcher placed every rank of the job.
+struct job_placement {
+  std::vector<std::string> nodes;  ///< node names, in the launcher's node order (identity's node_rank)
+  std::vector<int> node_of;        ///< per world rank: its index in nodes
+  std::vector<int> local_rank_of;  ///< per world rank: its place among its node's ranks, in rank order
+};
+
+/// How the ranks of a job first find each other. Either each rank puts values, one fence over all
+/// ranks makes them visible, then any rank's value can be read (every launcher); or, where the
+/// launcher says where every rank runs (placement()), each rank puts and commits its values and
+/// any rank reads them when it needs them (await), with no fence: a PMIx direct modex. The PMIx
+/// session implements it for launched jobs; memory_rendezvous does for ranks that are threads of
+/// one process (unit tests). Data here is visible only to the ranks of the job, so secrets may
+/// travel through it.
 class rendezvous {
  public:
   virtual ~rendezvous() = default;
+  /// Every rank's node and local rank, when this rendezvous serves await() (PMIx: from the job
+  /// data, PMIx_Resolve_nodes and PMIx_Resolve_peers, no traffic); empty where only a fence makes
+  /// values visible (PMI-2), or where the launcher's answer is incomplete.
+  virtual std::optional<job_placement> placement() { return std::nullopt; }
+  /// Makes this rank's puts readable by await() on every rank, without a fence (PMIx_Commit).
+  virtual void commit();
+  /// A key that `rank` put and committed, waiting until it has (a rank that has not yet started
+  /// is waited for): one request, answered by `rank`'s node. While it waits, `while_waiting`
+  /// runs every 50 ms, as in fence. Only where placement() is set.
+  /// @throws jobkit::timeout_error when no answer came within timeout, jobkit::error when the
+  /// launcher refused
+  virtual std::vector<std::byte> await(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                                       const std::function<void()>& while_waiting = {});
   /// Publishes bytes under a key. Keys must be fresh (PMIx 4.2 may return stale values for a
   /// re-put key).
   virtual void put(const std::string& key, std::span<const std::byte> bytes) = 0;
@@ -59,13 +83,16 @@ bool wait_checking(std::unique_lock<std::mutex>& lock, std::condition_variable& 
 /// The values and fences of `size` ranks that share one process.
 class memory_rendezvous_store {
  public:
-  explicit memory_rendezvous_store(int size) : size_(size) {}
+  /// node_of: each rank's node, which makes placement() and await() available; without it only
+  /// the fence makes values visible.
+  explicit memory_rendezvous_store(int size, std::vector<int> node_of = {}) : size_(size), node_of_(std::move(node_of)) {}
 
  private:
   friend class memory_rendezvous;
   int size_;
+  std::vector<int> node_of_;
   std::mutex mutex_;
-  std::condition_variable fenced_;
+  std::condition_variable fenced_, committed_;
   int arrived_ = 0;
   std::uint64_t generation_ = 0;
   std::map<std::pair<int, std::string>, std::vector<std::byte>> pending_, visible_;
@@ -80,8 +107,17 @@ class memory_rendezvous final : public rendezvous {
   std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
                              const std::function<void()>& while_waiting = {}) override;
   roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
+  std::optional<job_placement> placement() override;
+  void commit() override;
+  std::vector<std::byte> await(int rank, const std::string& key, std::chrono::milliseconds timeout,
+                               const std::function<void()>& while_waiting = {}) override;
+  /// How many values this rank asked for by await, and how many fences it joined (for tests).
+  int awaits() const noexcept { return awaits_; }
+  int fences() const noexcept { return fences_; }
 
  private:
+  int awaits_ = 0;
+  int fences_ = 0;
   std::shared_ptr<memory_rendezvous_store> store_;
   int rank_;
 };

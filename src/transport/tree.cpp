@@ -19,17 +19,17 @@ using clock = steady_clock;
 
 tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout) {
   const auto deadline = clock::now() + timeout;
-  const auto& endpoints = fabric.endpoints();
+  const auto& placement = fabric.placement();
   context_.members = members;
   context_.rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
-  for (const int w : members) context_.hosts.push_back(endpoints.at(static_cast<std::size_t>(w)).host);
+  for (const int w : members) context_.hosts.push_back(fabric.host_of(w));
   context_.spread_abort = [this](const std::string& message, int origin, errc code) {
     spread_abort(message, origin, code);
   };
   const int rank = context_.rank;
 
   std::vector<int> nodes;
-  for (const int w : members) nodes.push_back(endpoints[static_cast<std::size_t>(w)].node);
+  for (const int w : members) nodes.push_back(placement.node_of.at(static_cast<std::size_t>(w)));
   const auto position = position_in_tree(tree_parents(nodes), rank);
   const int my_node = nodes[static_cast<std::size_t>(rank)];
   std::vector<int> node_members;  // group ranks on this rank's node, leader first
@@ -97,6 +97,18 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   links_ = std::make_unique<tree_links>(context_, parent, children, std::move(subtrees));
   const std::vector<int> mate_fds(fds.begin() + static_cast<std::ptrdiff_t>(child_ranks.size()), fds.end());
   if (node_) node_->share(mate_fds, deadline);
+}
+
+void tcp_tree::end_setup(tcp_fabric& fabric, steady_clock::time_point deadline) {
+  if (fabric.settled()) return;
+  exchange ex;
+  ex.name = "data path setup";
+  ex.site = "its barrier";
+  ex.timeout = std::chrono::milliseconds(std::max(1, remaining_ms(deadline)));
+  ex.synchronize_only = true;
+  run(ex);
+  context_.uncounted = context_.sequence;
+  fabric.settle();
 }
 
 void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noexcept {
@@ -224,10 +236,13 @@ group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::c
   auto state = std::make_shared<group_state>();
   state->world_ranks = members;
   state->rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
-  state->link = std::make_unique<tcp_tree>(fabric, members, timeout);
+  const auto deadline = steady_clock::now() + timeout;
+  auto tree = std::make_unique<tcp_tree>(fabric, members, timeout);
+  if (!fabric.settled() && static_cast<int>(members.size()) == fabric.world_size()) tree->end_setup(fabric, deadline);
+  state->link = std::move(tree);
   for (const int r : members) {
-    state->hosts.push_back(fabric.endpoints()[static_cast<std::size_t>(r)].host);
-    state->local_ranks.push_back(fabric.endpoints()[static_cast<std::size_t>(r)].local_rank);
+    state->hosts.push_back(fabric.host_of(r));
+    state->local_ranks.push_back(fabric.placement().local_rank_of.at(static_cast<std::size_t>(r)));
   }
   state->make_subgroup =
       make_subgroup ? std::move(make_subgroup) : [&fabric](const std::vector<int>& ranks, std::chrono::milliseconds t) {

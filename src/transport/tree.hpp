@@ -34,6 +34,10 @@ class tcp_tree final : public transport {
   void run_bulk(const bulk_exchange& bx) override;
   void abort(const std::string& message) noexcept override;
   void check_peers(const std::string& during) override;
+  /// Ends the world's setup where the fabric reads endpoints on demand: a barrier over this tree
+  /// (left out of the numbers errors give the exchanges), after which every rank has published
+  /// its endpoint (tcp_fabric::settle). Nothing where the endpoints came through a fence.
+  void end_setup(tcp_fabric& fabric, steady_clock::time_point deadline);
 
  private:
   using time_point = tree_context::time_point;
@@ -63,6 +67,7 @@ class tcp_tree final : public transport {
 using subgroup_maker = std::function<group(const std::vector<int>&, std::chrono::milliseconds)>;
 /// A group of these world ranks over a new tcp_tree (collective over the members). Its split
 /// makes groups with make_subgroup, by default through the same fabric, which must outlive them.
+/// The first group of every rank of an unsettled fabric (the world) ends its setup (end_setup).
 group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout,
                      subgroup_maker make_subgroup = {});
 

@@ -66,7 +66,8 @@ std::vector<test_support::outcome<T>> on_tcp_ranks(const std::vector<int>& nodes
                                                    std::chrono::milliseconds handshake_timeout = 30s,
                                                    const std::function<void(int, tcp_fabric&)>& before_groups = {}) {
   const int size = static_cast<int>(nodes.size());
-  auto store = std::make_shared<memory_rendezvous_store>(size);
+  // With the ranks' nodes the store serves direct reads: endpoints are read on demand, as under PMIx.
+  auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
   std::vector<test_support::outcome<T>> outcomes(nodes.size());
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -439,7 +440,7 @@ TEST_CASE("strangers on a rank's port: silent, garbage, absurd sizes, forged hel
       30s,
       [&](int rank, tcp_fabric& fabric) {
         if (rank != 0) return;
-        port_of_rank_0.set_value(fabric.endpoints()[0].port);
+        port_of_rank_0.set_value(fabric.port());
         std::this_thread::sleep_for(300ms);  // the strangers connect first
       });
   stranger.join();
@@ -472,7 +473,7 @@ TEST_CASE("a silent stranger is dropped at its handshake deadline", "[transport]
       200ms,
       [&](int rank, tcp_fabric& fabric) {
         if (rank != 0) return;
-        port_of_rank_0.set_value(fabric.endpoints()[0].port);
+        port_of_rank_0.set_value(fabric.port());
         stranger.join();
       });
   for (const auto& o : results) CHECK(o.value == 2);
@@ -1153,6 +1154,118 @@ TEST_CASE("a leader waiting for a late root's broadcast still watches its childr
     CHECK_FALSE(o.value);
     CHECK(contains(o.error, "collectives out of step"));
   }
+}
+
+TEST_CASE(
+    "endpoints read on demand: no fence, each rank reads only its tree neighbours', a late rank is waited for, and "
+    "later groups read only their new neighbours",
+    "[transport]") {
+  const std::vector<int> nodes{0, 0, 1, 1, 2, 2, 3, 3};  // rank 0 leads; 2, 4, 6 lead the others
+  const int size = static_cast<int>(nodes.size());
+  auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
+  struct seen {
+    std::optional<int> sum, pair_sum;
+    std::string error;
+    int awaits_world = 0, awaits_after = 0, fences = 0;
+  };
+  std::vector<seen> out(nodes.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      auto& o = out[static_cast<std::size_t>(r)];
+      try {
+        if (r == 6) std::this_thread::sleep_for(500ms);  // a leader that starts late: its child waits for it
+        memory_rendezvous rv(store, r);
+        tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, {.addresses = {"127.0.0.1"}});
+        REQUIRE(fabric.on_demand());
+        std::vector<int> all(nodes.size());
+        std::iota(all.begin(), all.end(), 0);
+        auto world = make_tcp_group(fabric, all, 20s);
+        REQUIRE(fabric.settled());
+        o.awaits_world = rv.awaits();
+        o.sum = world.all_reduce(r + 1, jobkit::reduce_op::sum);
+        // Pairs across nodes (0-7, 1-6, 2-5, 3-4): each has a new parent to read.
+        const std::vector<int> pair{std::min(r, size - 1 - r), std::max(r, size - 1 - r)};
+        auto g = make_tcp_group(fabric, pair, 20s);
+        o.pair_sum = g.all_reduce(r, jobkit::reduce_op::sum);
+        o.awaits_after = rv.awaits() - o.awaits_world;
+        o.fences = rv.fences();
+        CHECK(fabric.host_of(7) == "n3");
+      } catch (const jobkit::error& e) {
+        o.error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) {
+    const auto& o = out[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << o.error);
+    REQUIRE(o.sum);
+    CHECK(*o.sum == 36);
+    CHECK(o.pair_sum == size - 1);
+    CHECK(o.fences == 0);
+    // The world: a node-mate reads its leader's endpoint, a leader its parent's, rank 0 none;
+    // reading the neighbours it accepts from begins only after a second of waiting.
+    CHECK(o.awaits_world == (r == 0 ? 0 : 1));
+    // A pair's second member connects to the first, whose endpoint it has read unless that is
+    // its world parent or node leader.
+    CHECK(o.awaits_after <= (r >= size / 2 ? 1 : 0));
+  }
+}
+
+TEST_CASE("read on demand: an endpoint that never comes is a lost node once the setup is over, named within the limit",
+          "[transport]") {
+  // Rank 1 of two never runs; rank 0 is told the setup is over (as after the world's barrier).
+  auto store = std::make_shared<memory_rendezvous_store>(2, std::vector<int>{0, 1});
+  memory_rendezvous rv(store, 0);
+  tcp_fabric fabric(rv, rank_identity(0, {0, 1}), 20s,
+                    {.addresses = {"127.0.0.1"}, .silence_limit = std::chrono::milliseconds(2000)});
+  REQUIRE(fabric.on_demand());
+  fabric.settle();
+  auto start = steady_clock::now();
+  std::string connect_error, accept_error;
+  try {
+    fabric.connect(1, "k", steady_clock::now() + 30s);
+  } catch (const jobkit::error& e) {
+    connect_error = e.what();
+    CHECK(e.code() == jobkit::errc::peer_failure);
+  }
+  const auto connect_took = steady_clock::now() - start;
+  CHECK_THAT(connect_error, Catch::Contains("rank 1 (n1): its node gave no answer for its endpoint within 2 s") &&
+                                Catch::Contains("the node is lost or cut off"));
+  CHECK(connect_took >= 1900ms);
+  CHECK(connect_took < 6s);
+  start = steady_clock::now();
+  try {
+    fabric.accept({1}, "k", steady_clock::now() + 30s);
+  } catch (const jobkit::error& e) {
+    accept_error = e.what();
+    CHECK(e.code() == jobkit::errc::peer_failure);
+  }
+  const auto accept_took = steady_clock::now() - start;
+  CHECK_THAT(accept_error, Catch::Contains("rank 1 (n1) never connected: its node n1 gave no answer for its endpoint") &&
+                               Catch::Contains("(its ranks: 1)"));
+  CHECK(accept_took >= 2900ms);  // a second's grace, then the limit
+  CHECK(accept_took < 8s);
+}
+
+TEST_CASE("read on demand: before the setup is over a missing endpoint waits for the deadline; a placement that "
+          "contradicts the identity is refused",
+          "[transport]") {
+  auto store = std::make_shared<memory_rendezvous_store>(2, std::vector<int>{0, 1});
+  memory_rendezvous rv(store, 0);
+  tcp_fabric fabric(rv, rank_identity(0, {0, 1}), 20s, {.addresses = {"127.0.0.1"}});
+  const auto start = steady_clock::now();
+  CHECK_THROWS_AS(fabric.connect(1, "k", steady_clock::now() + 1500ms), jobkit::timeout_error);
+  CHECK(steady_clock::now() - start >= 1400ms);
+  CHECK_THROWS_WITH(fabric.connect(1, "k", steady_clock::now() + 100ms),
+                    Catch::Contains("rank 1 (n1) never published its endpoint"));
+
+  auto other = std::make_shared<memory_rendezvous_store>(2, std::vector<int>{1, 0});
+  memory_rendezvous wrong(other, 0);
+  CHECK_THROWS_WITH(tcp_fabric(wrong, rank_identity(0, {0, 1}), 20s, {.addresses = {"127.0.0.1"}}),
+                    Catch::Contains("the launcher places 2 of 2 ranks, this one on node 1 at local rank 0, but its "
+                                    "identity says node 0 and local rank 0"));
 }
 
 TEST_CASE("JOBKIT_LOST_NODE_TIMEOUT: seconds, 8 by default, at least 2, named when wrong", "[transport]") {
