@@ -6,13 +6,18 @@
 #   bench/peers/pmix_floor: "init" (PMIx_Init and one collecting fence), fence_collect (a collecting
 #     fence with nothing put: Slurm runs it as a tree) and fence_nocollect;
 #   bench/pmix_data_fence: fence_data (64 B put by every rank, then a collecting fence: a ring);
-#   bench/jobkit_loop 1 0 0: jobkit's "init", the time to the first barrier (identity and the
-#     data path's setup).
+#   bench/jobkit_loop LOOP_ITERS 5 0, with JOBKIT_BENCH_SETUP_AT a common instant after every
+#     rank's start: jobkit's "init" (from the rank's start to its first barrier: identity and the
+#     data path's setup, launch skew included), "setup" (the data path's setup and first barrier
+#     alone, from that instant) and "barrier" (LOOP_ITERS barriers, max over ranks per iteration);
+#     with BASE (another build directory, e.g. of an earlier commit), the same from it, as
+#     "impl":"jobkit-base", in the same allocation.
 # Every JSON line gets "series":"delay_scale","delay_ms":D,"round":R and goes to OUT (a .jsonl
 # file, appended). The cluster is stopped at the end.
 #
 #   bench/delay_scale.sh [OUT [BUILD_DIR]]    (defaults: bench/results/delay-scale.jsonl, build-test)
-# Environment: NODES (default "4 8 16 32"), DELAY_MS (2), ROUNDS (1), ITERS (fence iterations, 20).
+# Environment: NODES (default "4 8 16 32"), DELAY_MS (2), ROUNDS (1), ITERS (fence iterations, 20),
+# LOOP_ITERS (barriers, 50), BASE (unset).
 # The cluster is its own, not the default one: JOBKIT_CLUSTER_DIR, _PORT and _SUBNET default here
 # to /var/lib/jobkit-dev-cluster-delay, 8817 and 198.18.5.
 set -euo pipefail
@@ -23,6 +28,8 @@ build=$(realpath -m "${2:-$repo/build-test}")
 for b in bench/peers/pmix_floor bench/pmix_data_fence bench/jobkit_loop; do
   [[ -x $build/$b ]] || { echo "$0: $build/$b missing: build first (ninja -C $build)" >&2; exit 1; }
 done
+base=${BASE:+$(realpath -m "$BASE")}
+[[ -z $base || -x $base/bench/jobkit_loop ]] || { echo "$0: $base/bench/jobkit_loop missing" >&2; exit 1; }
 export JOBKIT_CLUSTER_DIR=${JOBKIT_CLUSTER_DIR:-/var/lib/jobkit-dev-cluster-delay}
 export JOBKIT_CLUSTER_PORT=${JOBKIT_CLUSTER_PORT:-8817}
 export JOBKIT_CLUSTER_SUBNET=${JOBKIT_CLUSTER_SUBNET:-198.18.5}
@@ -42,7 +49,14 @@ for n in ${NODES:-4 8 16 32}; do
     {
       srun --mpi=pmix -N"$n" -n"$n" "$build/bench/peers/pmix_floor" "$iters" 2
       srun --mpi=pmix -N"$n" -n"$n" "$build/bench/pmix_data_fence" "$iters" 2 64
-      srun --mpi=pmix -N"$n" -n"$n" "$build/bench/jobkit_loop" 1 0 0 | grep '"init"'
+      for b in "$build" ${base:+"$base"}; do
+        impl=jobkit
+        [[ $b == "$build" ]] || impl=jobkit-base
+        # Every rank has started 2 s plus 40 ms per node after now (1.3 s at 64 nodes, measured).
+        JOBKIT_BENCH_SETUP_AT=$(($(date +%s%N) + (2000 + 40 * n) * 1000000)) \
+          srun --mpi=pmix -N"$n" -n"$n" "$b/bench/jobkit_loop" "${LOOP_ITERS:-50}" 5 0 |
+          grep '"init"\|"setup"\|"barrier"' | sed "s/\"impl\":\"jobkit\"/\"impl\":\"$impl\"/"
+      done
     } | sed "$tag" | tee -a "$out"
   done
 done

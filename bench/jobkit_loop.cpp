@@ -18,7 +18,13 @@
 // First, like mpi_bench's "init" (MPI_Init on rank 0), "init" is the time to a usable world group:
 // identity discovery plus the data path's setup (the first barrier), on the slowest rank, and the
 // CPU time a rank used from its start to then (cpu_ms_per_rank: the mean over ranks, getrusage).
+// With JOBKIT_BENCH_SETUP_AT (a wall-clock time in ns since the epoch, after every rank's identity
+// is ready: the dev cluster's nodes share one clock), every rank waits for that instant after
+// identity discovery, and "setup" is the data path's setup and first barrier alone, without the
+// launch's skew: from that instant to the slowest rank's end (late_us: how long after it the
+// slowest rank's identity was ready, 0 when every rank waited).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -109,7 +115,14 @@ int main(int argc, char** argv) {
     const double t_start = now_us();
     const auto& id = jobkit::current_identity();
     const int n = id.world_size;
+    const char* setup_at = std::getenv("JOBKIT_BENCH_SETUP_AT");
+    const double at_us = setup_at ? static_cast<double>(std::strtoll(setup_at, nullptr, 10)) / 1e3 : 0;
+    const double late = setup_at ? std::max(0.0, wall_us() - at_us) : 0;
+    if (setup_at) {
+      while (wall_us() < at_us) ::usleep(static_cast<useconds_t>(std::min(100000.0, at_us - wall_us())));
+    }
     jobkit::barrier();  // the data path's setup
+    const double setup_end = wall_us();
     const double own_setup = now_us() - t_start;
     const double ready_wall = wall_us();
     const double own_setup_cpu = cpu_us();  // from the process's start: what 64 ranks on 2 cores share
@@ -121,6 +134,17 @@ int main(int argc, char** argv) {
     const double own_from_exec =
         exec_ns ? ready_wall - static_cast<double>(std::strtoll(exec_ns, nullptr, 10)) / 1e3 : -1;
     const double from_exec = jobkit::all_reduce(own_from_exec, jobkit::reduce_op::max);
+    if (setup_at) {
+      const double slowest_end = jobkit::all_reduce(setup_end, jobkit::reduce_op::max);
+      const double latest = jobkit::all_reduce(late, jobkit::reduce_op::max);
+      if (id.rank == 0) {
+        std::printf(
+            "{\"impl\":\"jobkit\",\"op\":\"setup\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"
+            "\"median_us\":%.0f,\"p99_us\":%.0f,\"rank0_median_us\":%.0f,\"late_us\":%.0f,"
+            "\"timing\":\"slowest_end_from_common_start\"}\n",
+            n, id.num_nodes, slowest_end - at_us, slowest_end - at_us, setup_end - at_us, latest);
+      }
+    }
     if (id.rank == 0) {
       std::printf(
           "{\"impl\":\"jobkit\",\"op\":\"init\",\"ranks\":%d,\"nodes\":%d,\"bytes\":0,\"iters\":1,"

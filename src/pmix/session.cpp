@@ -498,8 +498,7 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
   while (true) {
     auto found = get_each(self_.nspace, key, {rank}, rank + 1, nullptr, 0, until, while_waiting);
     const auto i = static_cast<std::size_t>(rank);
-    if (!found.bytes[i] && found.status[i] == PMIX_ERR_NOT_FOUND &&
-        std::chrono::steady_clock::now() + pause < until) {
+    if (!found.bytes[i] && found.status[i] == PMIX_ERR_NOT_FOUND && std::chrono::steady_clock::now() + pause < until) {
       if (while_waiting) while_waiting();
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
@@ -527,9 +526,10 @@ std::optional<job_placement> pmix_session::placement() {
   const std::string nodes = status == PMIX_SUCCESS && list != nullptr ? list : "";
   std::free(list);
   auto incomplete = [&](const std::string& why) -> std::optional<job_placement> {
-    jobkit::log::debug("data path: the launcher's placement of the ranks is incomplete ({}); setting up through a "
-                       "collecting fence",
-                       why);
+    jobkit::log::debug(
+        "data path: the launcher's placement of the ranks is incomplete ({}); setting up through a "
+        "collecting fence",
+        why);
     return std::nullopt;
   };
   if (nodes.empty()) return incomplete(fmt::format("PMIx_Resolve_nodes: {}", pmix_status_text(status)));

@@ -176,24 +176,29 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
   mine.secret = secret_;
   try {
     rv.put(endpoint_key, as_bytes(encode_endpoint(self.rank, mine)));
+    const auto asked = steady_clock::now();
     auto placed = rv.placement();
+    const auto placement_us = std::chrono::duration_cast<std::chrono::microseconds>(steady_clock::now() - asked);
     // The launcher's placement must be the one this rank's identity came from: otherwise the ranks
     // could build different trees.
     if (placed && (static_cast<int>(placed->node_of.size()) != self.world_size ||
                    placed->node_of[static_cast<std::size_t>(rank_)] != self.node_rank ||
                    placed->local_rank_of[static_cast<std::size_t>(rank_)] != self.local_rank)) {
       const auto i = static_cast<std::size_t>(rank_);
-      throw error(errc::invalid_environment,
-                  fmt::format("data path setup on {}: the launcher places {} of {} ranks, this one on node {} at local "
-                              "rank {}, but its identity says node {} and local rank {}",
-                              rank_label(rank_, self.hostname), placed->node_of.size(), self.world_size,
-                              i < placed->node_of.size() ? placed->node_of[i] : -1,
-                              i < placed->node_of.size() ? placed->local_rank_of[i] : -1, self.node_rank,
-                              self.local_rank));
+      throw error(
+          errc::invalid_environment,
+          fmt::format("data path setup on {}: the launcher places {} of {} ranks, this one on node {} at local "
+                      "rank {}, but its identity says node {} and local rank {}",
+                      rank_label(rank_, self.hostname), placed->node_of.size(), self.world_size,
+                      i < placed->node_of.size() ? placed->node_of[i] : -1,
+                      i < placed->node_of.size() ? placed->local_rank_of[i] : -1, self.node_rank, self.local_rank));
     }
     if (placed) {
       // Every rank decides alike: the placement is the launcher's, the same on every rank.
       rv.commit();
+      jobkit::log::debug(
+          "data path: endpoints read on demand, {} ranks placed on {} nodes by the launcher (read in {} us)",
+          self.world_size, placed->nodes.size(), placement_us.count());
       on_demand_ = true;
       placement_ = std::move(*placed);
       known_.emplace(rank_, std::move(mine));
@@ -234,11 +239,11 @@ const endpoint* tcp_fabric::fetch(int peer, steady_clock::time_point until, std:
     auto e = decode_endpoint(rv_.await(peer, endpoint_key, std::chrono::milliseconds(remaining_ms(until))), peer);
     const auto at = static_cast<std::size_t>(peer);
     if (e.node != placement_.node_of.at(at) || e.local_rank != placement_.local_rank_of.at(at)) {
-      throw error(errc::invalid_environment,
-                  fmt::format("data path setup: rank {} published node {} and local rank {}, the launcher places it "
-                              "on node {} ({}) at local rank {}",
-                              peer, e.node, e.local_rank, placement_.node_of[at], host_of(peer),
-                              placement_.local_rank_of[at]));
+      throw error(
+          errc::invalid_environment,
+          fmt::format("data path setup: rank {} published node {} and local rank {}, the launcher places it "
+                      "on node {} ({}) at local rank {}",
+                      peer, e.node, e.local_rank, placement_.node_of[at], host_of(peer), placement_.local_rank_of[at]));
     }
     return &known_.emplace(peer, std::move(e)).first->second;
   } catch (const timeout_error& e) {
@@ -252,14 +257,13 @@ const endpoint& tcp_fabric::endpoint_of(int peer, steady_clock::time_point deadl
   std::string why;
   if (const auto* e = fetch(peer, until, why)) return *e;
   if (settled_ && until < deadline) {
-    throw error(errc::peer_failure,
-                fmt::format("data path: {}: its node gave no answer for its endpoint within {} s "
-                            "(JOBKIT_LOST_NODE_TIMEOUT): the node is lost or cut off ({})",
-                            rank_label(peer, host_of(peer)),
-                            std::chrono::duration<double>(settings_.silence_limit).count(), why));
+    throw error(errc::peer_failure, fmt::format("data path: {}: its node gave no answer for its endpoint within {} s "
+                                                "(JOBKIT_LOST_NODE_TIMEOUT): the node is lost or cut off ({})",
+                                                rank_label(peer, host_of(peer)),
+                                                std::chrono::duration<double>(settings_.silence_limit).count(), why));
   }
-  throw timeout_error(fmt::format("data path setup: {} never published its endpoint: {}",
-                                  rank_label(peer, host_of(peer)), why));
+  throw timeout_error(
+      fmt::format("data path setup: {} never published its endpoint: {}", rank_label(peer, host_of(peer)), why));
 }
 
 tcp_fabric::~tcp_fabric() {
@@ -562,10 +566,9 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
       for (int r = 0; r < world_size_; ++r) {
         if (placement_.node_of[static_cast<std::size_t>(r)] == node) there.push_back(r);
       }
-      const auto message =
-          fmt::format("creating {} on {}: {} never connected: {} (its ranks: {})", describe_members(key),
-                      rank_label(rank_, host_of(rank_)), rank_label(lost->peer, host_of(lost->peer)), lost->why,
-                      fmt::join(there, ", "));
+      const auto message = fmt::format("creating {} on {}: {} never connected: {} (its ranks: {})",
+                                       describe_members(key), rank_label(rank_, host_of(rank_)),
+                                       rank_label(lost->peer, host_of(lost->peer)), lost->why, fmt::join(there, ", "));
       for (std::size_t i = 0; i < fds.size(); ++i) {
         if (fds[i] < 0) continue;
         if (tell) tell(i, fds[i], message);
@@ -584,11 +587,14 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
         }
         missing.push_back(rank_label(peers[i], host_of(peers[i])) + note);
       }
-      for (const int fd : fds) {
-        if (fd >= 0) ::close(fd);
+      const auto message = fmt::format("creating {} on {}: no connection from {}", describe_members(key),
+                                       rank_label(rank_, host_of(rank_)), fmt::join(missing, "; "));
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i] < 0) continue;
+        if (tell) tell(i, fds[i], message);
+        ::close(fds[i]);
       }
-      throw timeout_error(fmt::format("creating {} on rank {}: no connection from {}", describe_members(key), rank_,
-                                      fmt::join(missing, "; ")));
+      throw timeout_error(message);
     }
     auto wake = std::min(deadline, now + std::chrono::milliseconds(250));  // the next look at the watched hosts
     const bool paused = accept_paused_ && now < accept_resume_;

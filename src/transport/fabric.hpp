@@ -65,7 +65,9 @@ class tcp_fabric {
   /// Where every rank runs: the launcher's placement, or the endpoints exchanged by the fence.
   const job_placement& placement() const noexcept { return placement_; }
   /// The node (its name) of world rank `r`.
-  const std::string& host_of(int r) const { return placement_.nodes.at(static_cast<std::size_t>(placement_.node_of.at(static_cast<std::size_t>(r)))); }
+  const std::string& host_of(int r) const {
+    return placement_.nodes.at(static_cast<std::size_t>(placement_.node_of.at(static_cast<std::size_t>(r))));
+  }
   /// Endpoints are read on demand (no fence): the world's setup must end with a barrier over its
   /// tree, then settle() says every rank has published its endpoint.
   bool on_demand() const noexcept { return on_demand_; }
@@ -89,8 +91,8 @@ class tcp_fabric {
   /// Connections for other groups that arrive meanwhile wait for their own group.
   /// Meanwhile the hosts of the ranks that have not connected yet are watched (host_watch): a rank
   /// whose node went silent, or whose process is gone, fails the call within
-  /// settings.silence_limit; `tell` is called first with each connection already accepted (its
-  /// index in peers) and the message, so that the peer learns why.
+  /// settings.silence_limit. Before either failure `tell` is called with each connection already
+  /// accepted (its index in peers) and the message, so that the peer learns why.
   /// @throws jobkit::timeout_error naming the ranks that did not connect; jobkit::error
   ///         (peer_failure) naming a rank whose node is lost or whose process is gone
   std::vector<int> accept(const std::vector<int>& peers, const std::string& key, steady_clock::time_point deadline,

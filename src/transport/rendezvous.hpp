@@ -85,7 +85,8 @@ class memory_rendezvous_store {
  public:
   /// node_of: each rank's node, which makes placement() and await() available; without it only
   /// the fence makes values visible.
-  explicit memory_rendezvous_store(int size, std::vector<int> node_of = {}) : size_(size), node_of_(std::move(node_of)) {}
+  explicit memory_rendezvous_store(int size, std::vector<int> node_of = {})
+      : size_(size), node_of_(std::move(node_of)) {}
 
  private:
   friend class memory_rendezvous;

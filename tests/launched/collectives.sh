@@ -5,16 +5,63 @@
 #   OP: barrier broadcast all_gather broadcast_into), bulk (broadcast_into and all_gather_into
 #   checked byte by byte, cyclic layout), bulk-sizes (one rank passes another size), node-death-mate, node-death-leader (one node: a node-mate, then
 #   the node's leader is killed while the others wait in shared memory), idle-node, idle-nodes (CPU
-#   time of ranks waiting 5 s in a barrier, on one node and on 3 nodes x 3)
+#   time of ranks waiting 5 s in a barrier, on one node and on 3 nodes x 3), setup-stress (STEPS
+#   steps, default 24, of block, cyclic, arbitrary and uneven layouts, one rank late by up to 0.9 s:
+#   the setup that reads endpoints on demand, then 30 groups of varying members, every value
+#   checked), setup-stress-mpirun (the same under mpirun, one host)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes stress groups bulk bulk-sizes die-kill-broadcast_into late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
+declare_modes setup-stress setup-stress-mpirun stress groups bulk bulk-sizes die-kill-broadcast_into late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
 mode=$1
 binary=$2
+
+# setup_steps LAUNCH...: STEPS steps of `binary setup 30`, each with one random rank late by up to
+# 0.9 s; LAUNCH is called with the step's number and must run its arguments as the step.
+setup_steps() {
+  local passed=0 i ranks late
+  for ((i = 0; i < ${STEPS:-24}; i++)); do
+    run_step "$@" "$i" bash -c 'r=${PMIX_RANK:-${OMPI_COMM_WORLD_RANK:-0}}
+      [[ $r == "$LATE" ]] && sleep "0.$DELAY"; exec "$0" setup 30' "$binary"
+    ranks=$(count 'setup and 30 groups')
+    if ((status == 0)) && ((ranks == $(count ' 0 bad values'))) && ((ranks >= 4)); then
+      passed=$((passed + 1))
+    else
+      fail "step $i: exit status $status, $ranks ranks reported"
+    fi
+  done
+  echo "setup stress: $passed steps passed"
+}
+layouts=("-N3 -n7" "-N3 -n6 --distribution=cyclic" "-n5 --distribution=arbitrary" "-N3 -n12 --distribution=cyclic"
+  "-N2 -n4 --distribution=cyclic" "-N3 -n9")
+hostfile=$(mktemp /var/tmp/jobkit-hostfile.XXXXXX)
+trap 'rm -f "$hostfile"' EXIT
+printf '%s\n' c1 c2 c1 c3 c1 >"$hostfile"
+# srun_step I CMD...: step I of the stress under Slurm, its layout by I, a random rank late.
+srun_step() {
+  local layout=${layouts[$(($1 % ${#layouts[@]}))]} n
+  shift
+  n=$(sed 's/.*-n\([0-9]*\).*/\1/' <<<"$layout")
+  local -a hosts=()
+  [[ $layout != *arbitrary* ]] || hosts=(env SLURM_HOSTFILE="$hostfile")
+  # shellcheck disable=SC2086
+  LATE=$((RANDOM % n)) DELAY=$((RANDOM % 10)) "${hosts[@]}" timeout 120 srun --mpi=pmix $layout "$@"
+}
+mpirun_step() {
+  local n=$((4 + $1 % 3))
+  shift
+  LATE=$((RANDOM % n)) DELAY=$((RANDOM % 10)) timeout 120 "${mpirun_[@]}" -x LATE -x DELAY -np "$n" "$@"
+}
+case $mode in
+  setup-stress-mpirun)
+    need_mpirun
+    setup_steps mpirun_step
+    exit ;;
+esac
 need_cluster
 
 step=(timeout 60 srun --mpi=pmix -N3 -n9)
 case $mode in
+  setup-stress) setup_steps srun_step ;;
   stress) run_step timeout 850 srun --mpi=pmix -N3 -n24 "$binary" stress "${JOBKIT_STRESS_OPS:-100000}" ;;
   groups) run_step timeout 60 srun --mpi=pmix -N3 -n7 "$binary" groups ;;  # 5+1+1 ranks
   bulk) run_step timeout 120 srun --mpi=pmix -N3 -n9 --distribution=cyclic "$binary" bulk ;;
@@ -33,6 +80,7 @@ case $mode in
 esac
 
 case $mode in
+  setup-stress) ;;
   stress)
     ((status == 0)) || fail "exit status $status"
     (($(count ' 0 bad values') == 24)) || fail "not every rank checked every value" ;;

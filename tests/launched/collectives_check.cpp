@@ -21,6 +21,9 @@
 //                    byte is checked, and the buffers are reused from call to call
 //   bulk-sizes       the last rank passes one element more to broadcast_into
 //   groups           node groups, node leaders and explicit lists match the real layout
+//   setup N          the data path's setup (endpoints read on demand), then N groups of varying
+//                    members (each rank in about 3 of 4), each checked by an all_gather and an
+//                    all_reduce: what setup-stress runs step after step, with a late rank
 //   churn N          N rounds of group creation (world, a split, node groups) and checked
 //                    collectives on each: what strangers on the ranks' ports must not disturb
 #include <signal.h>
@@ -306,6 +309,30 @@ int churn(int rounds) {
   return check.bad == 0 ? 0 : 1;
 }
 
+int setup(int rounds) {
+  const auto& id = jobkit::current_identity();
+  const int size = id.world_size;
+  checker check{id.rank};
+  const auto everyone = jobkit::all_gather(id.rank);
+  for (int r = 0; r < size; ++r) check.expect(everyone[static_cast<std::size_t>(r)] == r, 0, "all_gather of the world");
+  check.expect(jobkit::node_group().size() == id.local_world_size, 0, "node group");
+  for (int i = 1; i <= rounds; ++i) {
+    const auto op = static_cast<std::uint64_t>(i);
+    std::vector<int> members;
+    for (int r = 0; r < size; ++r) {
+      if (r == i % size || mix(op * 131 + static_cast<std::uint64_t>(r)) % 4 != 0) members.push_back(r);
+    }
+    if (std::find(members.begin(), members.end(), id.rank) == members.end()) continue;
+    auto g = jobkit::make_group(members);
+    check.expect(g.all_gather(id.rank) == members, op, "all_gather of a group");
+    check.expect(g.all_reduce(i, jobkit::reduce_op::sum) == i * static_cast<int>(members.size()), op,
+                 "all_reduce of a group");
+  }
+  jobkit::barrier();
+  std::printf("rank %d: setup and %d groups, %ld checks, %ld bad values\n", id.rank, rounds, check.checked, check.bad);
+  return check.bad == 0 ? 0 : 1;
+}
+
 /// `die` mode: 100 rounds of `op`; at round 50 the last rank dies (`how`: exit, kill, abort, term),
 /// saying when. A broadcast's root does not wait for the others (as MPI_Bcast): it may learn of the
 /// death only at its next collective, the barrier after the rounds.
@@ -349,6 +376,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "churn") return churn(std::stoi(arg));
+    if (mode == "setup") return setup(std::stoi(arg));
     if (mode == "late") {
       jobkit::barrier();  // everyone connected: the lateness below is the only wait
       if (me == last) std::this_thread::sleep_for(seconds(std::stoi(arg)));

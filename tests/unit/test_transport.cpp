@@ -1243,15 +1243,17 @@ TEST_CASE("read on demand: an endpoint that never comes is a lost node once the 
     CHECK(e.code() == jobkit::errc::peer_failure);
   }
   const auto accept_took = steady_clock::now() - start;
-  CHECK_THAT(accept_error, Catch::Contains("rank 1 (n1) never connected: its node n1 gave no answer for its endpoint") &&
-                               Catch::Contains("(its ranks: 1)"));
+  CHECK_THAT(accept_error,
+             Catch::Contains("rank 1 (n1) never connected: its node n1 gave no answer for its endpoint") &&
+                 Catch::Contains("(its ranks: 1)"));
   CHECK(accept_took >= 2900ms);  // a second's grace, then the limit
   CHECK(accept_took < 8s);
 }
 
-TEST_CASE("read on demand: before the setup is over a missing endpoint waits for the deadline; a placement that "
-          "contradicts the identity is refused",
-          "[transport]") {
+TEST_CASE(
+    "read on demand: before the setup is over a missing endpoint waits for the deadline; a placement that "
+    "contradicts the identity is refused",
+    "[transport]") {
   auto store = std::make_shared<memory_rendezvous_store>(2, std::vector<int>{0, 1});
   memory_rendezvous rv(store, 0);
   tcp_fabric fabric(rv, rank_identity(0, {0, 1}), 20s, {.addresses = {"127.0.0.1"}});
