@@ -11,7 +11,9 @@
 #     data path's setup, launch skew included), "setup" (the data path's setup and first barrier
 #     alone, from that instant) and "barrier" (LOOP_ITERS barriers, max over ranks per iteration);
 #     with BASE (another build directory, e.g. of an earlier commit), the same from it, as
-#     "impl":"jobkit-base", in the same allocation.
+#     "impl":"jobkit-base", in the same allocation;
+#   jobkit barrier with JOBKIT_LOG_LEVEL=debug: "placement", rank 0's time to read every rank's
+#     node from the launcher's job data (PMIx_Resolve_nodes and PMIx_Resolve_peers of each node).
 # Every JSON line gets "series":"delay_scale","delay_ms":D,"round":R and goes to OUT (a .jsonl
 # file, appended). The cluster is stopped at the end.
 #
@@ -25,7 +27,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
 out=$(realpath -m "${1:-$here/results/delay-scale.jsonl}")
 build=$(realpath -m "${2:-$repo/build-test}")
-for b in bench/peers/pmix_floor bench/pmix_data_fence bench/jobkit_loop; do
+for b in bench/peers/pmix_floor bench/pmix_data_fence bench/jobkit_loop src/cli/jobkit; do
   [[ -x $build/$b ]] || { echo "$0: $build/$b missing: build first (ninja -C $build)" >&2; exit 1; }
 done
 base=${BASE:+$(realpath -m "$BASE")}
@@ -49,6 +51,8 @@ for n in ${NODES:-4 8 16 32}; do
     {
       srun --mpi=pmix -N"$n" -n"$n" "$build/bench/peers/pmix_floor" "$iters" 2
       srun --mpi=pmix -N"$n" -n"$n" "$build/bench/pmix_data_fence" "$iters" 2 64
+      JOBKIT_LOG_LEVEL=debug srun --mpi=pmix -N"$n" -n"$n" "$build/src/cli/jobkit" barrier 2>&1 |
+        sed -n "s/^\[rank: 0\] DEBUG: data path: endpoints read on demand, .* (read in \([0-9]*\) us)/{\"impl\":\"jobkit\",\"op\":\"placement\",\"ranks\":$n,\"nodes\":$n,\"median_us\":\1,\"timing\":\"rank0\"}/p"
       for b in "$build" ${base:+"$base"}; do
         impl=jobkit
         [[ $b == "$build" ]] || impl=jobkit-base

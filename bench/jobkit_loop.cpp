@@ -22,7 +22,7 @@
 // is ready: the dev cluster's nodes share one clock), every rank waits for that instant after
 // identity discovery, and "setup" is the data path's setup and first barrier alone, without the
 // launch's skew: from that instant to the slowest rank's end (late_us: how long after it the
-// slowest rank's identity was ready, 0 when every rank waited).
+// slowest rank's identity was ready, 0 when every rank waited); "init" then leaves that wait out.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -118,12 +118,14 @@ int main(int argc, char** argv) {
     const char* setup_at = std::getenv("JOBKIT_BENCH_SETUP_AT");
     const double at_us = setup_at ? static_cast<double>(std::strtoll(setup_at, nullptr, 10)) / 1e3 : 0;
     const double late = setup_at ? std::max(0.0, wall_us() - at_us) : 0;
+    const double wait_start = now_us();
     if (setup_at) {
       while (wall_us() < at_us) ::usleep(static_cast<useconds_t>(std::min(100000.0, at_us - wall_us())));
     }
+    const double waited = now_us() - wait_start;
     jobkit::barrier();  // the data path's setup
     const double setup_end = wall_us();
-    const double own_setup = now_us() - t_start;
+    const double own_setup = now_us() - t_start - waited;
     const double ready_wall = wall_us();
     const double own_setup_cpu = cpu_us();  // from the process's start: what 64 ranks on 2 cores share
     const double setup = jobkit::all_reduce(own_setup, jobkit::reduce_op::max);

@@ -493,16 +493,31 @@ std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key
 
 std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std::chrono::milliseconds timeout,
                                            const std::function<void()>& while_waiting) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + timeout;
   auto pause = std::chrono::milliseconds(5);
   while (true) {
     auto found = get_each(self_.nspace, key, {rank}, rank + 1, nullptr, 0, until, while_waiting);
     const auto i = static_cast<std::size_t>(rank);
-    if (!found.bytes[i] && found.status[i] == PMIX_ERR_NOT_FOUND && std::chrono::steady_clock::now() + pause < until) {
+    const auto status = found.status[i];
+    const auto now = std::chrono::steady_clock::now();
+    if (!found.bytes[i] && status == PMIX_ERR_NOT_FOUND && now + pause < until) {
       if (while_waiting) while_waiting();
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
       continue;
+    }
+    // Slurm ends a direct get that its owner has not answered after SLURM_PMIX_TIMEOUT (measured
+    // under 22.05: ERROR, -1).
+    if (!found.bytes[i] && (status == PMIX_ERR_TIMEOUT || status == PMIX_ERROR) &&
+        now + std::chrono::milliseconds(200) < until) {
+      throw timeout_error(
+          fmt::format("PMIx_Get({}) of rank {} timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT, 300 s by "
+                      "default) after {} ms, answering {}: rank {} never published it (late, stuck, or exited before "
+                      "reaching jobkit)",
+                      key, rank, std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+                      pmix_status_text(status), rank),
+          status);
     }
     return answer_of(found, rank, key, timeout);
   }

@@ -262,8 +262,7 @@ const endpoint& tcp_fabric::endpoint_of(int peer, steady_clock::time_point deadl
                                                 rank_label(peer, host_of(peer)),
                                                 std::chrono::duration<double>(settings_.silence_limit).count(), why));
   }
-  throw timeout_error(
-      fmt::format("data path setup: {} never published its endpoint: {}", rank_label(peer, host_of(peer)), why));
+  throw timeout_error(fmt::format("data path setup: no endpoint from {}: {}", rank_label(peer, host_of(peer)), why));
 }
 
 tcp_fabric::~tcp_fabric() {

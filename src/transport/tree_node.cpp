@@ -88,6 +88,7 @@ leader_answer read_leader_answer(int fd, tree_context::time_point deadline) {
 }
 
 void tree_node::join(int fd, time_point deadline) {
+  const auto began = steady_clock::now();
   const int leader = mates_.front();
   const auto who = context_.describe(context_.rank);
   try {
@@ -108,8 +109,11 @@ void tree_node::join(int fd, time_point deadline) {
                             "memory: the process died or exited",
                             context_.describe(leader), e.why, who));
   } catch (const socket_timeout&) {
-    throw timeout_error(fmt::format("data path setup: {} waited in vain for {} to share their node's shared memory",
-                                    who, context_.describe(leader)));
+    throw timeout_error(
+        fmt::format("data path setup timed out after {} ms: {} waited in vain for {} to share their node's shared "
+                    "memory (a leader shares it once every node-mate and every child on another node connected)",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - began).count(), who,
+                    context_.describe(leader)));
   }
   start_watching();
 }

@@ -23,7 +23,8 @@ case $mode in
     run_step "${step[@]}" -N3 -n7 "$binary" long 8 ;;
   long-control)
     # Proves the shortened timeout bites: the same 8 s, spent before the first collective, makes
-    # the PMIx fence that sets up the data path time out.
+    # the launcher end the other ranks' reads of rank 0's endpoint (a direct get) that set up the
+    # data path.
     export SLURM_PMIX_TIMEOUT=3
     run_step "${step[@]}" --kill-on-bad-exit=1 -N3 -n7 "$binary" late-setup 8 ;;
   *) fail "unknown mode $mode" ;;
