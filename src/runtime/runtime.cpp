@@ -9,7 +9,6 @@
 #include <optional>
 #include <set>
 
-#include "core/posix_io.hpp"
 #include "core/timeout.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
@@ -77,11 +76,10 @@ struct runtime::impl {
     if (!fabric) {
       world_group();
       try {
-        const auto deadline = detail::steady_clock::now() + timeout;
         auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, timeout, detail::settings_for(id));
         try {
           auto tree = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
-          tree->end_setup(*created, deadline);
+          tree->settle_after_first_exchange(*created);
           world_state->link = std::move(tree);
         } catch (const error& e) {
           // Without a fence, a rank that never started is seen here, by its tree neighbours.

@@ -68,8 +68,8 @@ class tcp_fabric {
   const std::string& host_of(int r) const {
     return placement_.nodes.at(static_cast<std::size_t>(placement_.node_of.at(static_cast<std::size_t>(r))));
   }
-  /// Endpoints are read on demand (no fence): the world's setup must end with a barrier over its
-  /// tree, then settle() says every rank has published its endpoint.
+  /// Endpoints are read on demand (no fence): the world's first exchange that every rank joins
+  /// proves that every rank has published its endpoint, and settle() says so.
   bool on_demand() const noexcept { return on_demand_; }
   /// From now on an endpoint that the launcher does not serve within settings.silence_limit
   /// means that its node is lost: every rank has published its own.

@@ -99,16 +99,8 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   if (node_) node_->share(mate_fds, deadline);
 }
 
-void tcp_tree::end_setup(tcp_fabric& fabric, steady_clock::time_point deadline) {
-  if (fabric.settled()) return;
-  exchange ex;
-  ex.name = "data path setup";
-  ex.site = "its barrier";
-  ex.timeout = std::chrono::milliseconds(std::max(1, remaining_ms(deadline)));
-  ex.synchronize_only = true;
-  run(ex);
-  context_.uncounted = context_.sequence;
-  fabric.settle();
+void tcp_tree::settle_after_first_exchange(tcp_fabric& fabric) {
+  if (!fabric.settled()) settle_ = [&fabric] { fabric.settle(); };
 }
 
 void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noexcept {
@@ -196,6 +188,15 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
 }
 
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
+  auto entries = run_exchange(ex);
+  if (settle_ && ex.source < 0) {  // every member took part: every one had published its endpoint
+    settle_();
+    settle_ = nullptr;
+  }
+  return entries;
+}
+
+std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
   begin_exchange(ex);
   const auto size = context_.members.size();
   if (node_ && node_->mates().size() == size) {
@@ -236,9 +237,8 @@ group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::c
   auto state = std::make_shared<group_state>();
   state->world_ranks = members;
   state->rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
-  const auto deadline = steady_clock::now() + timeout;
   auto tree = std::make_unique<tcp_tree>(fabric, members, timeout);
-  if (!fabric.settled() && static_cast<int>(members.size()) == fabric.world_size()) tree->end_setup(fabric, deadline);
+  if (static_cast<int>(members.size()) == fabric.world_size()) tree->settle_after_first_exchange(fabric);
   state->link = std::move(tree);
   for (const int r : members) {
     state->hosts.push_back(fabric.host_of(r));

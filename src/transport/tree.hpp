@@ -34,10 +34,11 @@ class tcp_tree final : public transport {
   void run_bulk(const bulk_exchange& bx) override;
   void abort(const std::string& message) noexcept override;
   void check_peers(const std::string& during) override;
-  /// Ends the world's setup where the fabric reads endpoints on demand: a barrier over this tree
-  /// (left out of the numbers errors give the exchanges), after which every rank has published
-  /// its endpoint (tcp_fabric::settle). Nothing where the endpoints came through a fence.
-  void end_setup(tcp_fabric& fabric, steady_clock::time_point deadline);
+  /// For the world's tree of a fabric that reads endpoints on demand: once this rank's first
+  /// exchange that every member joins (any but a one-way broadcast) completes, every rank has
+  /// published its endpoint, and the fabric is told so (tcp_fabric::settle). The fabric must
+  /// outlive this tree.
+  void settle_after_first_exchange(tcp_fabric& fabric);
 
  private:
   using time_point = tree_context::time_point;
@@ -59,7 +60,11 @@ class tcp_tree final : public transport {
   /// Marks the tree unusable and tells every member, on both media.
   void spread_abort(const std::string& message, int origin, errc code) noexcept;
 
+  /// run() without settling.
+  std::vector<rank_bytes> run_exchange(const exchange& ex);
+
   tree_context context_;
+  std::function<void()> settle_;       // see settle_after_first_exchange
   std::unique_ptr<tree_node> node_;    // empty when alone on its node
   std::unique_ptr<tree_links> links_;  // empty on a node-mate (not its node's leader)
 };
@@ -67,7 +72,8 @@ class tcp_tree final : public transport {
 using subgroup_maker = std::function<group(const std::vector<int>&, std::chrono::milliseconds)>;
 /// A group of these world ranks over a new tcp_tree (collective over the members). Its split
 /// makes groups with make_subgroup, by default through the same fabric, which must outlive them.
-/// The first group of every rank of an unsettled fabric (the world) ends its setup (end_setup).
+/// The first group of every rank of an unsettled fabric (the world) settles it after its first
+/// exchange (settle_after_first_exchange).
 group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout,
                      subgroup_maker make_subgroup = {});
 

@@ -23,8 +23,8 @@ void tree_context::fail(const std::string& message, int origin, errc code) {
 
 void tree_context::out_of_step(const call_site& one, const call_site& other) {
   fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                   describe(one.group_rank), one.name, shown(one.sequence), one.site, describe(other.group_rank),
-                   other.name, shown(other.sequence), other.site),
+                   describe(one.group_rank), one.name, one.sequence, one.site, describe(other.group_rank), other.name,
+                   other.sequence, other.site),
        rank);
 }
 

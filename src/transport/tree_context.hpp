@@ -34,9 +34,6 @@ struct tree_context {
   std::vector<std::string> hosts;  // per group rank
   int rank = 0;                    // group rank
   std::uint64_t sequence = 0;      // the current exchange's number
-  std::uint64_t uncounted = 0;     // exchanges of the setup: errors number the others from 1
-  /// The number errors give exchange `seq`.
-  std::uint64_t shown(std::uint64_t seq) const noexcept { return seq - uncounted; }
   errc broken_code = errc::peer_failure;
   std::string broken;  // set once the tree failed
   /// Tells every member on both media (set by tcp_tree); must not throw.

@@ -402,8 +402,8 @@ void tree_links::confirm(std::size_t i, const frame& receipt, const exchange& ex
   }
   // The child entered a broadcast that went one way while this rank is in another collective.
   if (sequence == context_.sequence) context_.out_of_step(theirs, {context_.rank, ex.name, context_.sequence, ex.site});
-  throw protocol_violation{fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name,
-                                       context_.shown(sequence))};
+  throw protocol_violation{
+      fmt::format("a receipt for {} #{}, which this rank never passed on to it", receipt.name, sequence)};
 }
 
 std::optional<frame_header> tree_links::skip_receipts(std::size_t i, const exchange& ex, time_point deadline) {

@@ -66,8 +66,7 @@ bool tree_node::post_mail(const exchange& ex, time_point deadline, std::span<con
           context_.fail(
               fmt::format("{} at {} timed out after {} ms on {}: another rank claimed #{} for a broadcast and never "
                           "posted it",
-                          ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                          context_.shown(context_.sequence)),
+                          ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), context_.sequence),
               context_.rank, errc::timeout);
         });
     context_.out_of_step(mail.source, std::string_view(mail.name, mail.name_size), context_.sequence,
@@ -99,9 +98,8 @@ void tree_node::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
       fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never took {} #{} at {}, whose mailbox {} "
                   "needs for #{} (at least one of them is late, stuck or in another collective)",
                   ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), fmt::join(missing, ", "),
-                  std::string_view(mail.name, mail.name_size), context_.shown(earlier),
-                  std::string_view(mail.site, mail.site_size), context_.describe(mates_[poster]),
-                  context_.shown(context_.sequence)),
+                  std::string_view(mail.name, mail.name_size), earlier, std::string_view(mail.site, mail.site_size),
+                  context_.describe(mates_[poster]), context_.sequence),
       context_.rank, errc::timeout);
 }
 

@@ -6,7 +6,7 @@
 #   checked byte by byte, cyclic layout), bulk-sizes (one rank passes another size), node-death-mate, node-death-leader (one node: a node-mate, then
 #   the node's leader is killed while the others wait in shared memory), idle-node, idle-nodes (CPU
 #   time of ranks waiting 5 s in a barrier, on one node and on 3 nodes x 3), setup-stress (STEPS
-#   steps, default 24, of block, cyclic, arbitrary and uneven layouts, one rank late by up to 0.9 s:
+#   steps, default 12, of block, cyclic, arbitrary and uneven layouts, one rank late by up to 0.9 s:
 #   the setup that reads endpoints on demand, then 30 groups of varying members, every value
 #   checked), setup-stress-mpirun (the same under mpirun, one host)
 set -uo pipefail
@@ -19,7 +19,7 @@ binary=$2
 # 0.9 s; LAUNCH is called with the step's number and must run its arguments as the step.
 setup_steps() {
   local passed=0 i ranks late
-  for ((i = 0; i < ${STEPS:-24}; i++)); do
+  for ((i = 0; i < ${STEPS:-12}; i++)); do
     run_step "$@" "$i" bash -c 'r=${PMIX_RANK:-${OMPI_COMM_WORLD_RANK:-0}}
       [[ $r == "$LATE" ]] && sleep "0.$DELAY"; exec "$0" setup 30' "$binary"
     ranks=$(count 'setup and 30 groups')

@@ -1181,9 +1181,12 @@ TEST_CASE(
         std::vector<int> all(nodes.size());
         std::iota(all.begin(), all.end(), 0);
         auto world = make_tcp_group(fabric, all, 20s);
-        REQUIRE(fabric.settled());
         o.awaits_world = rv.awaits();
+        CHECK_FALSE(fabric.settled());
+        world.broadcast(1, {.root = 0});  // one way: proves nothing
+        CHECK_FALSE(fabric.settled());
         o.sum = world.all_reduce(r + 1, jobkit::reduce_op::sum);
+        CHECK(fabric.settled());  // every rank took part
         // Pairs across nodes (0-7, 1-6, 2-5, 3-4): each has a new parent to read.
         const std::vector<int> pair{std::min(r, size - 1 - r), std::max(r, size - 1 - r)};
         auto g = make_tcp_group(fabric, pair, 20s);
@@ -1215,7 +1218,7 @@ TEST_CASE(
 
 TEST_CASE("read on demand: an endpoint that never comes is a lost node once the setup is over, named within the limit",
           "[transport]") {
-  // Rank 1 of two never runs; rank 0 is told the setup is over (as after the world's barrier).
+  // Rank 1 of two never runs; rank 0 is told the setup is over (as after the world's first exchange).
   auto store = std::make_shared<memory_rendezvous_store>(2, std::vector<int>{0, 1});
   memory_rendezvous rv(store, 0);
   tcp_fabric fabric(rv, rank_identity(0, {0, 1}), 20s,
