@@ -44,22 +44,22 @@ case $mode in
     ((status != 0)) || fail "the step succeeded"
     (($(count 'status 1') == 6)) || fail "not every other rank failed with status 1"
     # No fence: rank 4's node leader (rank 0) waits for its connection until the deadline, names it
-    # and tells the ranks connected to it. A rank that timed out at the same moment names rank 4
-    # from its node's roll call, or says the missing rank is on another node (c2, c3).
-    (($(count 'barrier at main.cpp:[0-9]*: setting up the data path: ') == 6)) ||
-      fail "not every other rank reported the deadline"
+    # and tells the ranks connected to it (its children on c2 and c3 learn it in their barrier). A
+    # rank that timed out at the same moment names rank 4 from its node's roll call, or says the
+    # missing rank is on another node.
+    (($(count '^jobkit: ') == 6)) || fail "not every other rank reported the deadline"
     (($(count 'rank 0 (c1): no connection from rank 4 (c1); rank(s) 4 never reached jobkit .*--kill-on-bad-exit=1') == 1)) ||
       fail "rank 4's node leader did not name it"
-    vague=$(grep 'setting up the data path: ' <<<"$out" |
+    vague=$(grep '^jobkit: ' <<<"$out" |
       grep -v 'no connection from rank 4 (c1)\|rank(s) 4 never reached jobkit\|every rank on c[23] reached jobkit, so the missing rank is on another node' || true)
     [[ -z $vague ]] || fail "a rank neither named rank 4 nor said the missing rank is elsewhere: $vague"
     ((elapsed_ms < 20000)) || fail "took ${elapsed_ms} ms: the 2 s deadline did not end the wait" ;;
   timeout)
     (($(count 'status 1') == 7)) || fail "not every rank failed with status 1"
     # No fence: the ranks waiting for rank 6's connection (its node leader, rank 0, which tells
-    # its node-mates) name it; rank 6, late, finds rank 0 gone; the others time out.
-    (($(count 'setting up the data path: ') == 7)) || fail "not every rank failed in the setup"
-    vague=$(grep 'setting up the data path: ' <<<"$out" |
+    # the ranks connected to it) name it; rank 6, late, finds rank 0 gone; the others time out.
+    (($(count '^jobkit: ') == 7)) || fail "not every rank failed"
+    vague=$(grep '^jobkit: ' <<<"$out" |
       grep -v 'no connection from rank 6 (c3)\|timed out after [0-9]* ms\|gave no answer within [0-9]* ms' || true)
     [[ -z $vague ]] || fail "not every rank reported the deadline: $vague" ;;
 esac
