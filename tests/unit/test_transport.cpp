@@ -1163,10 +1163,11 @@ TEST_CASE(
   const std::vector<int> nodes{0, 0, 1, 1, 2, 2, 3, 3};  // rank 0 leads; 2, 4, 6 lead the others
   const int size = static_cast<int>(nodes.size());
   auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
-  struct seen {
+  struct seen {  // Catch2's assertions are for the main thread only
     std::optional<int> sum, pair_sum;
-    std::string error;
+    std::string error, host_of_7;
     int awaits_world = 0, awaits_after = 0, fences = 0;
+    bool on_demand = false, settled_after_creation = true, settled_after_broadcast = true, settled_after_reduce = false;
   };
   std::vector<seen> out(nodes.size());
   std::vector<std::thread> threads;
@@ -1177,23 +1178,23 @@ TEST_CASE(
         if (r == 6) std::this_thread::sleep_for(500ms);  // a leader that starts late: its child waits for it
         memory_rendezvous rv(store, r);
         tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, {.addresses = {"127.0.0.1"}});
-        REQUIRE(fabric.on_demand());
+        o.on_demand = fabric.on_demand();
         std::vector<int> all(nodes.size());
         std::iota(all.begin(), all.end(), 0);
         auto world = make_tcp_group(fabric, all, 20s);
         o.awaits_world = rv.awaits();
-        CHECK_FALSE(fabric.settled());
+        o.settled_after_creation = fabric.settled();
         world.broadcast(1, {.root = 0});  // one way: proves nothing
-        CHECK_FALSE(fabric.settled());
+        o.settled_after_broadcast = fabric.settled();
         o.sum = world.all_reduce(r + 1, jobkit::reduce_op::sum);
-        CHECK(fabric.settled());  // every rank took part
+        o.settled_after_reduce = fabric.settled();  // every rank took part
         // Pairs across nodes (0-7, 1-6, 2-5, 3-4): each has a new parent to read.
         const std::vector<int> pair{std::min(r, size - 1 - r), std::max(r, size - 1 - r)};
         auto g = make_tcp_group(fabric, pair, 20s);
         o.pair_sum = g.all_reduce(r, jobkit::reduce_op::sum);
         o.awaits_after = rv.awaits() - o.awaits_world;
         o.fences = rv.fences();
-        CHECK(fabric.host_of(7) == "n3");
+        o.host_of_7 = fabric.host_of(7);
       } catch (const jobkit::error& e) {
         o.error = e.what();
       }
@@ -1207,6 +1208,11 @@ TEST_CASE(
     CHECK(*o.sum == 36);
     CHECK(o.pair_sum == size - 1);
     CHECK(o.fences == 0);
+    CHECK(o.on_demand);
+    CHECK_FALSE(o.settled_after_creation);
+    CHECK_FALSE(o.settled_after_broadcast);
+    CHECK(o.settled_after_reduce);
+    CHECK(o.host_of_7 == "n3");
     // The world: a node-mate reads its leader's endpoint, a leader its parent's, rank 0 none;
     // reading the neighbours it accepts from begins only after a second of waiting.
     CHECK(o.awaits_world == (r == 0 ? 0 : 1));
