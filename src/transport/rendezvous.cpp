@@ -113,7 +113,7 @@ std::optional<job_placement> memory_rendezvous::placement() {
   p.node_of = node_of;
   std::map<int, int> count;
   for (const int n : node_of) p.local_rank_of.push_back(count[n]++);
-  const int nodes = node_of.empty() ? 0 : *std::max_element(node_of.begin(), node_of.end()) + 1;
+  const int nodes = *std::max_element(node_of.begin(), node_of.end()) + 1;
   for (int n = 0; n < nodes; ++n) p.nodes.push_back(fmt::format("n{}", n));
   return p;
 }
