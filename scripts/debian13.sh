@@ -21,9 +21,11 @@ Usage: scripts/debian13.sh COMMAND
 
 The root is made with debootstrap (Debian 12's package) from Debian's trixie suite, then
 scripts/install-deps.sh runs inside it. It is cached in JOBKIT_DEBIAN13_CACHE (default
-/var/cache/jobkit), outside any checkout, under a name that hashes trixie's package list from
-install-deps.sh and this script's recipe number: a change of either makes a new root (the old one
-is removed once the new one is ready). Making it takes a few minutes and about 2 GB.
+/var/cache/jobkit), outside any checkout, under a name that hashes the recipe: trixie's package list,
+the text of scripts/install-deps.sh and of the functions here that make and enter the root. A
+change of any makes a new root (the old one is removed once the new one is ready). Making it takes
+about ten minutes and 2 GB. To force a fresh root, point JOBKIT_DEBIAN13_CACHE at an empty
+directory.
 
 Inside, the scripts know the platform from /etc/os-release: the dev cluster takes its own state
 dir, port and subnet (/var/lib/jobkit-dev-cluster-13, 7217, 198.18.3; slurm/dev-cluster.sh
@@ -37,8 +39,6 @@ script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo_root=$(dirname "$script_dir")
 cache=${JOBKIT_DEBIAN13_CACHE:-/var/cache/jobkit}
 mirror=${JOBKIT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# Raise when make_root changes how a root is made: the cached root is then made anew.
-recipe=1
 
 log() { echo "debian13: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -46,9 +46,17 @@ die() { log "error: $*"; exit 1; }
 # The packages install-deps.sh installs on trixie, read without running it on this machine.
 trixie_packages() { "$script_dir/install-deps.sh" --list trixie; }
 
+# The root's name hashes its recipe: the packages, install-deps.sh (which installs them inside) and
+# the text of every function that makes or enters it (declare -f: comments and layout do not count).
+# A change to any of them names a new root, so the next run makes it from scratch.
 root_path() {
   local hash
-  hash=$({ trixie_packages; echo "recipe $recipe"; } | sha256sum | cut -c1-12)
+  hash=$({
+    trixie_packages
+    cat "$script_dir/install-deps.sh"
+    echo "mirror $mirror"
+    declare -f make_root enter_mounts in_root
+  } | sha256sum | cut -c1-12)
   echo "$cache/debian13-$hash"
 }
 
@@ -71,6 +79,8 @@ enter_mounts() { # root
   # This machine's names as it resolves them: slurmctld resolves the host srun registers (this
   # machine's name), and Debian's libslurm retries a failed lookup for 10 s holding the job's lock,
   # after which a slurmstepd's step-complete message times out and is sent again 60 s later.
+  # A minbase root has no /etc/hosts of its own (make_root writes one; an older root may lack it).
+  [[ -e $root/etc/hosts ]] || touch "$root/etc/hosts"
   { cat "$root/etc/hosts"; echo "# this machine's own (scripts/debian13.sh)"; cat /etc/hosts; } >"$root/run/hosts"
   mount --bind "$root/run/hosts" "$root/etc/hosts"
   mkdir -p "$root$repo_root"
@@ -96,6 +106,9 @@ in_root() { # root cmd...
   # authorities for the download (a TLS proxy's are in this machine's bundle, not in the root's; the
   # files are checked against pinned digests either way).
   [[ -n ${JOBKIT_SEED_PACKAGES:-} ]] || env+=(JOBKIT_SEED_PACKAGES=/host/var/cache/jobkit/seed-packages)
+  # scripts/test.sh's compiler cache: on this machine (kept when the root is made anew), beside
+  # Debian 12's, with -13 appended.
+  env+=("JOBKIT_CCACHE_DIR=/host${JOBKIT_CCACHE_DIR:-/var/cache/jobkit/ccache}-13")
   local authorities=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
   [[ -n ${JOBKIT_SEED_CA_FILE:-} || ! -f $authorities ]] || env+=(JOBKIT_SEED_CA_FILE=/host$authorities)
   unshare --mount --propagation private bash -c "
@@ -138,6 +151,9 @@ make_root() {
   printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
     "$mirror" >"$tmp/etc/apt/sources.list.d/debian.sources"
   rm -f "$tmp/etc/apt/sources.list"
+  # debootstrap's minbase variant writes no /etc/hosts: the root's own names, as Debian's installer
+  # writes them.
+  [[ -e $tmp/etc/hosts ]] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$tmp/etc/hosts"
   # Services are started by the dev cluster, never by a package's postinst.
   printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"
   chmod +x "$tmp/usr/sbin/policy-rc.d"

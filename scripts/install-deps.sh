@@ -9,6 +9,7 @@ codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 if [[ ${1:-} == --list && -n ${2:-} ]]; then codename=$2; fi
 packages=(
   g++ meson ninja-build pkg-config git python3   # build and test tools
+  ccache                                         # meson compiles through it when found (scripts/test.sh's cache)
   dpkg-dev                                       # meson's Debian libdir (lib/<multiarch>), which CMake's find_package searches
   cmake                                          # the CMake consumer test (tests/consumer_cmake)
   libpmix-dev libpmix-bin libfmt-dev catch2      # jobkit's dependencies
@@ -27,6 +28,7 @@ packages=(
 case $codename in
   bookworm)
     packages+=(clang-format)   # the format check (scripts/check-format.sh) runs on Debian 12 only
+    packages+=(debootstrap)    # the Debian 13 root (scripts/debian13.sh)
     # clang 16 (14, Debian's default, lacks std::source_location), its libFuzzer and sanitizer
     # runtimes, llvm-symbolizer.
     fuzz_packages=(clang-16 libclang-rt-16-dev llvm-16) ;;

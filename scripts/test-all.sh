@@ -1,34 +1,84 @@
 #!/usr/bin/env bash
-# The whole suite on both platforms: scripts/test.sh on this machine (Debian 12), then inside the
-# Debian 13 root (scripts/debian13.sh, made or reused from its cache). Each platform's dev cluster is
-# stopped when its tests end. Prints each platform's summary and, last, the line
-# "N passed, N failed, N skipped" over both; exits non-zero when either platform failed.
+# The whole suite on both platforms: Debian 12 on this machine, Debian 13 in its root
+# (scripts/debian13.sh, made or reused from its cache), in two stages in which the platforms run
+# side by side:
+#   1. builds, CPU-bound: Debian 12's build, then its unit tests under ASan+UBSan and TSan and its
+#      fuzz targets (scripts/test.sh --build-only, --checked-only), beside the Debian 13 root (made
+#      when its recipe changed) and Debian 13's build;
+#   2. tests, mostly waiting on Slurm, sleeps and deadlines: each platform's scripts/test.sh on its
+#      own dev cluster (own state dir, port and subnet), both at the same time. The cross-version
+#      tests run the other platform's build, so stage 2 starts when both builds are there.
+# Prints each phase's time, the ten slowest tests, each platform's summary and, last, the line
+# "N passed, N failed, N skipped" over both; exits non-zero when anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${JOBKIT_BUILD_DIR:-build-test}
+build=$(realpath -m "${JOBKIT_BUILD_DIR:-build-test}")
 build13=$PWD/build-test-13
-status=0
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
 t0=$(date +%s)
-# Debian 13's build first: Debian 12's cross-version tests run it (and Debian 13's run Debian 12's).
-# JOBKIT_BUILD_DIR names Debian 12's build; Debian 13's is build-test-13.
-JOBKIT_BUILD_DIR=$build13 scripts/debian13.sh run scripts/test.sh --build-only || status=1
-JOBKIT_OTHER_BUILD_DIR=$build13 scripts/test.sh || status=1
+
+# phase NAME CMD...: runs CMD, and records when it started and ended and how it exited.
+phase() {
+  local name=$1 start rc=0
+  shift
+  start=$(date +%s)
+  echo "=== $name: started at +$((start - t0)) s"
+  "$@" || rc=$?
+  echo "$name $((start - t0)) $(($(date +%s) - t0)) $rc" >>"$times"
+  echo "=== $name: ended at +$(($(date +%s) - t0)) s (exit status $rc)"
+  return $rc
+}
+
+# Both platforms' lanes write lines of their own: each line of Debian 13's is prefixed.
+prefix() { sed -u "s/^/[debian13] /"; }
+
+status=0
+# Every package of this machine first (apt is not shared between the lanes), debootstrap included.
+phase install-deps scripts/install-deps.sh --fuzz || status=1
+
+# Stage 1.
+(
+  phase debian13-root scripts/debian13.sh root &&
+    phase debian13-build env JOBKIT_BUILD_DIR="$build13" scripts/debian13.sh run scripts/test.sh --build-only
+) > >(prefix) 2>&1 &
+lane13=$!
+phase debian12-build env JOBKIT_BUILD_DIR="$build" scripts/test.sh --build-only || status=1
+phase debian12-sanitizers-fuzz scripts/test.sh --checked-only || status=1
+wait $lane13 || status=1
+
+# Stage 2.
+(
+  phase debian13-tests env JOBKIT_BUILD_DIR="$build13" JOBKIT_OTHER_BUILD_DIR="$build" scripts/debian13.sh run \
+    bash -c 'scripts/test.sh; s=$?; slurm/dev-cluster.sh stop >/dev/null 2>&1; exit $s'
+) > >(prefix) 2>&1 &
+lane13=$!
+phase debian12-tests env JOBKIT_BUILD_DIR="$build" JOBKIT_OTHER_BUILD_DIR="$build13" scripts/test.sh --no-checked ||
+  status=1
 slurm/dev-cluster.sh stop >/dev/null 2>&1
-t1=$(date +%s)
-JOBKIT_BUILD_DIR=$build13 JOBKIT_OTHER_BUILD_DIR=$(realpath -m "$build") scripts/debian13.sh run bash -c \
-  'scripts/test.sh; s=$?; slurm/dev-cluster.sh stop >/dev/null 2>&1; exit $s' || status=1
-t2=$(date +%s)
-python3 - "$build/summary.txt" "$build13/summary.txt" "$((t1 - t0))" "$((t2 - t1))" <<'PY'
-import re, sys
-total = [0, 0, 0]
-for path, name, seconds in ((sys.argv[1], "Debian 12", sys.argv[3]), (sys.argv[2], "Debian 13", sys.argv[4])):
-    try:
-        last = open(path).read().splitlines()[-1]
-        counts = [int(n) for n in re.fullmatch(r"(\d+) passed, (\d+) failed, (\d+) skipped", last).groups()]
-    except (OSError, IndexError, AttributeError):
-        last, counts = "no summary (its build or setup failed)", [0, 1, 0]
-    print(f"{name}: {last} ({seconds} s)")
-    total = [a + b for a, b in zip(total, counts)]
-print(f"{total[0]} passed, {total[1]} failed, {total[2]} skipped")
-PY
+wait $lane13 || status=1
+# The prefixing sed of the lanes above ends with them; give its last lines a moment.
+sleep 1
+
+echo
+echo "Phases (seconds from the start of scripts/test-all.sh):"
+sort -n -k2 "$times" | awk '{printf "  %-26s %6d -> %6d  %6d s  exit %d\n", $1, $2, $3, $3 - $2, $4}'
+echo "Whole run: $(($(date +%s) - t0)) s"
+ci=()
+[[ ${CI:-} != true ]] || ci=(--ci)
+# The summary of each platform (its own failures and skips listed), then the slowest ten and the
+# total over both.
+for spec in "Debian 12=$build" "Debian 13=$build13"; do
+  name=${spec%%=*}
+  dir=${spec#*=}
+  dirs=("$name=$dir")
+  [[ $name != "Debian 12" ]] || dirs+=("$name ASan=build-asan" "$name TSan=build-tsan" "$name fuzz=build-fuzz")
+  echo "$name: $(scripts/test-summary.py "${ci[@]}" "${dirs[@]}" | tail -1)"
+done
+scripts/test-summary.py "${ci[@]}" --slowest 10 "Debian 12=$build" "Debian 12 ASan=build-asan" \
+  "Debian 12 TSan=build-tsan" "Debian 12 fuzz=build-fuzz" "Debian 13=$build13" >"$times.summary"
+cat "$times.summary"
+failed=$(tail -1 "$times.summary" | sed 's/.* passed, \([0-9]*\) failed.*/\1/')
+rm -f "$times.summary"
+[[ $failed == 0 ]] || status=1
 exit $status

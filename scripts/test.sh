@@ -1,73 +1,93 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds jobkit (warnings as errors), starts the dev cluster and runs
-# every test. Last line: "N passed, N failed, N skipped".
+# every test of this platform. Last line: "N passed, N failed, N skipped" (also in BUILD/summary.txt).
 # With CI=true a skipped test counts as failed: CI must run everything.
 # On Debian 12 it also runs the unit tests under the sanitizers (their builds are the ones without
 # CUDA/NCCL, warnings as errors) and the fuzz targets (FUZZ_SECONDS each, 30 here); on Debian 13
 # (inside scripts/debian13.sh: `scripts/debian13.sh run scripts/test.sh`) the build with CUDA/NCCL
 # and every unit, launched and Python test, in build directories of its own (build-test-13).
-#   scripts/test.sh [--build-only]
+# The launched tests (suite `launched`, one at a time on the dev cluster) run beside the others
+# (unit, style, consumer, gpu: two at a time), each set with its own log (meson-logs/testlog-*.json).
+#   scripts/test.sh [--build-only | --checked-only | --no-checked]
+#     --build-only    install and build only (scripts/test-all.sh builds both platforms first: the
+#                     cross-version tests run the other platform's build)
+#     --checked-only  Debian 12: only the sanitizer runs and the fuzz targets
+#     --no-checked    Debian 12: everything but those (scripts/test-all.sh runs them beside Debian
+#                     13's build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+part=${1:-all}
+case $part in all | --build-only | --checked-only | --no-checked) ;; *)
+  echo "usage: scripts/test.sh [--build-only | --checked-only | --no-checked]" >&2; exit 2 ;;
+esac
 scripts/install-deps.sh
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 if [[ $codename == trixie ]]; then suffix=-13; else suffix=; fi
 build=${JOBKIT_BUILD_DIR:-build-test$suffix}
-rm -f "$build/summary.txt"
+ci=()
+[[ ${CI:-} != true ]] || ci=(--ci)
+# meson compiles through ccache when it is on PATH: each platform's objects are cached outside the
+# checkout, so that a run after a small change rebuilds little. The results never depend on it
+# (an empty directory only makes the builds slower).
+export CCACHE_DIR=${JOBKIT_CCACHE_DIR:-/var/cache/jobkit/ccache}
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-3G}
+
+# The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS (Debian 12).
+checked() {
+  local status=0 d
+  for d in build-asan build-tsan build-fuzz; do rm -f "$d"/meson-logs/testlog*.json; done
+  scripts/sanitize.sh || status=1
+  FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh || status=1
+  return $status
+}
+checked_dirs=()
+if [[ $codename != trixie ]]; then checked_dirs=(build-asan build-tsan build-fuzz); fi
+
+if [[ $part == --checked-only ]]; then
+  ((${#checked_dirs[@]})) || { echo "test.sh: the sanitizer and fuzz runs are Debian 12's" >&2; exit 2; }
+  status=0
+  checked || status=1
+  scripts/test-summary.py "${ci[@]}" "${checked_dirs[@]}" || status=1
+  exit $status
+fi
 
 setup() {  # dir, options...
-  local dir=$1
+  local dir=$1 log
   shift
+  log=$(mktemp)
   if [[ -f $dir/build.ninja ]]; then
-    meson setup --reconfigure "$dir" "$@" >/dev/null
+    meson setup --reconfigure "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; return 1; }
   else
-    meson setup "$dir" "$@" >/dev/null
+    meson setup "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; return 1; }
   fi
+  rm -f "$log"
 }
 
+rm -f "$build/summary.txt"
 setup "$build" -Dwerror=true -Dtests=enabled --wrap-mode=nodownload
 ninja -C "$build"
-# --build-only: scripts/test-all.sh builds both platforms before either tests (the cross-version
-# tests run the other platform's build).
-[[ ${1:-} != --build-only ]] || exit 0
-checked=()
-if [[ $codename != trixie ]]; then
-  checked=(build-asan build-tsan build-fuzz)
-fi
+[[ $part != --build-only ]] || exit 0
 
 slurm/dev-cluster.sh start 3
 
 status=0
-meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
-if [[ $codename != trixie ]]; then
-  # The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS.
-  for d in build-asan build-tsan build-fuzz; do rm -f "$d/meson-logs/testlog.json"; done
-  scripts/sanitize.sh || status=$?
-  FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh || status=$?
+rm -f "$build"/meson-logs/testlog*.json
+# Everything but the launched tests, two at a time, beside the launched ones; its output follows theirs.
+other_out=$build/meson-logs/other-output.txt
+meson test -C "$build" --no-rebuild --print-errorlogs --no-suite launched --num-processes 2 \
+  --logbase testlog-other >"$other_out" 2>&1 &
+other=$!
+meson test -C "$build" --no-rebuild --print-errorlogs --suite launched --num-processes 1 \
+  --logbase testlog-launched || status=1
+wait $other || status=1
+echo "--- the tests without a cluster (unit, style, consumer, gpu) ---"
+cat "$other_out"
+counted=("$build")
+if [[ $part == all && ${#checked_dirs[@]} -gt 0 ]]; then
+  checked || status=1
+  counted+=("${checked_dirs[@]}")
 fi
 
-python3 - "$build" "${CI:-}" "${checked[@]}" <<'PY' | tee "$build/summary.txt"
-import json, os, sys
-build, ci = sys.argv[1], sys.argv[2] == "true"
-counts = {"passed": 0, "failed": 0, "skipped": 0}
-for d in (build, *sys.argv[3:]):
-    if not os.path.exists(f"{d}/meson-logs/testlog.json"):
-        print(f"failed {d}: no tests ran (its build failed?)")
-        counts["failed"] += 1
-        continue
-    for line in open(f"{d}/meson-logs/testlog.json"):
-        t = json.loads(line)
-        name = f"{d}: {t['name']}"
-        if t["result"] == "OK":
-            counts["passed"] += 1
-        elif t["result"] == "SKIP":
-            reason = next((l for l in t.get("stdout", "").splitlines() if l.startswith("SKIP")), "")
-            print(f"skipped {name}: {reason}")
-            counts["failed" if ci else "skipped"] += 1
-        else:
-            print(f"failed {name}: {t['result']}")
-            counts["failed"] += 1
-print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
-PY
+scripts/test-summary.py "${ci[@]}" "${counted[@]}" | tee "$build/summary.txt"
 failed=$(tail -1 "$build/summary.txt" | sed 's/.* passed, \([0-9]*\) failed.*/\1/')
 ((status == 0 && failed == 0))

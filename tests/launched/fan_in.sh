@@ -8,15 +8,22 @@
 # CI run saw none dropped at all). Connections refused or reset are retried with
 # backoff, at most 8 tries, each logged at DEBUG: the test prints how many there were.
 # The cluster is its own, of 16 nodes, stopped at the end: JOBKIT_CLUSTER_DIR, _PORT and _SUBNET
-# default here to /var/lib/jobkit-dev-cluster-fan-in, 8917 and 198.18.9.
+# default here to /var/lib/jobkit-dev-cluster-fan-in, 8917 and 198.18.9 on Debian 12, and to
+# /var/lib/jobkit-dev-cluster-fan-in-13, 9317 and 198.18.12 on Debian 13, whose suite runs at the
+# same time on this machine's network stack (scripts/test-all.sh).
 # Usage: fan_in.sh MODE COLLECTIVES_CHECK   (MODE: sixteen)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes sixteen
 binary=$(realpath "$2")
-export JOBKIT_CLUSTER_DIR=${JOBKIT_FAN_IN_CLUSTER_DIR:-/var/lib/jobkit-dev-cluster-fan-in}
-export JOBKIT_CLUSTER_PORT=${JOBKIT_FAN_IN_CLUSTER_PORT:-8917}
-export JOBKIT_CLUSTER_SUBNET=${JOBKIT_FAN_IN_CLUSTER_SUBNET:-198.18.9}
+if [[ $(. /etc/os-release && echo "${VERSION_CODENAME:-}") == trixie ]]; then
+  defaults=(/var/lib/jobkit-dev-cluster-fan-in-13 9317 198.18.12)
+else
+  defaults=(/var/lib/jobkit-dev-cluster-fan-in 8917 198.18.9)
+fi
+export JOBKIT_CLUSTER_DIR=${JOBKIT_FAN_IN_CLUSTER_DIR:-${defaults[0]}}
+export JOBKIT_CLUSTER_PORT=${JOBKIT_FAN_IN_CLUSTER_PORT:-${defaults[1]}}
+export JOBKIT_CLUSTER_SUBNET=${JOBKIT_FAN_IN_CLUSTER_SUBNET:-${defaults[2]}}
 export JOBKIT_CLUSTER_NET=netns
 command -v srun >/dev/null || skip "srun not installed (apt-get install slurm-client)"
 command -v nft >/dev/null || skip "nft not installed (apt-get install nftables)"
