@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The whole suite on both platforms: Debian 12 on this machine, Debian 13 in its root
-# (scripts/debian13.sh, made or reused from its cache), in two stages in which the platforms run
-# side by side:
-#   1. builds, CPU-bound: Debian 12's build, then its unit tests under ASan+UBSan and TSan and its
-#      fuzz targets (scripts/test.sh --build-only, --checked-only), beside the Debian 13 root (made
-#      when its recipe changed) and Debian 13's build;
-#   2. tests, mostly waiting on Slurm, sleeps and deadlines: each platform's scripts/test.sh on its
-#      own dev cluster (own state dir, port and subnet), both at the same time. The cross-version
-#      tests run the other platform's build, so stage 2 starts when both builds are there.
+# The whole suite on both platforms, side by side: Debian 12 on this machine and Debian 13 in its
+# root (scripts/debian13.sh, made or reused from its cache), each platform a lane of its own:
+#   Debian 12: its build, then its unit tests under ASan+UBSan and TSan and its fuzz targets
+#              (scripts/test.sh --build-only, --checked-only), then its tests (--no-checked);
+#   Debian 13: the root (made when its recipe changed), its build, then its tests.
+# Each platform tests on its own dev cluster (own state dir, port and subnet) while the other runs.
+# The cross-version tests run the other platform's build, so a lane's tests wait until the other
+# lane's build has ended (each lane says so in a file of its own).
 # Prints each phase's time, the ten slowest tests, each platform's summary and, last, the line
 # "N passed, N failed, N skipped" over both; exits non-zero when anything failed.
 set -uo pipefail
@@ -15,7 +14,8 @@ cd "$(dirname "$0")/.."
 build=$(realpath -m "${JOBKIT_BUILD_DIR:-build-test}")
 build13=$PWD/build-test-13
 times=$(mktemp)
-trap 'rm -f "$times"' EXIT
+flags=$(mktemp -d)
+trap 'rm -f "$times"; rm -rf "$flags"' EXIT
 t0=$(date +%s)
 
 # phase NAME CMD...: runs CMD, and records when it started and ended and how it exited.
@@ -37,25 +37,35 @@ status=0
 # Every package of this machine first (apt is not shared between the lanes), debootstrap included.
 phase install-deps scripts/install-deps.sh --fuzz || status=1
 
-# Stage 1.
-(
-  phase debian13-root scripts/debian13.sh root &&
-    phase debian13-build env JOBKIT_BUILD_DIR="$build13" scripts/debian13.sh run scripts/test.sh --build-only
-) > >(prefix) 2>&1 &
-lane13=$!
-phase debian12-build env JOBKIT_BUILD_DIR="$build" scripts/test.sh --build-only || status=1
-phase debian12-sanitizers-fuzz scripts/test.sh --checked-only || status=1
-wait $lane13 || status=1
+# built LANE: this lane's build has ended (well or not); await OTHER: wait for the other's.
+built() { touch "$flags/$1"; }
+await() { while [[ ! -e $flags/$1 ]]; do sleep 2; done; }
 
-# Stage 2.
 (
+  s=0
+  { phase debian13-root scripts/debian13.sh root &&
+    phase debian13-build env JOBKIT_BUILD_DIR="$build13" scripts/debian13.sh run scripts/test.sh --build-only; } || s=1
+  built debian13
+  await debian12
+  ((s == 0)) || exit 1
   phase debian13-tests env JOBKIT_BUILD_DIR="$build13" JOBKIT_OTHER_BUILD_DIR="$build" scripts/debian13.sh run \
     bash -c 'scripts/test.sh; s=$?; slurm/dev-cluster.sh stop >/dev/null 2>&1; exit $s'
 ) > >(prefix) 2>&1 &
 lane13=$!
-phase debian12-tests env JOBKIT_BUILD_DIR="$build" JOBKIT_OTHER_BUILD_DIR="$build13" scripts/test.sh --no-checked ||
-  status=1
-slurm/dev-cluster.sh stop >/dev/null 2>&1
+(
+  s=0
+  phase debian12-build env JOBKIT_BUILD_DIR="$build" scripts/test.sh --build-only || s=1
+  built debian12
+  ((s == 0)) || exit 1
+  phase debian12-sanitizers-fuzz scripts/test.sh --checked-only || s=1
+  await debian13
+  phase debian12-tests env JOBKIT_BUILD_DIR="$build" JOBKIT_OTHER_BUILD_DIR="$build13" scripts/test.sh --no-checked ||
+    s=1
+  slurm/dev-cluster.sh stop >/dev/null 2>&1
+  exit $s
+) &
+lane12=$!
+wait $lane12 || status=1
 wait $lane13 || status=1
 # The prefixing sed of the lanes above ends with them; give its last lines a moment.
 sleep 1

@@ -58,7 +58,11 @@ def _identity_variables(me: Identity) -> Dict[str, str]:
     """The variables torchrun sets and the frameworks read (torch's env://, Lightning, composer)."""
     return {"RANK": str(me.rank), "LOCAL_RANK": str(me.local_rank), "WORLD_SIZE": str(me.world_size),
             "LOCAL_WORLD_SIZE": str(me.local_world_size), "NODE_RANK": str(me.node_rank),
-            "GROUP_RANK": str(me.node_rank)}
+            "GROUP_RANK": str(me.node_rank),
+            # What jobkit set, so that jobkit in a child process (a DataLoader worker, a script it
+            # starts) takes these on any layout, where torchrun's own rule does not hold.
+            "JOBKIT_TORCH_VARIABLES": f"{me.rank},{me.local_rank},{me.world_size},{me.local_world_size},"
+                                      f"{me.node_rank},{me.num_nodes}"}
 
 
 def _check_variables(me: Identity, variables: Dict[str, str]) -> None:

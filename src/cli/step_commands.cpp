@@ -330,6 +330,7 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
                     name, fmt::join(already, ", "), already.size() == 1 ? "is" : "are")};
   }
   for (const char* variable : torch_variables) ::unsetenv(variable);  // identity comes from PMIx alone
+  ::unsetenv("JOBKIT_TORCH_VARIABLES");
 
   std::vector<std::pair<std::string, std::string>> values;
   {
@@ -354,13 +355,18 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
                                 master.first, r, problems[static_cast<std::size_t>(r)]));
       }
     }
-    values.insert(values.end(), {{"RANK", std::to_string(id.rank)},
-                                 {"LOCAL_RANK", std::to_string(id.local_rank)},
-                                 {"WORLD_SIZE", std::to_string(id.world_size)},
-                                 {"LOCAL_WORLD_SIZE", std::to_string(id.local_world_size)},
-                                 {"NODE_RANK", std::to_string(id.node_rank)},
-                                 {"MASTER_ADDR", master.first},
-                                 {"MASTER_PORT", std::to_string(master.second)}});
+    values.insert(values.end(),
+                  {{"RANK", std::to_string(id.rank)},
+                   {"LOCAL_RANK", std::to_string(id.local_rank)},
+                   {"WORLD_SIZE", std::to_string(id.world_size)},
+                   {"LOCAL_WORLD_SIZE", std::to_string(id.local_world_size)},
+                   {"NODE_RANK", std::to_string(id.node_rank)},
+                   // What jobkit set, so that jobkit in CMD takes them on any layout
+                   // (src/identity/discovery.cpp, jobkit_set_candidate).
+                   {"JOBKIT_TORCH_VARIABLES", fmt::format("{},{},{},{},{},{}", id.rank, id.local_rank, id.world_size,
+                                                          id.local_world_size, id.node_rank, id.num_nodes)},
+                   {"MASTER_ADDR", master.first},
+                   {"MASTER_PORT", std::to_string(master.second)}});
   }
   if (name == "env") {
     for (const auto& [variable, value] : values) std::printf("export %s=%s\n", variable.c_str(), value.c_str());

@@ -133,12 +133,61 @@ std::optional<candidate> launcher_candidate(const environment& env) {
   return slurm_candidate(env);
 }
 
+/// The torch variables that jobkit itself set (`jobkit exec`, `jobkit env`, `jobkit.torch`), known by
+/// JOBKIT_TORCH_VARIABLES, which jobkit sets beside them to "RANK,LOCAL_RANK,WORLD_SIZE,
+/// LOCAL_WORLD_SIZE,NODE_RANK,NUMBER_OF_NODES" as it set them. They came from the launcher, so
+/// they hold on any layout (uneven, cyclic, arbitrary), where torchrun's rule (as many processes
+/// on every node) does not: while every one of them still holds what jobkit set, they are taken
+/// with the number of nodes recorded there. A torchrun started under jobkit sets its own values,
+/// which then no longer match, and are checked as torchrun's.
+std::optional<candidate> jobkit_set_candidate(const environment& env) {
+  constexpr std::string_view marker = "JOBKIT_TORCH_VARIABLES";
+  const auto recorded = env.get(marker);
+  if (!recorded) return std::nullopt;
+  std::vector<int> values;
+  std::string_view rest = *recorded;
+  while (values.size() < 7) {
+    const auto comma = rest.find(',');
+    const auto part = rest.substr(0, comma);
+    int value = -1;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || ec != std::errc{} || end != part.data() + part.size() || value < 0) break;
+    values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (values.size() != 6 || values[1] >= values[3] || values[0] >= values[2] || values[4] >= values[5] ||
+      values[3] > values[2] || values[5] > values[2]) {
+    fail(
+        fmt::format("{} is not six counts RANK,LOCAL_RANK,WORLD_SIZE,LOCAL_WORLD_SIZE,NODE_RANK,"
+                    "NUMBER_OF_NODES of one identity (jobkit sets it beside the torch variables)",
+                    quoted(marker, *recorded)));
+  }
+  static constexpr std::string_view names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"};
+  std::optional<field> read[5];
+  for (std::size_t i = 0; i < 5; ++i) {
+    const auto value = env.get(names[i]);
+    if (!value || *value != std::to_string(values[i])) return std::nullopt;  // not (or no longer) jobkit's
+    read[i] = field{values[i], quoted(names[i], *value)};
+  }
+  if (auto group = env.get("GROUP_RANK"); group && *group != std::to_string(values[4])) return std::nullopt;
+  candidate c{identity_source::torchrun, "the torch variables jobkit set", {}, {}, {}, {}, {}, {}};
+  c.rank = read[0];
+  c.local_rank = read[1];
+  c.world_size = read[2];
+  c.local_world_size = read[3];
+  c.node_rank = read[4];
+  c.num_nodes = field{values[5], fmt::format("number of nodes {} ({})", values[5], quoted(marker, *recorded))};
+  return c;
+}
+
 std::optional<candidate> torchrun_candidate(const environment& env) {
   static const std::vector<std::string_view> names = {"RANK",      "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                                       "NODE_RANK", "GROUP_RANK"};
   if (std::none_of(names.begin(), names.end(), [&](auto n) { return env.has(n); })) {
     return std::nullopt;
   }
+  if (auto c = jobkit_set_candidate(env)) return c;
   candidate c{identity_source::torchrun, "the torchrun environment", {}, {}, {}, {}, {}, {}};
   c.rank = read_count(env, "RANK");
   c.world_size = read_size(env, "WORLD_SIZE");

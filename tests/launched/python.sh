@@ -3,11 +3,12 @@
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
 #         hang, interrupt, torch, preempt, torch-env, tensor-uneven, tensor-cyclic, compat-uneven,
-#         compat-cyclic
+#         compat-cyclic, exec-import-uneven, exec-import-cyclic
+# exec-import-* also need JOBKIT_TEST_CLI, the jobkit program (meson sets it).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt \
-  torch-env tensor-uneven tensor-cyclic compat-uneven compat-cyclic
+  torch-env tensor-uneven tensor-cyclic compat-uneven compat-cyclic exec-import-uneven exec-import-cyclic
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -68,6 +69,13 @@ $out" ;;
     run_step "${step[@]}" -N3 -n6 "${check[@]}" preempt "$work"
     out="$first
 $out" ;;
+  exec-import-*)
+    # A script that imports jobkit under `jobkit exec`, on layouts torchrun cannot make (torchrun
+    # starts as many processes on every node): jobkit takes the torch variables it set itself.
+    layout=(-N3 -n7)  # 5+1+1
+    [[ $mode == exec-import-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)  # 3+3+2
+    run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK \
+      "${step[@]}" "${layout[@]}" "${JOBKIT_TEST_CLI:?the jobkit program}" exec --timeout 60 -- "${check[@]}" exec-import ;;
   *) run_step "${step[@]}" -N3 -n7 "${check[@]}" "$mode" ;;
 esac
 case $mode in
@@ -79,6 +87,16 @@ case $mode in
     (($(count 'resumed from step') == 6)) || fail "not every rank resumed"
     # 6 ranks, 40 steps: sum over r of (r + 1) * 40 * 41 / 2
     (($(count 'finished with total 17220') == 6)) || fail "the resumed run's total is wrong" ;;
+  exec-import-*)
+    ((status == 0)) || fail "exit status $status"
+    ranks=7 per_node="5 1 1"
+    [[ $mode == exec-import-cyclic ]] && ranks=8 per_node="3 3 2"
+    (($(count 'exec-import ok') == ranks)) || fail "not every rank took jobkit exec's variables"
+    for node in 0 1 2; do
+      read -ra sizes <<<"$per_node"
+      (($(count "exec-import ok node $node/3 local [0-9]*/${sizes[$node]}\$") == sizes[node])) ||
+        fail "node $node does not hold ${sizes[$node]} ranks"
+    done ;;
   identity-*)
     ((status == 0)) || fail "exit status $status"
     (($(count 'identity ok') == $(count 'identity'))) || fail "an identity differs from Slurm's view" ;;

@@ -9,6 +9,8 @@ usage: python_check.py MODE [DIR]
   hang            rank 2 never arrives; the others' barrier(timeout=2) raises jobkit.TimeoutError
   interrupt       SIGINT (rank 0) and SIGTERM with a handler (rank 1) end their waits at once
   torch           jobkit.torch.init_process_group("gloo") and an all_reduce; nccl fails cleanly
+  exec-import     under `jobkit exec`: the identity jobkit finds is the one exec's variables say, and
+                  a barrier and an all_gather work
 """
 import array
 import datetime
@@ -65,6 +67,24 @@ def identity():
         pass
     expect(jobkit.rank_prefixed_message("hi") == f"[rank: {me.rank}] hi", "rank_prefixed_message")
     print(f"rank {me.rank}: identity {'ok' if failures == 0 else 'WRONG'} {me}", flush=True)
+
+
+def exec_import():
+    """Under `jobkit exec` on any layout: RANK, ... are jobkit's own, and jobkit takes them."""
+    me = jobkit.identity()
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+    exported = tuple(int(os.environ[name]) for name in names)
+    expect((me.rank, me.local_rank, me.world_size, me.local_world_size, me.node_rank) == exported,
+           f"identity {me} vs {dict(zip(names, exported))}")
+    expect(me.source == "pmix", f"source {me.source}")
+    expect(me.rank == int(os.environ["SLURM_PROCID"]), "rank")
+    expect(os.environ["JOBKIT_TORCH_VARIABLES"] == ",".join(map(str, exported + (me.num_nodes,))),
+           f"JOBKIT_TORCH_VARIABLES={os.environ['JOBKIT_TORCH_VARIABLES']!r}")
+    jobkit.barrier()
+    ranks = jobkit.all_gather_object(me.rank)
+    expect(ranks == list(range(me.world_size)), f"all_gather {ranks}")
+    print(f"rank {me.rank}: exec-import {'ok' if failures == 0 else 'WRONG'} node {me.node_rank}/{me.num_nodes} "
+          f"local {me.local_rank}/{me.local_world_size}", flush=True)
 
 
 def collectives():
@@ -356,6 +376,8 @@ def main():
         torch_check()
     elif mode == "preempt":
         preempt(sys.argv[2])
+    elif mode == "exec-import":
+        exec_import()
     else:
         raise SystemExit(f"unknown mode {mode}")
     return 1 if failures else 0

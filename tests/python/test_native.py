@@ -18,7 +18,8 @@ import pytest
 
 import jobkit
 
-IDENTITY_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
+IDENTITY_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+                      "JOBKIT_TORCH_VARIABLES")
 
 
 @pytest.fixture(autouse=True)
@@ -142,7 +143,8 @@ def test_init_process_group_exports_identity_and_is_idempotent(monkeypatch):
         me = jobkit.identity()
         assert {name: os.environ[name] for name in IDENTITY_VARIABLES} == {
             "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-            "NODE_RANK": str(me.node_rank), "GROUP_RANK": str(me.node_rank)}
+            "NODE_RANK": str(me.node_rank), "GROUP_RANK": str(me.node_rank),
+            "JOBKIT_TORCH_VARIABLES": f"0,0,1,1,{me.node_rank},{me.num_nodes}"}
         assert dist.get_rank() == 0 and dist.get_world_size() == 1
         assert jobkit.torch.init_process_group("gloo", timeout=30) is store  # the same, quietly
         assert jobkit.torch.init_process_group("gloo", timeout=datetime.timedelta(seconds=30)) is store

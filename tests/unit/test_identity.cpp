@@ -1,6 +1,7 @@
 // Identity discovery on synthetic environments: order, layouts, and every bad input.
 #include "jobkit/identity.hpp"
 
+#include <fmt/format.h>
 #include <string>
 #include <vector>
 
@@ -186,6 +187,49 @@ TEST_CASE("PMIx is the truth, and agreeing environment sources are accepted", "[
   const auto exported = resolve_identity(torchrun(), &uniform, "c2");
   CHECK(exported.source == identity_source::pmix);
   CHECK(exported.world_size == 8);
+}
+
+TEST_CASE("the torch variables jobkit set hold on an uneven layout", "[identity]") {
+  // What `jobkit exec` gives rank 5 of the Slurm step 4+2+1 (slurm_step): LOCAL_WORLD_SIZE 2 of 7
+  // ranks on 3 nodes, which torchrun's rule (as many processes on every node) refuses.
+  const map_environment exported = {{"RANK", "5"},       {"WORLD_SIZE", "7"},
+                                    {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                    {"NODE_RANK", "1"},  {"JOBKIT_TORCH_VARIABLES", "5,1,7,2,1,3"}};
+  SECTION("with the Slurm step and PMIx") {
+    auto facts = pmix_rank5();
+    const auto env = with(slurm_step(), {{"RANK", "5"},
+                                         {"WORLD_SIZE", "7"},
+                                         {"LOCAL_RANK", "1"},
+                                         {"LOCAL_WORLD_SIZE", "2"},
+                                         {"NODE_RANK", "1"},
+                                         {"JOBKIT_TORCH_VARIABLES", "5,1,7,2,1,3"}});
+    const auto id = resolve_identity(env, &facts, "c2");
+    CHECK(id.source == identity_source::pmix);
+    CHECK(id.num_nodes == 3);
+    CHECK_NOTHROW(jobkit::detail::check_environment_before_pmix(with(env, {{"PMIX_RANK", "5"}})));
+  }
+  SECTION("alone (a child whose launcher variables were cleared)") {
+    const auto id = resolve_identity(exported, nullptr, "c2");
+    CHECK(id.source == identity_source::torchrun);
+    CHECK(id.rank == 5);
+    CHECK(id.local_world_size == 2);
+    CHECK(id.num_nodes == 3);
+    CHECK(id.node_rank == 1);
+  }
+  SECTION("changed since (torchrun under jobkit exec): torchrun's rule again") {
+    CHECK(contains(error_of(with(exported, {{"LOCAL_WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"}})),
+                   "WORLD_SIZE='7' is not a multiple of LOCAL_WORLD_SIZE='4'"));
+    CHECK(contains(error_of(with(exported, {{"GROUP_RANK", "0"}})),
+                   "WORLD_SIZE='7' is not a multiple of LOCAL_WORLD_SIZE='2'"));
+  }
+  SECTION("a record that is not one identity is named") {
+    for (const char* bad : {"5,1,7,2,1", "5,1,7,2,1,3,0", "5,1,7,2,1,x", "5,1,7,2,1,-3", "5,2,7,2,1,3", "5,1,7,2,3,3",
+                            "", "5,,7,2,1,3", "5,1,7,2,1,9"}) {
+      INFO(bad);
+      CHECK(contains(error_of(with(exported, {{"JOBKIT_TORCH_VARIABLES", bad}})),
+                     fmt::format("JOBKIT_TORCH_VARIABLES='{}' is not six counts", bad)));
+    }
+  }
 }
 
 TEST_CASE("outside Slurm the job id is the PMIx namespace", "[identity]") {
