@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite on both platforms, side by side: Debian 12 on this machine and Debian 13 in its
 # root (scripts/debian13.sh, made or reused from its cache), each platform a lane of its own:
-#   Debian 12: its build, then its unit tests under ASan+UBSan and TSan and its fuzz targets
-#              (scripts/test.sh --build-only, --checked-only), then its tests (--no-checked);
+#   Debian 12: its build, then its tests (scripts/test.sh --build-only, --no-checked) and, beside
+#              them, its unit tests under ASan+UBSan and TSan and its fuzz targets (--checked-only);
 #   Debian 13: the root (made when its recipe changed), its build, then its tests.
 # Each platform tests on its own dev cluster (own state dir, port and subnet) while the other runs.
 # The cross-version tests run the other platform's build, so a lane's tests wait until the other
@@ -57,11 +57,14 @@ lane13=$!
   phase debian12-build env JOBKIT_BUILD_DIR="$build" scripts/test.sh --build-only || s=1
   built debian12
   ((s == 0)) || exit 1
-  phase debian12-sanitizers-fuzz scripts/test.sh --checked-only || s=1
+  # The sanitizer and fuzz runs (CPU-bound, no cluster) beside this lane's tests.
+  phase debian12-sanitizers-fuzz scripts/test.sh --checked-only > >(sed -u "s/^/[debian12-checked] /") 2>&1 &
+  checked=$!
   await debian13
   phase debian12-tests env JOBKIT_BUILD_DIR="$build" JOBKIT_OTHER_BUILD_DIR="$build13" scripts/test.sh --no-checked ||
     s=1
   slurm/dev-cluster.sh stop >/dev/null 2>&1
+  wait $checked || s=1
   exit $s
 ) &
 lane12=$!
