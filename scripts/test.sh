@@ -74,8 +74,10 @@ status=0
 rm -f "$build"/meson-logs/testlog*.json
 # Everything but the launched tests, two at a time, beside the launched ones; its output follows theirs.
 other_out=$build/meson-logs/other-output.txt
+# --timeout-multiplier 3: their timeouts only catch hangs, and they share 2 cores with the launched
+# tests (and, under scripts/test-all.sh, with the other platform's).
 meson test -C "$build" --no-rebuild --print-errorlogs --no-suite launched --num-processes 2 \
-  --logbase testlog-other >"$other_out" 2>&1 &
+  --timeout-multiplier 3 --logbase testlog-other >"$other_out" 2>&1 &
 other=$!
 meson test -C "$build" --no-rebuild --print-errorlogs --suite launched --num-processes 1 \
   --logbase testlog-launched || status=1
