@@ -73,7 +73,7 @@ $out" ;;
     # A script that imports jobkit under `jobkit exec`, on layouts torchrun cannot make (torchrun
     # starts as many processes on every node): jobkit takes the torch variables it set itself.
     layout=(-N3 -n7)  # 5+1+1
-    [[ $mode == exec-import-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)  # 3+3+2
+    [[ $mode == exec-import-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)  # 6+1+1, ranks dealt cyclically
     run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK \
       "${step[@]}" "${layout[@]}" "${JOBKIT_TEST_CLI:?the jobkit program}" exec --timeout 60 -- "${check[@]}" exec-import ;;
   *) run_step "${step[@]}" -N3 -n7 "${check[@]}" "$mode" ;;
@@ -89,14 +89,20 @@ case $mode in
     (($(count 'finished with total 17220') == 6)) || fail "the resumed run's total is wrong" ;;
   exec-import-*)
     ((status == 0)) || fail "exit status $status"
-    ranks=7 per_node="5 1 1"
-    [[ $mode == exec-import-cyclic ]] && ranks=8 per_node="3 3 2"
+    ranks=7
+    [[ $mode == exec-import-cyclic ]] && ranks=8
     (($(count 'exec-import ok') == ranks)) || fail "not every rank took jobkit exec's variables"
+    # Each node holds as many ranks as its ranks' LOCAL_WORLD_SIZE says, and the layout is uneven
+    # (Slurm packs -N3 -n7 as 5+1+1 and -N3 -n8 as 6+1+1 here, the latter's ranks dealt cyclically).
+    sizes=()
     for node in 0 1 2; do
-      read -ra sizes <<<"$per_node"
-      (($(count "exec-import ok node $node/3 local [0-9]*/${sizes[$node]}\$") == sizes[node])) ||
-        fail "node $node does not hold ${sizes[$node]} ranks"
-    done ;;
+      size=$(grep -o "exec-import ok node $node/3 local [0-9]*/[0-9]*" <<<"$out" | sed 's|.*/||' | sort -u)
+      [[ $size =~ ^[0-9]+$ ]] || fail "node $node's ranks give LOCAL_WORLD_SIZE '$size'"
+      (($(count "exec-import ok node $node/3 ") == size)) || fail "node $node does not hold $size ranks"
+      sizes+=("$size")
+    done
+    (($(printf '%s\n' "${sizes[@]}" | sort -u | wc -l) > 1)) || fail "the layout ${sizes[*]} is not uneven"
+    echo "ranks per node: ${sizes[*]}" ;;
   identity-*)
     ((status == 0)) || fail "exit status $status"
     (($(count 'identity ok') == $(count 'identity'))) || fail "an identity differs from Slurm's view" ;;
