@@ -31,6 +31,9 @@ ci=()
 # (an empty directory only makes the builds slower).
 export CCACHE_DIR=${JOBKIT_CCACHE_DIR:-/var/cache/jobkit/ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-3G}
+# Paths below this checkout hashed relative to it, and the build directory's path not hashed (it
+# is in the debug information only): a clone elsewhere hits the same entries.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 
 # The unit tests under ASan+UBSan and TSan, and every fuzz target for FUZZ_SECONDS (Debian 12).
 checked() {
