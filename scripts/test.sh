@@ -12,8 +12,8 @@
 #     --build-only    install and build only (scripts/test-all.sh builds both platforms first: the
 #                     cross-version tests run the other platform's build)
 #     --checked-only  Debian 12: only the sanitizer runs and the fuzz targets
-#     --no-checked    Debian 12: everything but those (scripts/test-all.sh runs them beside Debian
-#                     13's build)
+#     --no-checked    Debian 12: everything but those (scripts/test-all.sh runs them beside these
+#                     tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
@@ -54,15 +54,12 @@ if [[ $part == --checked-only ]]; then
   exit $status
 fi
 
-setup() {  # dir, options...
-  local dir=$1 log
+setup() {  # dir, options...: meson's output shown only when it fails
+  local dir=$1 log again=()
   shift
+  [[ ! -f $dir/build.ninja ]] || again=(--reconfigure)
   log=$(mktemp)
-  if [[ -f $dir/build.ninja ]]; then
-    meson setup --reconfigure "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; return 1; }
-  else
-    meson setup "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; return 1; }
-  fi
+  meson setup "${again[@]}" "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; return 1; }
   rm -f "$log"
 }
 
