@@ -17,10 +17,10 @@ options=(-Dfuzz=true -Dtests=disabled -Dcli=false -Dexamples=false -Dcuda=disabl
   -Db_sanitize=address,undefined -Db_lundef=false
   "-Dcpp_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all" --wrap-mode=nodownload)
 if [[ -f $build/build.ninja ]] && grep -q 'C++ compiler for the host machine: .*(clang 16\.' "$build/meson-logs/meson-log.txt"; then
-  meson setup --reconfigure "$build" "${options[@]}" >/dev/null
+  scripts/meson-setup.sh "$build" "${options[@]}"
 else
   rm -rf "$build"  # not there, or set up with another compiler
-  CC=clang-16 CXX=clang++-16 meson setup "$build" "${options[@]}" >/dev/null
+  CC=clang-16 CXX=clang++-16 scripts/meson-setup.sh "$build" "${options[@]}"
 fi
 ninja -C "$build"
 

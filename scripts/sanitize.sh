@@ -19,11 +19,7 @@ setup() {  # dir, options...
   # -O0 (buildtype=debug): a quarter of -O2's compile time under ASan+UBSan, and no report optimised away.
   local options=(-Dbuildtype=debug -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false -Dpython=disabled
     -Db_lundef=false --wrap-mode=nodownload "$@")
-  if [[ -f $dir/build.ninja ]]; then
-    meson setup --reconfigure "$dir" "${options[@]}" >/dev/null
-  else
-    meson setup "$dir" "${options[@]}" >/dev/null
-  fi
+  scripts/meson-setup.sh "$dir" "${options[@]}"
   ninja -C "$dir"
 }
 

@@ -18,13 +18,15 @@ flags=$(mktemp -d)
 trap 'rm -f "$times"; rm -rf "$flags"' EXIT
 t0=$(date +%s)
 
-# phase NAME CMD...: runs CMD, and records when it started and ended and how it exited.
+# phase NAME CMD...: runs CMD, and records when it started and ended and how it exited (its output
+# is also kept, for the end of the run: a CI shows only the last lines).
 phase() {
   local name=$1 start rc=0
   shift
   start=$(date +%s)
   echo "=== $name: started at +$((start - t0)) s"
-  "$@" || rc=$?
+  "$@" 2>&1 | tee "$flags/$name.log"
+  rc=${PIPESTATUS[0]}
   echo "$name $((start - t0)) $(($(date +%s) - t0)) $rc" >>"$times"
   echo "=== $name: ended at +$(($(date +%s) - t0)) s (exit status $rc)"
   return $rc
@@ -77,6 +79,10 @@ echo
 echo "Phases (seconds from the start of scripts/test-all.sh):"
 sort -n -k2 "$times" | awk '{printf "  %-26s %6d -> %6d  %6d s  exit %d\n", $1, $2, $3, $3 - $2, $4}'
 echo "Whole run: $(($(date +%s) - t0)) s"
+# The end of each failed phase's output, here at the end where a CI's short log shows it.
+while read -r name _ _ rc; do
+  ((rc == 0)) || { echo "--- $name failed (exit $rc); its last lines:"; tail -25 "$flags/$name.log"; }
+done <"$times"
 ci=()
 [[ ${CI:-} != true ]] || ci=(--ci)
 # The summary of each platform (its own failures and skips listed), then the slowest ten and the

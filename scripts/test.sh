@@ -54,17 +54,8 @@ if [[ $part == --checked-only ]]; then
   exit $status
 fi
 
-setup() {  # dir, options...: meson's output shown only when it fails
-  local dir=$1 log again=()
-  shift
-  [[ ! -f $dir/build.ninja ]] || again=(--reconfigure)
-  log=$(mktemp)
-  meson setup "${again[@]}" "$dir" "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; return 1; }
-  rm -f "$log"
-}
-
 rm -f "$build/summary.txt"
-setup "$build" -Dwerror=true -Dtests=enabled --wrap-mode=nodownload
+scripts/meson-setup.sh "$build" -Dwerror=true -Dtests=enabled --wrap-mode=nodownload
 ninja -C "$build"
 [[ $part != --build-only ]] || exit 0
 

@@ -99,9 +99,10 @@ check installed "$work/destdir$prefix" $type
 #    (unoptimised: the package is under test, not the code, and -O0 compiles faster).
 feature=disabled
 ((expect_nccl)) && feature=enabled
-meson setup "$work/build-static" "$repo" --wrap-mode=nodownload --prefix "$work/static-prefix" \
+# From $work: meson's CMake module scratches in its working directory (scripts/meson-setup.sh).
+(cd "$work" && meson setup "$work/build-static" "$repo" --wrap-mode=nodownload --prefix "$work/static-prefix" \
   -Dbuildtype=plain -Ddefault_library=static -Dtests=disabled -Dcli=false -Dexamples=false -Dpython=disabled \
-  -Dcuda=$feature -Dnccl=$feature -Dnccl_root="$nccl_root" >"$work/build-static.log" 2>&1 ||
+  -Dcuda=$feature -Dnccl=$feature -Dnccl_root="$nccl_root") >"$work/build-static.log" 2>&1 ||
   { cat "$work/build-static.log"; fail "meson setup of the static jobkit"; }
 meson compile -C "$work/build-static" jobkit >>"$work/build-static.log" 2>&1 ||
   { cat "$work/build-static.log"; fail "building the static jobkit"; }
