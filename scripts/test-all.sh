@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole suite on both platforms, side by side: Debian 12 on this machine and Debian 13 in its
-# root (scripts/debian13.sh, made or reused from its cache), each platform a lane of its own:
+# root (scripts/debian13.sh, made or reused from its cache), each platform a lane of its own (and,
+# beside them, the fetch of PyPI's files for the python-venv test when they are not cached):
 #   Debian 12: its build, then its tests (scripts/test.sh --build-only, --no-checked) and, beside
 #              them, its unit tests under ASan+UBSan and TSan and its fuzz targets (--checked-only);
 #   Debian 13: the root (made when its recipe changed), its build, then its tests.
 # Each platform tests on its own dev cluster (own state dir, port and subnet) while the other runs.
-# The cross-version tests run the other platform's build, so a lane's tests wait until the other
-# lane's build has ended (each lane says so in a file of its own).
+# The cross-version tests run the other platform's build: while a lane builds, its build directory
+# holds .jobkit-building, and those tests (last in their suite) wait until it is gone.
 # Prints each phase's time, the ten slowest tests, each platform's summary and, last, the line
 # "N passed, N failed, N skipped" over both; exits non-zero when anything failed.
 set -uo pipefail
@@ -14,8 +15,10 @@ cd "$(dirname "$0")/.."
 build=$(realpath -m "${JOBKIT_BUILD_DIR:-build-test}")
 build13=$PWD/build-test-13
 times=$(mktemp)
-flags=$(mktemp -d)
-trap 'rm -f "$times"; rm -rf "$flags"' EXIT
+logs=$(mktemp -d)
+mkdir -p "$build" "$build13"
+touch "$build/.jobkit-building" "$build13/.jobkit-building"
+trap 'rm -f "$times" "$build/.jobkit-building" "$build13/.jobkit-building"; rm -rf "$logs"' EXIT
 t0=$(date +%s)
 
 # phase NAME CMD...: runs CMD, and records when it started and ended and how it exited (its output
@@ -25,7 +28,7 @@ phase() {
   shift
   start=$(date +%s)
   echo "=== $name: started at +$((start - t0)) s"
-  "$@" 2>&1 | tee "$flags/$name.log"
+  "$@" 2>&1 | tee "$logs/$name.log"
   rc=${PIPESTATUS[0]}
   echo "$name $((start - t0)) $(($(date +%s) - t0)) $rc" >>"$times"
   echo "=== $name: ended at +$(($(date +%s) - t0)) s (exit status $rc)"
@@ -39,16 +42,19 @@ status=0
 # Every package of this machine first (apt is not shared between the lanes), debootstrap included.
 phase install-deps scripts/install-deps.sh --fuzz || status=1
 
-# built LANE: this lane's build has ended (well or not); await OTHER: wait for the other's.
-built() { touch "$flags/$1"; }
-await() { while [[ ! -e $flags/$1 ]]; do sleep 2; done; }
+# PyPI's files for the python-venv test (torch with its CUDA libraries, about 3 GB), fetched beside
+# the builds when not cached: the network's time, not the CPUs'.
+phase pypi-wheels tests/launched/venv.sh --fetch > >(sed -u "s/^/[pypi-wheels] /") 2>&1 &
+fetch=$!
+
+# built DIR: the build in DIR has ended, well or not.
+built() { rm -f "$1/.jobkit-building"; }
 
 (
   s=0
   { phase debian13-root scripts/debian13.sh root &&
     phase debian13-build env JOBKIT_BUILD_DIR="$build13" scripts/debian13.sh run scripts/test.sh --build-only; } || s=1
-  built debian13
-  await debian12
+  built "$build13"
   ((s == 0)) || exit 1
   phase debian13-tests env JOBKIT_BUILD_DIR="$build13" JOBKIT_OTHER_BUILD_DIR="$build" scripts/debian13.sh run \
     bash -c 'scripts/test.sh; s=$?; slurm/dev-cluster.sh stop >/dev/null 2>&1; exit $s'
@@ -57,12 +63,11 @@ lane13=$!
 (
   s=0
   phase debian12-build env JOBKIT_BUILD_DIR="$build" scripts/test.sh --build-only || s=1
-  built debian12
+  built "$build"
   ((s == 0)) || exit 1
   # The sanitizer and fuzz runs (CPU-bound, no cluster) beside this lane's tests.
   phase debian12-sanitizers-fuzz scripts/test.sh --checked-only > >(sed -u "s/^/[debian12-checked] /") 2>&1 &
   checked=$!
-  await debian13
   phase debian12-tests env JOBKIT_BUILD_DIR="$build" JOBKIT_OTHER_BUILD_DIR="$build13" scripts/test.sh --no-checked ||
     s=1
   slurm/dev-cluster.sh stop >/dev/null 2>&1
@@ -72,6 +77,7 @@ lane13=$!
 lane12=$!
 wait $lane12 || status=1
 wait $lane13 || status=1
+wait $fetch || status=1
 # The prefixing sed of the lanes above ends with them; give its last lines a moment.
 sleep 1
 
@@ -81,7 +87,7 @@ sort -n -k2 "$times" | awk '{printf "  %-26s %6d -> %6d  %6d s  exit %d\n", $1, 
 echo "Whole run: $(($(date +%s) - t0)) s"
 # The end of each failed phase's output, here at the end where a CI's short log shows it.
 while read -r name _ _ rc; do
-  ((rc == 0)) || { echo "--- $name failed (exit $rc); its last lines:"; tail -25 "$flags/$name.log"; }
+  ((rc == 0)) || { echo "--- $name failed (exit $rc); its last lines:"; tail -25 "$logs/$name.log"; }
 done <"$times"
 ci=()
 [[ ${CI:-} != true ]] || ci=(--ci)

@@ -5,7 +5,9 @@ atomic across ranks. jobkit's collectives are synchronous, so they only set the 
 keeps the table and serves it on a TCP port of its own host, and broadcasts (address list, port,
 a fresh 32-byte token) over jobkit's authenticated data path. Every other rank connects, sends
 the token first (rank 0 drops a connection whose first 32 bytes differ), then makes one request at
-a time. Rank 0 reads its table directly.
+a time on each connection: a request that finds every connection of its process busy (another
+thread waiting on a key, say) opens one more, so that a thread's wait never holds up another
+thread's set (torch's TCPStore contract). Rank 0 reads its table directly.
 
 Wire format, both ways: a 4-byte big-endian length, then the message: one operation (or status)
 byte and fields, each a 4-byte big-endian length and its bytes. Nothing received is unpickled.
@@ -179,9 +181,10 @@ class JobkitStore(dist.Store):
 
         self.set_timeout(timeout)  # torch's own field: a PrefixStore's set_timeout reaches it too
         self._rank = identity().rank
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _idle
+        self._idle = []  # connections to rank 0 no request is using
         self._table = None
-        self._socket = None
+        self._where = None
         if self._rank == 0:
             self._table = _Table()
             token = secrets.token_bytes(_TOKEN_BYTES)
@@ -190,7 +193,8 @@ class JobkitStore(dist.Store):
             where = None
         addresses, port, token = broadcast_object(where, 0, jobkit_timeout)
         if self._table is None:
-            self._socket = self._connect(addresses, port, token)
+            self._where = (addresses, port, token)
+            self._idle.append(self._connect(addresses, port, token))
 
     @staticmethod
     def _connect(addresses, port, token):
@@ -210,8 +214,17 @@ class JobkitStore(dist.Store):
 
     def _request(self, op, fields):
         with self._lock:
-            self._socket.sendall(_pack(op, fields))
-            status, answer = _receive(self._socket)
+            sock = self._idle.pop() if self._idle else None
+        if sock is None:
+            sock = self._connect(*self._where)
+        try:
+            sock.sendall(_pack(op, fields))
+            status, answer = _receive(sock)
+        except BaseException:
+            sock.close()  # mid-request: its stream is out of step
+            raise
+        with self._lock:
+            self._idle.append(sock)
         if status == b"E":
             raise _jobkit.InternalError(f"jobkit store: {answer[0].decode()}")
         return status, answer

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -368,6 +369,15 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
                    {"MASTER_ADDR", master.first},
                    {"MASTER_PORT", std::to_string(master.second)}});
   }
+  // This process published its endpoint under its launcher rank; the program it hands the step to
+  // publishes its own under the next generation's key (src/transport/fabric.cpp, endpoint_key).
+  // The runtime above refused a malformed value where there was a data path (more than one rank).
+  int generation = 0;
+  if (const char* text = std::getenv("JOBKIT_ENDPOINT_GENERATION"); text && *text) {
+    const auto* end = text + std::strlen(text);
+    if (std::from_chars(text, end, generation).ptr != end) generation = 0;
+  }
+  values.emplace_back("JOBKIT_ENDPOINT_GENERATION", std::to_string(generation + 1));
   if (name == "env") {
     for (const auto& [variable, value] : values) std::printf("export %s=%s\n", variable.c_str(), value.c_str());
     return 0;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include "core/embedder.hpp"
@@ -32,8 +33,6 @@ namespace jobkit::detail {
 namespace {
 
 constexpr std::size_t max_pending_connections = 256;
-/// The rendezvous key of every rank's endpoint record.
-const std::string endpoint_key = "jobkit.endpoint";
 /// Tries of a connection that was refused or reset (with backoff: at most about 5 s in all).
 constexpr int max_connect_attempts = 8;
 
@@ -114,6 +113,22 @@ bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_poin
 
 }  // namespace
 
+std::string endpoint_key(const environment& env) {
+  constexpr std::string_view base = "jobkit.endpoint";
+  const auto text = env.get("JOBKIT_ENDPOINT_GENERATION");
+  if (!text || text->empty()) return std::string(base);
+  int generation = 0;
+  const auto* end = text->data() + text->size();
+  const auto [stop, ec] = std::from_chars(text->data(), end, generation);
+  if (ec != std::errc{} || stop != end || generation < 1 || generation > 1000) {
+    throw error(errc::invalid_environment,
+                fmt::format("JOBKIT_ENDPOINT_GENERATION='{}' is not a whole number from 1 to 1000 (jobkit exec and "
+                            "jobkit env set it for the program they start; unset it otherwise)",
+                            *text));
+  }
+  return fmt::format("{}.{}", base, generation);
+}
+
 std::vector<interface_address> endpoint_interfaces(const identity& self) {
   return choose_endpoint_addresses(process_environment(), self.num_nodes == 1, host_addresses());
 }
@@ -122,6 +137,7 @@ fabric_settings settings_for(const identity& self) {
   fabric_settings settings;
   for (const auto& a : endpoint_interfaces(self)) settings.addresses.push_back(a.numeric);
   settings.silence_limit = lost_node_timeout();
+  settings.endpoint_key = endpoint_key(process_environment());
   return settings;
 }
 
@@ -138,7 +154,7 @@ struct tcp_fabric::pending {
 };
 
 void raise_setup_failure(rendezvous& rv, const identity& self, const error& e) {
-  const auto call = rv.ranks_without(endpoint_key, self.world_size, std::chrono::seconds(2));
+  const auto call = rv.ranks_without(endpoint_key(process_environment()), self.world_size, std::chrono::seconds(2));
   std::string who;
   if (call.asked.empty()) {
     who = "this launcher's rendezvous (PMI-2) cannot say which rank never arrived";
@@ -175,7 +191,7 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
   mine.addresses = settings_.addresses;
   mine.secret = secret_;
   try {
-    rv.put(endpoint_key, as_bytes(encode_endpoint(self.rank, mine)));
+    rv.put(settings_.endpoint_key, as_bytes(encode_endpoint(self.rank, mine)));
     const auto asked = steady_clock::now();
     auto placed = rv.placement();
     const auto placement_us = std::chrono::duration_cast<std::chrono::microseconds>(steady_clock::now() - asked);
@@ -209,7 +225,7 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
       rv.fence(timeout);
       // A fence that returned does not prove that every rank put its endpoint (Slurm 24.11: see
       // pmix_session::get_all), so a missing record is named like a missing rank at the fence.
-      records = rv.get_all(endpoint_key, self.world_size, timeout);
+      records = rv.get_all(settings_.endpoint_key, self.world_size, timeout);
     } catch (const error& e) {
       raise_setup_failure(rv, self, e);
     }
@@ -236,7 +252,8 @@ const endpoint* tcp_fabric::fetch(int peer, steady_clock::time_point until, std:
     return nullptr;
   }
   try {
-    auto e = decode_endpoint(rv_.await(peer, endpoint_key, std::chrono::milliseconds(remaining_ms(until))), peer);
+    auto e =
+        decode_endpoint(rv_.await(peer, settings_.endpoint_key, std::chrono::milliseconds(remaining_ms(until))), peer);
     const auto at = static_cast<std::size_t>(peer);
     if (e.node != placement_.node_of.at(at) || e.local_rank != placement_.local_rank_of.at(at)) {
       throw error(

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/environment.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
@@ -28,7 +29,14 @@ struct fabric_settings {
   /// How long a peer's host may answer nothing (lost_node_timeout()): the bound of one
   /// connection attempt to one address, and the keepalive of every link (set_link_options).
   std::chrono::milliseconds silence_limit{8000};
+  /// The rendezvous key this fabric publishes its endpoint under and reads its peers' from.
+  std::string endpoint_key = "jobkit.endpoint";
 };
+/// The endpoint key of a process: "jobkit.endpoint", or "jobkit.endpoint.N" under
+/// JOBKIT_ENDPOINT_GENERATION=N (1 to 1000), which `jobkit exec` and `jobkit env` set for the program
+/// they hand the step to: their own process already published an endpoint under the same launcher
+/// rank, and a second one under the same key would be read as the first (stale, refused connections).
+std::string endpoint_key(const environment& env);
 /// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
 fabric_settings settings_for(const identity& self);
 /// The interfaces and addresses behind settings_for(self).addresses.

@@ -6,7 +6,8 @@
 # exact identity on an uneven and a cyclic layout and the collectives' values.
 # usage: cross_version.sh MODE
 # The other build: JOBKIT_OTHER_BUILD_DIR, by default build-test-13 (on Debian 12) or build-test
-# (on Debian 13); scripts/test-all.sh builds both platforms before either runs its tests.
+# (on Debian 13). scripts/test-all.sh builds both platforms side by side and marks a build that is
+# still being made (OTHER/.jobkit-building): these tests, run last in their suite, wait for it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes identity cyclic stress groups
@@ -19,6 +20,10 @@ else
   root=$("$repo/scripts/debian13.sh" path)
   [[ -f $root/.jobkit-ready ]] || skip "no Debian 13 root at $root (scripts/debian13.sh root makes it)"
 fi
+deadline=$((SECONDS + 1500))
+[[ ! -e $other/.jobkit-building ]] || echo "waiting for the $other_name build at $other to end"
+while [[ -e $other/.jobkit-building ]] && ((SECONDS < deadline)); do sleep 5; done
+[[ ! -e $other/.jobkit-building ]] || fail "the $other_name build at $other was still being made after 1500 s"
 jobkit=$other/src/cli/jobkit
 collectives_check=$other/tests/launched/collectives_check
 [[ -x $jobkit && -x $collectives_check ]] ||

@@ -79,9 +79,12 @@ def exec_import():
     expect(me.rank == int(os.environ["SLURM_PROCID"]), "rank")
     expect(os.environ["JOBKIT_TORCH_VARIABLES"] == ",".join(map(str, exported + (me.num_nodes,))),
            f"JOBKIT_TORCH_VARIABLES={os.environ['JOBKIT_TORCH_VARIABLES']!r}")
-    # Not jobkit's collectives: in a process that jobkit exec replaced itself with, the data path
-    # reads the endpoints jobkit exec's own process published under the same PMIx rank (a known
-    # bug, docs/cli.md), and fails to connect.
+    expect(os.environ.get("JOBKIT_ENDPOINT_GENERATION") == "1",
+           f"JOBKIT_ENDPOINT_GENERATION={os.environ.get('JOBKIT_ENDPOINT_GENERATION')!r}")
+    # jobkit's collectives, whose endpoints are published under the same PMIx rank as jobkit exec's
+    # own process published its own (under generation 1's key here).
+    expect(jobkit.all_gather_object(me.rank) == list(range(me.world_size)), "all_gather_object")
+    jobkit.barrier()
     print(f"rank {me.rank}: exec-import {'ok' if failures == 0 else 'WRONG'} node {me.node_rank}/{me.num_nodes} "
           f"local {me.local_rank}/{me.local_world_size}", flush=True)
 
@@ -317,6 +320,18 @@ def torch_check():
             expect(False, f"store {kind}: a wait for an absent key returned")
         except RuntimeError as e:  # what torch's own code catches
             expect("timeout" in str(e).lower() and time.monotonic() - start < 10, f"store {kind} timeout: {e}")
+        if kind == "jobkit":
+            # A key set by another thread of this rank while this one waits for it (a case of
+            # torch's store tests; Debian 12's torch 1.13 TCPStore client blocks the set until the
+            # wait times out, torch 2.x's libuv one does not).
+            setter = threading.Timer(0.2, store.set, args=(f"thread{me}", "set"))
+            setter.start()
+            try:
+                store.wait([f"thread{me}"], datetime.timedelta(seconds=20))
+                expect(store.get(f"thread{me}") == b"set", f"store {kind}: the other thread's value")
+            except RuntimeError as e:
+                expect(False, f"store {kind}: a key another thread set was not seen by the waiter: {e}")
+            setter.join()
         jobkit.barrier()
         if me == 0:
             expect(store.delete_key("owner"), f"store {kind} delete_key")

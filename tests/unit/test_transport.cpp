@@ -319,6 +319,25 @@ TEST_CASE("JOBKIT_SOCKET_IFNAME selects interfaces as NCCL_SOCKET_IFNAME does", 
                     Catch::Contains("no usable non-loopback address") && Catch::Contains("JOBKIT_SOCKET_IFNAME"));
 }
 
+TEST_CASE("the endpoint key follows JOBKIT_ENDPOINT_GENERATION, and a bad one is named", "[transport]") {
+  using jobkit::detail::endpoint_key;
+  using jobkit::detail::map_environment;
+  CHECK(endpoint_key(map_environment{}) == "jobkit.endpoint");
+  CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", ""}}) == "jobkit.endpoint");
+  CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "1"}}) == "jobkit.endpoint.1");
+  CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "1000"}}) == "jobkit.endpoint.1000");
+  for (const char* bad : {"0", "-1", "1001", "2x", " 2", "1.5", "99999999999999999999"}) {
+    INFO(bad);
+    try {
+      (void)endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", bad}});
+      FAIL("accepted");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == jobkit::errc::invalid_environment);
+      CHECK(contains(e.what(), fmt::format("JOBKIT_ENDPOINT_GENERATION='{}'", bad)));
+    }
+  }
+}
+
 TEST_CASE("frame sizes are checked before anything is allocated", "[transport]") {
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair) == 0);

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The path of a torch user with a Python of their own: a fresh venv of a Python that is not the
+# system's, `pip install <checkout>` with pip's build isolation (meson-python, meson, ninja and
+# pybind11 from PyPI), PyPI's torch, then a DDP step (tests/launched/ddp_check.py) under srun on 3
+# nodes, uneven and cyclic, both import orders, initialised by jobkit.torch.init_process_group and
+# by torch's env:// under `jobkit exec`. PyPI's files come from a wheelhouse fetched once into a
+# cache outside the checkout (pypi-requirements.txt pins them).
+# usage: venv.sh --find-python          prints the Python it would use, or nothing (meson registers
+#                                       the test only where it prints one)
+#        venv.sh --fetch                fetches that Python's wheelhouse unless cached (scripts/test-all.sh
+#                                       begins with it, beside the builds)
+#        venv.sh PYTHON SOURCE_DIR WORK_DIR JOBKIT
+#   PYTHON      a Python whose prefix is not /usr (the user's: pyenv's, conda's, a python.org build)
+#   SOURCE_DIR  this repository; copied into WORK_DIR and built there, never written to
+#   WORK_DIR    emptied, then holds the copy, the build, the venv; every node must see it
+#   JOBKIT      the jobkit program, for `jobkit exec`
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd -P)
+
+# The first python3 on PATH, else pyenv's newest, whose prefix is not the system's and which has
+# pip and venv; its minor version must be one PyPI's torch has wheels for (3.10 to 3.14).
+find_python() {
+  local candidate real
+  for candidate in $(type -ap python3) "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/python3; do
+    [[ -x $candidate ]] || continue
+    real=$("$candidate" -c 'import sys, venv, ensurepip
+if sys.base_prefix != "/usr" and (3, 10) <= sys.version_info[:2] <= (3, 14): print(sys.executable)' 2>/dev/null) ||
+      continue
+    [[ -n $real ]] && { echo "$real"; return 0; }
+  done
+  return 0
+}
+source "$here/lib.sh"
+# fetch_wheelhouse PYTHON: sets $wheelhouse, the pinned files for PYTHON's version, fetched from
+# PyPI once (into a .partial directory renamed when complete) and named by the requirements' hash.
+fetch_wheelhouse() {
+  local python=$1 requirements=$here/pypi-requirements.txt tag
+  local cache=${JOBKIT_PYPI_WHEELS:-/var/cache/jobkit/pypi-wheels}
+  tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') || fail "$python does not run"
+  wheelhouse=$cache/$tag-$(sha256sum "$requirements" | cut -c1-12)
+  [[ ! -d $wheelhouse ]] || return 0
+  mkdir -p "$cache" || fail "cannot make JOBKIT_PYPI_WHEELS '$cache'"
+  exec 9>"$cache/.lock"
+  flock -w 1800 9 || fail "another fetch holds $cache/.lock"
+  if [[ ! -d $wheelhouse ]]; then
+    rm -rf "$wheelhouse.partial"
+    TIMEFORMAT="wheelhouse fetched from PyPI in %R s"
+    time (env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$python" -m pip download --only-binary=:all: \
+      --dest "$wheelhouse.partial" -r "$requirements" >"$cache/fetch.log" 2>&1) ||
+      { tail -20 "$cache/fetch.log"; fail "pip download from PyPI failed (log: $cache/fetch.log)"; }
+    mv "$wheelhouse.partial" "$wheelhouse" || fail "cannot rename $wheelhouse.partial"
+  fi
+  exec 9>&-
+}
+
+case ${1:-} in
+  --find-python) find_python; exit 0 ;;
+  --fetch)
+    python=$(find_python)
+    [[ -n $python ]] || { echo "venv.sh: no Python of the user's kind here: nothing to fetch"; exit 0; }
+    fetch_wheelhouse "$python"
+    echo "wheelhouse: $wheelhouse ($(ls "$wheelhouse" | wc -l) files, $(du -sh "$wheelhouse" | cut -f1))"
+    exit 0 ;;
+esac
+python=${1:-}
+source_dir=${2:-}
+work=${3:-}
+jobkit=${4:-}
+[[ -x $python ]] || fail "PYTHON '$python' is not an executable"
+[[ -f $source_dir/pyproject.toml ]] || fail "SOURCE_DIR '$source_dir' has no pyproject.toml"
+[[ $work == /* && $work != / ]] || fail "WORK_DIR '$work' is not an absolute path below /"
+case $work in /tmp | /tmp/*) fail "WORK_DIR '$work' is under /tmp, which every dev-cluster node has its own of" ;; esac
+[[ -x $jobkit ]] || fail "JOBKIT '$jobkit' is not an executable"
+source_dir=$(cd "$source_dir" && pwd -P)
+need_cluster
+echo "python: $python ($("$python" -c 'import sys; print(sys.version.split()[0], "prefix", sys.base_prefix)'))"
+
+# What the user's environment could slip in; pip takes only the wheelhouse below.
+unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV
+while read -r name; do unset "$name"; done < <(env | awk -F= '/^PIP_/ {print $1}')
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+fetch_wheelhouse "$python"
+
+echo "wheelhouse: $wheelhouse ($(ls "$wheelhouse" | wc -l) files, $(du -sh "$wheelhouse" | cut -f1))"
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=$wheelhouse
+
+if [[ -e $work && ! -e $work/.jobkit-venv-test && -n $(ls -A "$work" 2>/dev/null) ]]; then
+  fail "WORK_DIR '$work' holds files this test did not make (no .jobkit-venv-test in it): not emptying it"
+fi
+rm -rf "$work" && mkdir -p "$work/src" "$work/check" && touch "$work/.jobkit-venv-test" || fail "cannot make WORK_DIR '$work'"
+# The tracked and untracked files git does not ignore: what a clean clone holds.
+(cd "$source_dir" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$work/src" -xf - ||
+  fail "cannot copy $source_dir to $work/src"
+
+venv=$work/venv
+"$python" -m venv "$venv" || fail "$python -m venv $venv failed"
+py=$venv/bin/python
+# pyproject.toml's build, as a user gets it: build isolation (the build tools pip installs into a
+# throwaway environment, here from the wheelhouse), two compilers at a time, a fixed build
+# directory (so that ccache, when there, finds it again).
+TIMEFORMAT="built and installed in %R s (CPU: user %U s, sys %S s)"
+time (cd "$work/check" && "$py" -m pip install -v --config-settings=compile-args=-j2 \
+  --config-settings=build-dir="$work/build" "$work/src" >"$work/build.log" 2>&1) ||
+  { tail -40 "$work/build.log"; fail "pip install $work/src failed (log: $work/build.log)"; }
+grep -E "Successfully installed|meson-python|Collecting (meson|pybind11|ninja)" "$work/build.log" | head -8
+TIMEFORMAT="torch installed in %R s"
+# --no-compile: torch's thousands of .py files compiled when first imported, not all at install.
+time "$py" -m pip install --no-compile torch >"$work/torch.log" 2>&1 || { tail -20 "$work/torch.log"; fail "pip install torch failed"; }
+
+cd "$work/check" || fail "no $work/check"
+"$py" - "$venv" <<'EOF' || fail "the venv's jobkit or torch is wrong"
+import sys, jobkit, jobkit._jobkit, torch
+venv = sys.argv[1]
+for module in (jobkit._jobkit, torch):
+    print(f"{module.__name__} {getattr(module, '__version__', '')} from {module.__file__}")
+    assert module.__file__.startswith(venv + "/"), f"{module.__name__} is not the venv's"
+# No launcher here: the single-rank defaults.
+assert (jobkit.rank(), jobkit.world_size()) == (0, 1), (jobkit.rank(), jobkit.world_size())
+print("single rank:", jobkit.identity())
+EOF
+ldd "$("$py" -c 'import jobkit._jobkit as m; print(m.__file__)')" | sed 's/^/  /'
+[[ -z $(timeout 60 srun -N3 --ntasks-per-node=1 bash -c "[[ -x $py ]] || hostname") ]] || fail "a node does not see $venv"
+
+cp "$here/ddp_check.py" "$work/check/" || fail "cannot copy ddp_check.py"
+clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK
+  -u JOBKIT_TORCH_VARIABLES -u JOBKIT_ENDPOINT_GENERATION)
+step=(timeout 300 srun --mpi=pmix --kill-on-bad-exit=1 --chdir="$work/check")
+uneven=(-N3 -n7)                          # 5+1+1
+cyclic=(-N3 -n8 --distribution=cyclic)    # 6+1+1, ranks dealt cyclically
+# check RANKS WHAT ORDER INIT: the last step's every rank trained, with ORDER and INIT.
+check() {
+  ((status == 0)) || fail "$2: exit status $status"
+  (($(count "ddp ok $3 $4 ") == $1)) || fail "$2: not every one of the $1 ranks printed ddp ok"
+  echo "--- $2: ok"
+}
+run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$py" ddp_check.py jobkit-first jobkit
+check 7 "uneven, jobkit.torch.init_process_group" jobkit-first jobkit
+run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$py" ddp_check.py torch-first jobkit
+check 8 "cyclic, jobkit.torch.init_process_group" torch-first jobkit
+run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py torch-first env
+check 7 "uneven, jobkit exec and env://" torch-first env
+run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py jobkit-first env
+check 8 "cyclic, jobkit exec and env://" jobkit-first env
+echo ok
