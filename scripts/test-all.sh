@@ -65,8 +65,10 @@ lane13=$!
   phase debian12-build env JOBKIT_BUILD_DIR="$build" scripts/test.sh --build-only || s=1
   built "$build"
   ((s == 0)) || exit 1
-  # The sanitizer and fuzz runs (CPU-bound, no cluster) beside this lane's tests.
-  phase debian12-sanitizers-fuzz scripts/test.sh --checked-only > >(sed -u "s/^/[debian12-checked] /") 2>&1 &
+  # The sanitizer and fuzz runs (CPU-bound, no cluster) beside this lane's tests, at a lower CPU
+  # priority: Debian 13's build (then its tests) is the run's longest path, and the launched tests
+  # wait on time, not CPU.
+  phase debian12-sanitizers-fuzz nice -n 10 scripts/test.sh --checked-only > >(sed -u "s/^/[debian12-checked] /") 2>&1 &
   checked=$!
   phase debian12-tests env JOBKIT_BUILD_DIR="$build" JOBKIT_OTHER_BUILD_DIR="$build13" scripts/test.sh --no-checked ||
     s=1

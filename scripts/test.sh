@@ -69,7 +69,10 @@ other_out=$build/meson-logs/other-output.txt
 # cores with the launched tests (and, under scripts/test-all.sh, with the other platform's lane and
 # the sanitizer builds: on 2026-11-27 the consumer tests, two at a time there, passed their 600 and
 # 900 s without ending).
-meson test -C "$build" --no-rebuild --print-errorlogs --no-suite launched --num-processes 1 \
+# At a lower CPU priority (nice 10): the consumer tests' builds are throughput work, while the
+# launched tests wait on time (and, under scripts/test-all.sh, the other platform's build is the
+# run's longest path).
+nice -n 10 meson test -C "$build" --no-rebuild --print-errorlogs --no-suite launched --num-processes 1 \
   --timeout-multiplier 3 --logbase testlog-other >"$other_out" 2>&1 &
 other=$!
 meson test -C "$build" --no-rebuild --print-errorlogs --suite launched --num-processes 1 \

@@ -74,7 +74,8 @@ expect "checkpoint bad --keep" 2 "^jobkit: checkpoint: --keep='-2' is not a coun
 expect "checkpoint without action" 2 '^jobkit: checkpoint: no action given' "$jobkit" checkpoint
 expect "checkpoint --help" 0 'usage: jobkit checkpoint latest DIR' "$jobkit" checkpoint --help
 expect "time-left outside Slurm" 0 '^unknown$' env -u SLURM_JOB_ID -u SLURM_JOB_END_TIME "$jobkit" time-left
-expect "time-left from SLURM_JOB_END_TIME" 0 '^(59|60)$' \
+# 50 to 60: the program starts late on a loaded machine (58 seen beside the other lanes).
+expect "time-left from SLURM_JOB_END_TIME" 0 '^(5[0-9]|60)$' \
   env SLURM_JOB_END_TIME=$(($(date +%s) + 60)) JOBKIT_LIBSLURM=/nonexistent/libslurm.so "$jobkit" time-left
 expect "time-left past SLURM_JOB_END_TIME" 0 '^0$' env SLURM_JOB_END_TIME=1000000000 "$jobkit" time-left
 expect "time-left with a bad SLURM_JOB_END_TIME" 2 \

@@ -2,14 +2,16 @@
 (a venv with PyPI's torch), under srun --mpi=pmix or under jobkit exec.
 
 usage: ddp_check.py ORDER INIT
-  ORDER  torch-first | jobkit-first: which of the two modules the script imports first
+  ORDER  torch-first | jobkit-first: which of the two modules the script imports first;
+         torch-only: an unchanged torch script, which never imports jobkit (INIT env only)
   INIT   jobkit: jobkit.torch.init_process_group("gloo") (its TCPStore must be torch's libuv one);
          env:    torch.distributed.init_process_group("gloo") from the variables jobkit exec set
                  (init_method env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)
 
 Each rank trains a linear model for two epochs on its DistributedSampler's share of one dataset, then
 checks that every rank holds the same weights (torch's all_gather), that they moved, that torch and
-jobkit agree on who is who, and that jobkit's own collectives work beside torch's. Prints
+jobkit agree on who is who, and that jobkit's own collectives work beside torch's (not with
+torch-only). Prints
 "rank R: ddp ok ..." or "rank R: WRONG: ..." lines; exits non-zero on any WRONG.
 """
 import os
@@ -23,8 +25,11 @@ if ORDER == "torch-first":
 elif ORDER == "jobkit-first":
     import jobkit
     import torch
+elif ORDER == "torch-only":
+    import torch
+    jobkit = None
 else:
-    raise SystemExit(f"ORDER {ORDER!r}: torch-first or jobkit-first")
+    raise SystemExit(f"ORDER {ORDER!r}: torch-first, jobkit-first or torch-only")
 
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -38,21 +43,21 @@ def expect(ok, what):
     global failures
     if not ok:
         failures += 1
-        print(f"rank {jobkit.rank()}: WRONG: {what}", flush=True)
+        print(f"rank {os.environ.get('SLURM_PROCID', '?')}: WRONG: {what}", flush=True)
 
 
 def initialise():
     """Returns a description of the store."""
     if INIT == "jobkit":
         import jobkit.torch
-        store = jobkit.torch.init_process_group("gloo", timeout=120.0)
+        store = jobkit.torch.init_process_group("gloo", timeout=300.0)
         libuv = getattr(store, "libuvBackend", None)
         expect(libuv is True, f"jobkit's TCPStore is not torch's libuv one (libuvBackend={libuv!r})")
         return f"jobkit store libuv={libuv}"
     if INIT == "env":
         for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "JOBKIT_TORCH_VARIABLES"):
             expect(bool(os.environ.get(name)), f"jobkit exec did not set {name}")
-        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=120))
+        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=300))
         return f"env:// MASTER_ADDR={os.environ['MASTER_ADDR']}"
     raise SystemExit(f"INIT {INIT!r}: jobkit or env")
 
@@ -60,10 +65,15 @@ def initialise():
 def main():
     how = initialise()
     rank, world = dist.get_rank(), dist.get_world_size()
-    me = jobkit.identity()
-    expect((me.rank, me.world_size) == (rank, world), f"jobkit says {me.rank}/{me.world_size}, torch {rank}/{world}")
-    expect(me.source == "pmix", f"jobkit's identity came from {me.source}, not PMIx")
-    expect(int(os.environ["LOCAL_RANK"]) == me.local_rank, f"LOCAL_RANK={os.environ['LOCAL_RANK']} vs {me.local_rank}")
+    expect(rank == int(os.environ["SLURM_PROCID"]), f"torch's rank {rank} is not SLURM_PROCID")
+    if jobkit is not None:
+        me = jobkit.identity()
+        expect((me.rank, me.world_size) == (rank, world), f"jobkit says {me.rank}/{me.world_size}, torch {rank}/{world}")
+        expect(me.source == "pmix", f"jobkit's identity came from {me.source}, not PMIx")
+        expect(int(os.environ["LOCAL_RANK"]) == me.local_rank, f"LOCAL_RANK={os.environ['LOCAL_RANK']} vs {me.local_rank}")
+        where = f"node {me.node_rank}/{me.num_nodes} local {me.local_rank}/{me.local_world_size}"
+    else:
+        where = f"node {os.environ['NODE_RANK']} local {os.environ['LOCAL_RANK']}/{os.environ['LOCAL_WORLD_SIZE']}"
 
     torch.manual_seed(0)  # one dataset and one initial model on every rank
     data = TensorDataset(torch.randn(240, 8), torch.randn(240, 1))
@@ -86,13 +96,13 @@ def main():
     expect(all(torch.equal(w, gathered[0]) for w in gathered),
            f"weights differ across ranks: {[round(float(w.sum()), 6) for w in gathered]}")
     expect(not torch.equal(weights, before), "the weights did not move")
-    # jobkit's collectives beside torch's, in the same process.
-    expect(jobkit.all_gather_object((rank, steps)) == [(r, steps) for r in range(world)],
-           "jobkit.all_gather_object (or the step counts differ)")
-    jobkit.barrier()
+    if jobkit is not None:  # jobkit's collectives beside torch's, in the same process
+        expect(jobkit.all_gather_object((rank, steps)) == [(r, steps) for r in range(world)],
+               "jobkit.all_gather_object (or the step counts differ)")
+        jobkit.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank}: ddp {'ok' if failures == 0 else 'WRONG'} {ORDER} {INIT} node {me.node_rank}/{me.num_nodes} "
-          f"local {me.local_rank}/{me.local_world_size} steps {steps} torch {torch.__version__} ({how})", flush=True)
+    print(f"rank {rank}: ddp {'ok' if failures == 0 else 'WRONG'} {ORDER} {INIT} {where} steps {steps} "
+          f"torch {torch.__version__} ({how})", flush=True)
     return 1 if failures else 0
 
 

@@ -60,11 +60,11 @@ fi
 echo "building with $("$builder" -m pip --version)"
 # pyproject.toml's build (release), as a user gets it, two compilers at a time, in a build directory
 # of a fixed name (so that ccache, when there, finds it again; meson-python 0.12 calls the setting
-# builddir, 0.13 and later build-dir).
+# builddir, 0.13 and later build-dir), at a lower CPU priority (throughput work beside the other tests).
 key=build-dir
 [[ $("$builder" -c 'import mesonpy; print(mesonpy.__version__)') != 0.12.* ]] || key=builddir
 TIMEFORMAT="wheel built in %R s (CPU: user %U s, sys %S s)"
-time (cd "$work" && "$builder" -m pip wheel -v --no-build-isolation --no-deps -w "$work/dist" \
+time (cd "$work" && nice -n 10 "$builder" -m pip wheel -v --no-build-isolation --no-deps -w "$work/dist" \
   --config-settings=compile-args=-j2 --config-settings=$key="$work/build" "$work/src" >"$work/build.log" 2>&1) ||
   { tail -40 "$work/build.log"; fail "pip wheel failed (log: $work/build.log)"; }
 wheels=("$work"/dist/*.whl)
