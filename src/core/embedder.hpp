@@ -7,8 +7,10 @@
 
 namespace jobkit::detail {
 
-/// Called in the waiting thread where a wait can be abandoned: when a signal interrupts poll(2)
-/// (EINTR), and between the retries of a polling wait (the workspace). It may throw to abandon the
+/// Called in the waiting thread where a wait can be abandoned: when a signal interrupts a
+/// blocking call (EINTR), after each slice of a wait in which nothing arrived (a signal handled
+/// while the thread was not blocked interrupts nothing: it is seen within a slice, 250 ms at
+/// most), and between the retries of a polling wait (the workspace). It may throw to abandon the
 /// wait; returning resumes it. Null: the wait resumes.
 using interrupt_hook = void (*)();
 void set_interrupt_hook(interrupt_hook hook) noexcept;

@@ -107,6 +107,7 @@ void wait_ready(int fd, short events, steady_clock::time_point deadline) {
     const int ready = ::poll(&p, 1, wait);
     if (ready > 0) return;
     if (ready == 0) {
+      interruption_point();
       if (steady_clock::now() >= deadline) throw socket_timeout{};
       if (const auto quiet = link_silence(fd, limit)) {
         throw socket_closed{"no answer from its host for " + std::to_string(quiet->count()) + " ms", ETIMEDOUT};

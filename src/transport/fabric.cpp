@@ -36,10 +36,11 @@ constexpr std::size_t max_pending_connections = 256;
 /// Tries of a connection that was refused or reset (with backoff: at most about 5 s in all).
 constexpr int max_connect_attempts = 8;
 
-/// Sleeps until `until`, a signal's interruption point included.
+/// Sleeps until `until`, then an interruption point (after each signal too).
 void sleep_until(steady_clock::time_point until) {
   while (steady_clock::now() < until) {
-    if (::poll(nullptr, 0, remaining_ms(until)) < 0 && errno == EINTR) interruption_point();
+    ::poll(nullptr, 0, remaining_ms(until));
+    interruption_point();
   }
 }
 
@@ -621,7 +622,7 @@ std::vector<int> tcp_fabric::accept(const std::vector<int>& peers, const std::st
       wake = std::min(wake, p.deadline);
     }
     const int ready = ::poll(polled.data(), polled.size(), remaining_ms(wake));
-    if (ready < 0 && errno == EINTR) interruption_point();
+    if (ready == 0 || (ready < 0 && errno == EINTR)) interruption_point();
     if (ready <= 0) continue;  // a deadline, or EINTR: checked at the top
     // Pending connections first: take_new_connections appends to pending_.
     for (std::size_t i = 1; i < polled.size(); ++i) {

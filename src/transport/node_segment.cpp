@@ -224,16 +224,18 @@ bool node_segment::wait(bell b, std::uint32_t seen, steady_clock::time_point unt
   }
   std::atomic_ref<std::uint32_t> sleeping(sleepers);
   sleeping.fetch_add(1, std::memory_order_seq_cst);
-  bool interrupted = false;
+  bool unrung = false;
   if (bell_ref.load(std::memory_order_seq_cst) == seen) {
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - steady_clock::now());
+    unrung = true;
     if (left.count() > 0) {
       timespec relative{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
-      interrupted = ::syscall(SYS_futex, &word, FUTEX_WAIT, seen, &relative, nullptr, 0) != 0 && errno == EINTR;
+      unrung = ::syscall(SYS_futex, &word, FUTEX_WAIT, seen, &relative, nullptr, 0) != 0 &&
+               (errno == EINTR || errno == ETIMEDOUT);
     }
   }
   sleeping.fetch_sub(1, std::memory_order_seq_cst);
-  return interrupted;
+  return unrung;
 }
 
 void node_segment::post_abort(int origin, errc code, const std::string& reason) noexcept {

@@ -87,7 +87,9 @@ class node_segment {
   /// The bell's current value, to pass to wait.
   std::uint32_t bell_value(bell b) const noexcept;
   /// Returns once the bell rang after `seen` or at `until`: spins a bounded time (when `spin`),
-  /// then sleeps. True when a signal ended the sleep (for detail::interruption_point).
+  /// then sleeps. True when the sleep ended unrung, by a signal or at `until` (the caller's
+  /// detail::interruption_point: a signal handled outside the sleep, e.g. while spinning, is seen
+  /// there).
   bool wait(bell b, std::uint32_t seen, steady_clock::time_point until, bool spin) noexcept;
 
   /// The mail of the broadcast with this sequence number: mailboxes in turn, so that a source may

@@ -492,6 +492,7 @@ void tree_links::await_children(const exchange& ex, time_point deadline, child_w
       continue;
     }
     if (ready == 0) {
+      interruption_point();
       if (clock::now() >= deadline) time_out(ex, done, {});
       check_silence(ex);
       continue;
@@ -515,7 +516,7 @@ frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const
     for (const auto& child : children_) fds.push_back(pollfd{child.fd, POLLIN | POLLRDHUP, 0});
     const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(check_interval.count()));
     const int ready = ::poll(fds.data(), fds.size(), wait);
-    if (ready < 0 && errno == EINTR) interruption_point();
+    if (ready == 0 || (ready < 0 && errno == EINTR)) interruption_point();
     if (ready > 0 && fds.front().revents != 0) break;
     for (std::size_t i = 0; ready > 0 && i < children_.size(); ++i) {
       if (fds[i + 1].revents != 0) check_child(i, ex, deadline);

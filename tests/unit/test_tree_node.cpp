@@ -7,6 +7,8 @@
 
 #include <csignal>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <latch>
 #include <memory>
@@ -16,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "../catch.hpp"
+#include "core/embedder.hpp"
 #include "support.hpp"
 #include "transport/frame.hpp"
 #include "transport/tree_node.hpp"
@@ -221,4 +224,47 @@ TEST_CASE("tree_node: a segment that cannot grow fails every member, naming the 
     if (contains(o.error, "cannot grow the shared memory segment")) ++named;
   }
   CHECK(named >= 1);
+}
+
+namespace {
+/// Set on a member's thread as a Python signal handler sets its flag: outside any blocking call,
+/// so nothing returns EINTR. The interruption point must still see it.
+thread_local bool handled_signal = false;
+void raise_handled_signal() {
+  if (!handled_signal) return;
+  handled_signal = false;
+  throw jobkit::error(jobkit::errc::internal, "interrupted by the hook");
+}
+}  // namespace
+
+TEST_CASE("tree_node: a signal handled while a member was not blocked ends its wait within a slice", "[transport]") {
+  set_interrupt_hook(raise_handled_signal);
+  std::atomic<long long> waited_ms{-1};
+  const auto results = on_node(3, segment_name(5), [&waited_ms](member& m) {
+    m.context.sequence = 1;
+    exchange barrier;
+    barrier.name = "barrier";
+    barrier.site = "test_tree_node.cpp:3";
+    barrier.timeout = 2s;
+    barrier.synchronize_only = true;
+    if (m.context.rank == 2) std::this_thread::sleep_for(1500ms);  // rank 1 waits for it
+    if (m.context.rank == 1) handled_signal = true;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      return m.node->exchange_on_node(barrier).size();
+    } catch (const jobkit::error&) {
+      if (m.context.rank == 1) {
+        waited_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      }
+      throw;
+    }
+  });
+  set_interrupt_hook(nullptr);
+  INFO(results[1].error);
+  CHECK_FALSE(results[1].value);
+  CHECK(contains(results[1].error, "interrupted by the hook"));
+  // A slice is 100 ms; the late member arrives at 1.5 s (generous slack for a loaded machine).
+  CHECK(waited_ms >= 0);
+  CHECK(waited_ms < 1200);
 }
