@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +22,9 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/environment.hpp"
 #include "jobkit/jobkit.hpp"
+#include "transport/fabric.hpp"
 
 namespace jobkit::cli {
 namespace {
@@ -371,11 +372,12 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
   }
   // This process published its endpoint under its launcher rank; the program it hands the step to
   // publishes its own under the next generation's key (src/transport/fabric.cpp, endpoint_key).
-  // The runtime above refused a malformed value where there was a data path (more than one rank).
-  int generation = 0;
-  if (const char* text = std::getenv("JOBKIT_ENDPOINT_GENERATION"); text && *text) {
-    const auto* end = text + std::strlen(text);
-    if (std::from_chars(text, end, generation).ptr != end) generation = 0;
+  const int generation = jobkit::detail::endpoint_generation(jobkit::detail::process_environment());
+  if (generation == jobkit::detail::max_endpoint_generation) {
+    throw jobkit::error(jobkit::errc::invalid_environment,
+                        fmt::format("JOBKIT_ENDPOINT_GENERATION='{}': jobkit {} nested {} deep has no next generation "
+                                    "for the program it starts",
+                                    generation, name, generation));
   }
   values.emplace_back("JOBKIT_ENDPOINT_GENERATION", std::to_string(generation + 1));
   if (name == "env") {

@@ -320,6 +320,12 @@ struct gets_wait {
   std::vector<std::optional<std::vector<std::byte>>> bytes;  // per rank, when the answer could be read
   std::vector<std::string> refusal;                          // per rank, why an answer could not be read
   int pending = 0;
+  // The requests' attributes: PMIx_Get_nb reads them in its progress thread, after it returned;
+  // every request holds this state until its callback.
+  std::vector<pmix_info_t> info;
+  ~gets_wait() {
+    for (auto& i : info) PMIX_INFO_DESTRUCT(&i);
+  }
 };
 
 struct get_call {
@@ -362,6 +368,11 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
               const pmix_info_t* info, std::size_t ninfo, std::chrono::steady_clock::time_point until,
               const std::function<void()>& while_waiting = {}) {
   auto wait = std::make_shared<gets_wait>();
+  wait->info.resize(ninfo);
+  for (std::size_t i = 0; i < ninfo; ++i) {
+    PMIX_INFO_CONSTRUCT(&wait->info[i]);
+    PMIX_INFO_XFER(&wait->info[i], &info[i]);
+  }
   const auto n = static_cast<std::size_t>(world_size);
   wait->status.assign(n, PMIX_SUCCESS);
   wait->bytes.resize(n);
@@ -375,7 +386,8 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
       std::lock_guard lock(wait->mutex);
       ++wait->pending;
     }
-    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), info, ninfo, &get_call::on_value, call);
+    if (const pmix_status_t status =
+            PMIx_Get_nb(&proc, key.c_str(), ninfo == 0 ? nullptr : wait->info.data(), ninfo, &get_call::on_value, call);
         status != PMIX_SUCCESS) {
       std::lock_guard lock(wait->mutex);
       wait->status[static_cast<std::size_t>(r)] = status;
@@ -497,7 +509,16 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
   const auto until = start + timeout;
   auto pause = std::chrono::milliseconds(5);
   while (true) {
-    auto found = get_each(self_.nspace, key, {rank}, rank + 1, nullptr, 0, until, while_waiting);
+    // How long the server may hold the read: without PMIX_TIMEOUT, PMIx's server answers a read of
+    // a node-mate's key that is not committed yet with PMIX_ERR_TIMEOUT after 2 s (its default in
+    // pmix_server_get.c), and a node-mate 2 s late (a slow import) failed the data path's setup.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    int seconds = static_cast<int>(std::max<long long>(1, (left.count() + 999) / 1000));
+    pmix_info_t info;
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
+    auto found = get_each(self_.nspace, key, {rank}, rank + 1, &info, 1, until, while_waiting);
+    PMIX_INFO_DESTRUCT(&info);
     const auto i = static_cast<std::size_t>(rank);
     const auto status = found.status[i];
     const auto now = std::chrono::steady_clock::now();

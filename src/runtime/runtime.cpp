@@ -76,14 +76,17 @@ struct runtime::impl {
     if (!fabric) {
       world_group();
       try {
-        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, timeout, detail::settings_for(id));
+        const auto settings = detail::settings_for(id);
+        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, timeout, settings);
         try {
           auto tree = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
           tree->settle_after_first_exchange(*created);
           world_state->link = std::move(tree);
         } catch (const error& e) {
           // Without a fence, a rank that never started is seen here, by its tree neighbours.
-          if (created->on_demand() && e.code() == errc::timeout) detail::raise_setup_failure(rendezvous, id, e);
+          if (created->on_demand() && e.code() == errc::timeout) {
+            detail::raise_setup_failure(rendezvous, settings.endpoint_key, id, e);
+          }
           throw;
         }
         for (int r = 0; r < id.world_size; ++r) {

@@ -114,20 +114,25 @@ bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_poin
 
 }  // namespace
 
-std::string endpoint_key(const environment& env) {
-  constexpr std::string_view base = "jobkit.endpoint";
+int endpoint_generation(const environment& env) {
   const auto text = env.get("JOBKIT_ENDPOINT_GENERATION");
-  if (!text || text->empty()) return std::string(base);
+  if (!text || text->empty()) return 0;
   int generation = 0;
   const auto* end = text->data() + text->size();
   const auto [stop, ec] = std::from_chars(text->data(), end, generation);
-  if (ec != std::errc{} || stop != end || generation < 1 || generation > 1000) {
+  if (ec != std::errc{} || stop != end || generation < 1 || generation > max_endpoint_generation) {
     throw error(errc::invalid_environment,
-                fmt::format("JOBKIT_ENDPOINT_GENERATION='{}' is not a whole number from 1 to 1000 (jobkit exec and "
+                fmt::format("JOBKIT_ENDPOINT_GENERATION='{}' is not a whole number from 1 to {} (jobkit exec and "
                             "jobkit env set it for the program they start; unset it otherwise)",
-                            *text));
+                            *text, max_endpoint_generation));
   }
-  return fmt::format("{}.{}", base, generation);
+  return generation;
+}
+
+std::string endpoint_key(const environment& env) {
+  constexpr std::string_view base = "jobkit.endpoint";
+  const int generation = endpoint_generation(env);
+  return generation == 0 ? std::string(base) : fmt::format("{}.{}", base, generation);
 }
 
 std::vector<interface_address> endpoint_interfaces(const identity& self) {
@@ -154,8 +159,8 @@ struct tcp_fabric::pending {
   std::string key;
 };
 
-void raise_setup_failure(rendezvous& rv, const identity& self, const error& e) {
-  const auto call = rv.ranks_without(endpoint_key(process_environment()), self.world_size, std::chrono::seconds(2));
+void raise_setup_failure(rendezvous& rv, const std::string& key, const identity& self, const error& e) {
+  const auto call = rv.ranks_without(key, self.world_size, std::chrono::seconds(2));
   std::string who;
   if (call.asked.empty()) {
     who = "this launcher's rendezvous (PMI-2) cannot say which rank never arrived";
@@ -228,7 +233,7 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
       // pmix_session::get_all), so a missing record is named like a missing rank at the fence.
       records = rv.get_all(settings_.endpoint_key, self.world_size, timeout);
     } catch (const error& e) {
-      raise_setup_failure(rv, self, e);
+      raise_setup_failure(rv, settings_.endpoint_key, self, e);
     }
     std::map<int, int> node_index;  // identity's node rank -> index in placement_.nodes
     for (int r = 0; r < self.world_size; ++r) {

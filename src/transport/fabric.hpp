@@ -37,15 +37,19 @@ struct fabric_settings {
 /// they hand the step to: their own process already published an endpoint under the same launcher
 /// rank, and a second one under the same key would be read as the first (stale, refused connections).
 std::string endpoint_key(const environment& env);
+/// The generation behind endpoint_key: 0 when JOBKIT_ENDPOINT_GENERATION is unset or empty, else
+/// its value (1 to max_endpoint_generation; anything else is an invalid_environment naming it).
+inline constexpr int max_endpoint_generation = 1000;
+int endpoint_generation(const environment& env);
 /// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
 fabric_settings settings_for(const identity& self);
 /// The interfaces and addresses behind settings_for(self).addresses.
 std::vector<interface_address> endpoint_interfaces(const identity& self);
 
 /// Raises `e`, a failure of the data path's setup on `self`, with what the rendezvous can say of
-/// the ranks that never arrived: those of this node that never published their endpoint, or that
-/// the missing rank is on another node.
-[[noreturn]] void raise_setup_failure(rendezvous& rv, const identity& self, const error& e);
+/// the ranks that never arrived: those of this node that never published their endpoint under
+/// `key` (the fabric's endpoint_key), or that the missing rank is on another node.
+[[noreturn]] void raise_setup_failure(rendezvous& rv, const std::string& key, const identity& self, const error& e);
 
 /// This process's listening socket and the way to every rank's: the only PMIx traffic of the
 /// data path. Where the launcher says where every rank runs (rendezvous::placement: PMIx), each

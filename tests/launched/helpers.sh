@@ -2,10 +2,10 @@
 # The who-runs-what helpers on the dev cluster.
 # usage: helpers.sh MODE BINARY SHARED_DIR
 #   MODE: semantics-uneven, semantics-cyclic, throw-main, throw-node, throw-rounds, nested, long,
-#         long-control
+#         long-control, late-setup
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes semantics-uneven semantics-cyclic throw-main throw-node throw-rounds nested long long-control
+declare_modes semantics-uneven semantics-cyclic throw-main throw-node throw-rounds nested long long-control late-setup
 mode=$1
 binary=$2
 shared=$3
@@ -27,6 +27,12 @@ case $mode in
     # data path.
     export SLURM_PMIX_TIMEOUT=3
     run_step "${step[@]}" --kill-on-bad-exit=1 -N3 -n7 "$binary" late-setup 8 ;;
+  late-setup)
+    # Rank 0 reaches its first collective 5 s late under the launcher's own timeouts: its four
+    # node-mates' reads of its endpoint wait for it (PMIx's server ends a read of a node-mate's key
+    # not yet committed after 2 s unless the reader says how long it waits).
+    unset SLURM_PMIX_TIMEOUT
+    run_step "${step[@]}" --kill-on-bad-exit=1 -N3 -n7 "$binary" late-setup 5 ;;
   *) fail "unknown mode $mode" ;;
 esac
 case $mode in
@@ -54,6 +60,9 @@ case $mode in
   long)
     ((status == 0)) || fail "exit status $status"
     (($(count 'zero_first done') == 7)) || fail "not every rank finished" ;;
+  late-setup)
+    ((status == 0)) || fail "exit status $status: a rank 5 s late failed the data path's setup"
+    (($(count 'no failure arrived') == 7)) || fail "not every rank passed the barrier" ;;
   long-control)
     ((status != 0)) || fail "the late rank went unnoticed: SLURM_PMIX_TIMEOUT=3 did not take effect"
     (($(count 'timed out in the launcher (for Slurm: SLURM_PMIX_TIMEOUT') >= 1)) || fail "no rank reported the PMIx timeout" ;;

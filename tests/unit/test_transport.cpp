@@ -326,6 +326,8 @@ TEST_CASE("the endpoint key follows JOBKIT_ENDPOINT_GENERATION, and a bad one is
   CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", ""}}) == "jobkit.endpoint");
   CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "1"}}) == "jobkit.endpoint.1");
   CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "1000"}}) == "jobkit.endpoint.1000");
+  CHECK(jobkit::detail::endpoint_generation(map_environment{}) == 0);
+  CHECK(jobkit::detail::endpoint_generation(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "7"}}) == 7);
   for (const char* bad : {"0", "-1", "1001", "2x", " 2", "1.5", "99999999999999999999"}) {
     INFO(bad);
     try {
