@@ -89,6 +89,16 @@ exchange contributing(const std::string& name, std::span<const std::byte> bytes,
   return ex;
 }
 
+/// A barrier's exchange (it contributes and delivers nothing).
+exchange barrier_at(const std::string& site, std::chrono::milliseconds t) {
+  exchange ex;
+  ex.name = "barrier";
+  ex.site = site;
+  ex.timeout = t;
+  ex.synchronize_only = true;
+  return ex;
+}
+
 std::vector<std::byte> filled(std::size_t size, int rank) {
   return std::vector<std::byte>(size, static_cast<std::byte>(rank + 1));
 }
@@ -104,12 +114,8 @@ TEST_CASE("tree_node: the last to arrive finishes for everyone, small and large 
       const auto mine = filled(size, m.context.rank);
       auto entries = m.node->exchange_on_node(contributing("all_gather", mine));
       m.context.sequence = 2;
-      exchange barrier;
-      barrier.name = "barrier";
-      barrier.site = "test_tree_node.cpp:2";
-      barrier.timeout = 5s;
-      barrier.synchronize_only = true;
-      if (!m.node->exchange_on_node(barrier).empty()) entries.clear();  // a barrier delivers nothing
+      // A barrier delivers nothing.
+      if (!m.node->exchange_on_node(barrier_at("test_tree_node.cpp:2", 5s)).empty()) entries.clear();
       return entries;
     });
     for (const auto& o : results) {
@@ -242,11 +248,7 @@ TEST_CASE("tree_node: a signal handled while a member was not blocked ends its w
   std::atomic<long long> waited_ms{-1};
   const auto results = on_node(3, segment_name(5), [&waited_ms](member& m) {
     m.context.sequence = 1;
-    exchange barrier;
-    barrier.name = "barrier";
-    barrier.site = "test_tree_node.cpp:3";
-    barrier.timeout = 2s;
-    barrier.synchronize_only = true;
+    const auto barrier = barrier_at("test_tree_node.cpp:3", 2s);
     if (m.context.rank == 2) std::this_thread::sleep_for(1500ms);  // rank 1 waits for it
     if (m.context.rank == 1) handled_signal = true;
     const auto start = std::chrono::steady_clock::now();
