@@ -184,6 +184,7 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
     : rv_(rv),
       rank_(self.rank),
       world_size_(self.world_size),
+      log_(self),
       settings_(std::move(settings)),
       segment_prefix_("/jobkit-" + job_step_tag(self, ::getpid())) {
   fill_random(secret_);
@@ -218,9 +219,8 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
     if (placed) {
       // Every rank decides alike: the placement is the launcher's, the same on every rank.
       rv.commit();
-      jobkit::log::debug(
-          "data path: endpoints read on demand, {} ranks placed on {} nodes by the launcher (read in {} us)",
-          self.world_size, placed->nodes.size(), placement_us.count());
+      log_.debug("data path: endpoints read on demand, {} ranks placed on {} nodes by the launcher (read in {} us)",
+                 self.world_size, placed->nodes.size(), placement_us.count());
       on_demand_ = true;
       placement_ = std::move(*placed);
       known_.emplace(rank_, std::move(mine));
@@ -426,8 +426,8 @@ int tcp_fabric::connect(int peer, const std::string& key, steady_clock::time_poi
     const auto backoff = std::chrono::milliseconds(
         static_cast<long long>(jitter * static_cast<double>(std::min<long long>(1000, 50LL << (attempt - 1)))));
     if (steady_clock::now() + backoff >= deadline) break;
-    jobkit::log::debug("data path: cannot connect to {} yet ({}); attempt {} of {} in {} ms", rank_label(peer, e.host),
-                       fmt::join(failures, "; "), attempt + 1, max_connect_attempts, backoff.count());
+    log_.debug("data path: cannot connect to {} yet ({}); attempt {} of {} in {} ms", rank_label(peer, e.host),
+               fmt::join(failures, "; "), attempt + 1, max_connect_attempts, backoff.count());
     sleep_until(steady_clock::now() + backoff);
   }
   const auto message =
@@ -440,7 +440,7 @@ void tcp_fabric::drop(pending& p, const std::string& why) {
   ::close(p.fd);
   p.fd = -1;
   ++dropped_;
-  jobkit::log::debug("data path: dropped a connection from {}: {} ({} dropped so far)", p.address, why, dropped_);
+  log_.debug("data path: dropped a connection from {}: {} ({} dropped so far)", p.address, why, dropped_);
 }
 
 void tcp_fabric::take_new_connections() {
@@ -451,7 +451,7 @@ void tcp_fabric::take_new_connections() {
       // instead of spinning on a listener that stays readable.
       if (errno == EMFILE || errno == ENFILE) {
         if (!accept_paused_) {
-          jobkit::log::debug("data path: cannot accept a connection: {}; trying again every 50 ms", errno_text(errno));
+          log_.debug("data path: cannot accept a connection: {}; trying again every 50 ms", errno_text(errno));
         }
         accept_paused_ = true;
         accept_resume_ = steady_clock::now() + std::chrono::milliseconds(50);

@@ -13,6 +13,7 @@
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
+#include "jobkit/log.hpp"
 #include "transport/addresses.hpp"
 #include "transport/handshake.hpp"
 #include "transport/rendezvous.hpp"
@@ -128,6 +129,10 @@ class tcp_fabric {
   rendezvous& rv_;
   int rank_;
   int world_size_;
+  // This rank's logger: not default_logger(), whose identity is the default runtime's, which an
+  // explicit jobkit::runtime must not open (a second PMIx session: PMIx counts initialisations,
+  // and the explicit runtime's PMIx_Finalize then left the connection unfinalised).
+  logger log_;
   bool on_demand_ = false;
   bool settled_ = false;
   job_placement placement_;

@@ -4,7 +4,7 @@
 # usage: step_commands.sh MODE JOBKIT SHARED_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes on-main on-main-fail once-per-node once-per-node-fail n-at-a-time n-at-a-time-fail zero-first zero-first-fail zero-first-sigterm zero-first-sigkill env exec exec-refuse exec-overwrite
+declare_modes on-main on-main-fail once-per-node once-per-node-fail n-at-a-time n-at-a-time-fail zero-first zero-first-fail zero-first-sigterm zero-first-sigkill env exec exec-refuse exec-overwrite exec-finalized
 mode=$1
 jobkit=$2
 shared=$3
@@ -62,6 +62,14 @@ case $mode in
       PYTHON=/usr/bin/python3 bash -c 'source /dev/stdin; echo "${USE_LIBUV:-}"')
     run_step env ${uv:+USE_LIBUV=$uv} "${step[@]}" "$jobkit" exec -- /usr/bin/python3 "$here/torch_allreduce.py" ;;
   exec-refuse) run_step env RANK=5 "${step[@]}" "$jobkit" exec -- true ;;
+  exec-finalized)
+    # CMD inherits no PMIx connection: jobkit exec finalised PMIx before it exec'd (an unfinalised
+    # one, reported lost when CMD exits, made Slurm cancel finished steps). The sockets CMD holds
+    # are counted against the same command's without jobkit exec (Slurm's own are there in both).
+    sockets='n=0; for f in /proc/$$/fd/*; do [[ $(readlink "$f") == socket:* ]] && n=$((n + 1)); done; echo "sockets $n"'
+    plain=$("${step[@]}" bash -c "$sockets" 2>&1 | sort -u)
+    echo "without jobkit exec: $plain"
+    run_step "${step[@]}" "$jobkit" exec -- bash -c "$sockets" ;;
   exec-overwrite) run_step env RANK=5 "${step[@]}" "$jobkit" exec --overwrite -- bash -c 'echo "RANK=$RANK of $SLURM_PROCID"' ;;
   *) fail "unknown mode $mode" ;;
 esac
@@ -113,6 +121,10 @@ case $mode in
   exec)
     ((status == 0)) || fail "exit status $status"
     (($(count 'all_reduce 28 (expected 28) ok') == 7)) || fail "not every rank's all_reduce was right" ;;
+  exec-finalized)
+    ((status == 0)) || fail "exit status $status"
+    [[ $plain =~ ^sockets\ [0-9]+$ ]] || fail "the step without jobkit exec printed '$plain'"
+    (($(grep -c "^$plain\$" <<<"$out") == 7)) || fail "CMD holds other sockets than without jobkit exec ($plain): a PMIx connection left open" ;;
   exec-refuse)
     ((status == 2)) || fail "exit status $status"
     (($(count "jobkit: exec: RANK='5' is already set; jobkit sets these from the launcher (pass --overwrite") == 7)) ||
