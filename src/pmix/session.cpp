@@ -233,6 +233,11 @@ void pmix_session::put(const std::string& key, std::span<const std::byte> bytes)
 
 namespace {
 
+/// PMIX_TIMEOUT's value for a wait: whole seconds, rounded up, at least 1.
+int pmix_timeout_seconds(std::chrono::milliseconds wait) {
+  return static_cast<int>(std::max<long long>(1, (wait.count() + 999) / 1000));
+}
+
 /// A non-blocking fence in flight. PMIx's own PMIX_TIMEOUT bounds only the node-local phase and a
 /// rank that never connected is never reported, so jobkit waits with its own deadline. A pending
 /// fence cannot be cancelled: on expiry this state stays alive until PMIx calls back.
@@ -275,7 +280,7 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
   }
   auto wait = std::make_shared<fence_wait>();
-  wait->seconds = static_cast<int>(std::max<long long>(1, (timeout.count() + 999) / 1000));
+  wait->seconds = pmix_timeout_seconds(timeout);
   PMIX_INFO_LOAD(&wait->info[0], PMIX_COLLECT_DATA, &wait->collect, PMIX_BOOL);
   PMIX_INFO_LOAD(&wait->info[1], PMIX_TIMEOUT, &wait->seconds, PMIX_INT);
   auto* handle = new std::shared_ptr<fence_wait>(wait);
@@ -320,11 +325,12 @@ struct gets_wait {
   std::vector<std::optional<std::vector<std::byte>>> bytes;  // per rank, when the answer could be read
   std::vector<std::string> refusal;                          // per rank, why an answer could not be read
   int pending = 0;
-  // The requests' attributes: PMIx_Get_nb reads them in its progress thread, after it returned;
-  // every request holds this state until its callback.
-  std::vector<pmix_info_t> info;
+  // The requests' PMIX_TIMEOUT, when set (server_wait): PMIx_Get_nb reads it in its progress
+  // thread, after it returned; every request holds this state until its callback.
+  pmix_info_t timeout{};
+  bool has_timeout = false;
   ~gets_wait() {
-    for (auto& i : info) PMIX_INFO_DESTRUCT(&i);
+    if (has_timeout) PMIX_INFO_DESTRUCT(&timeout);
   }
 };
 
@@ -361,17 +367,20 @@ struct gets {
   std::vector<std::string> refusal;
 };
 
-/// Asks for `key` of every rank in `ranks` at once (PMIx_Get_nb, with `info`), and waits until
-/// all answered or until `until`, running `while_waiting` (when set) every 50 ms meanwhile; an
-/// exception from it ends the wait.
+/// Asks for `key` of every rank in `ranks` at once (PMIx_Get_nb), and waits until all answered
+/// or until `until`, running `while_waiting` (when set) every 50 ms meanwhile; an exception from it
+/// ends the wait. `server_wait`, when set, is how long the server may hold each request
+/// (PMIX_TIMEOUT): without it, PMIx's server answers a read of a node-mate's key that is not
+/// committed yet with PMIX_ERR_TIMEOUT after 2 s (its default in pmix_server_get.c).
 gets get_each(const char* nspace, const std::string& key, const std::vector<int>& ranks, int world_size,
-              const pmix_info_t* info, std::size_t ninfo, std::chrono::steady_clock::time_point until,
+              std::optional<std::chrono::milliseconds> server_wait, std::chrono::steady_clock::time_point until,
               const std::function<void()>& while_waiting = {}) {
   auto wait = std::make_shared<gets_wait>();
-  wait->info.resize(ninfo);
-  for (std::size_t i = 0; i < ninfo; ++i) {
-    PMIX_INFO_CONSTRUCT(&wait->info[i]);
-    PMIX_INFO_XFER(&wait->info[i], &info[i]);
+  if (server_wait) {
+    int seconds = pmix_timeout_seconds(*server_wait);
+    PMIX_INFO_CONSTRUCT(&wait->timeout);
+    PMIX_INFO_LOAD(&wait->timeout, PMIX_TIMEOUT, &seconds, PMIX_INT);
+    wait->has_timeout = true;
   }
   const auto n = static_cast<std::size_t>(world_size);
   wait->status.assign(n, PMIX_SUCCESS);
@@ -386,8 +395,8 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
       std::lock_guard lock(wait->mutex);
       ++wait->pending;
     }
-    if (const pmix_status_t status =
-            PMIx_Get_nb(&proc, key.c_str(), ninfo == 0 ? nullptr : wait->info.data(), ninfo, &get_call::on_value, call);
+    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), wait->has_timeout ? &wait->timeout : nullptr,
+                                                 wait->has_timeout ? 1 : 0, &get_call::on_value, call);
         status != PMIX_SUCCESS) {
       std::lock_guard lock(wait->mutex);
       wait->status[static_cast<std::size_t>(r)] = status;
@@ -419,13 +428,8 @@ rendezvous::roll_call pmix_session::ranks_without(const std::string& key, int wo
   for (const int r : call.asked) {
     if (r != static_cast<int>(self_.rank) && r >= 0 && r < world_size) others.push_back(r);
   }
-  int seconds = static_cast<int>(std::max<long long>(1, (probe.count() + 999) / 1000));
-  pmix_info_t info;
-  PMIX_INFO_CONSTRUCT(&info);
-  PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
-  const auto found = get_each(self_.nspace, key, others, world_size, &info, 1,
+  const auto found = get_each(self_.nspace, key, others, world_size, probe,
                               std::chrono::steady_clock::now() + probe + std::chrono::seconds(1));
-  PMIX_INFO_DESTRUCT(&info);
   for (const int r : call.asked) {
     if (r >= 0 && r < world_size && found.status[static_cast<std::size_t>(r)] != PMIX_SUCCESS) call.absent.push_back(r);
   }
@@ -457,7 +461,7 @@ std::vector<std::byte> answer_of(gets& found, int rank, const std::string& key, 
 
 std::vector<std::byte> pmix_session::get(int rank, const std::string& key, std::chrono::milliseconds timeout,
                                          const std::function<void()>& while_waiting) {
-  auto found = get_each(self_.nspace, key, {rank}, rank + 1, nullptr, 0, std::chrono::steady_clock::now() + timeout,
+  auto found = get_each(self_.nspace, key, {rank}, rank + 1, std::nullopt, std::chrono::steady_clock::now() + timeout,
                         while_waiting);
   return answer_of(found, rank, key, timeout);
 }
@@ -476,12 +480,12 @@ std::vector<std::vector<std::byte>> pmix_session::get_all(const std::string& key
     std::vector<std::vector<std::byte>> values;
     values.reserve(everyone.size());
     for (const int r : everyone) {
-      auto one = get_each(self_.nspace, key, {r}, world_size, nullptr, 0, until);
+      auto one = get_each(self_.nspace, key, {r}, world_size, std::nullopt, until);
       values.push_back(answer_of(one, r, key, timeout));
     }
     return values;
   }
-  auto found = get_each(self_.nspace, key, everyone, world_size, nullptr, 0, until);
+  auto found = get_each(self_.nspace, key, everyone, world_size, std::nullopt, until);
   std::vector<int> late;
   for (int r = 0; r < world_size; ++r) {
     const auto i = static_cast<std::size_t>(r);
@@ -509,16 +513,10 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
   const auto until = start + timeout;
   auto pause = std::chrono::milliseconds(5);
   while (true) {
-    // How long the server may hold the read: without PMIX_TIMEOUT, PMIx's server answers a read of
-    // a node-mate's key that is not committed yet with PMIX_ERR_TIMEOUT after 2 s (its default in
-    // pmix_server_get.c), and a node-mate 2 s late (a slow import) failed the data path's setup.
+    // The server holds the read for the time left (a node-mate slow to its first collective, e.g.
+    // a long import, is waited for), not its 2 s default.
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    int seconds = static_cast<int>(std::max<long long>(1, (left.count() + 999) / 1000));
-    pmix_info_t info;
-    PMIX_INFO_CONSTRUCT(&info);
-    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
-    auto found = get_each(self_.nspace, key, {rank}, rank + 1, &info, 1, until, while_waiting);
-    PMIX_INFO_DESTRUCT(&info);
+    auto found = get_each(self_.nspace, key, {rank}, rank + 1, left, until, while_waiting);
     const auto i = static_cast<std::size_t>(rank);
     const auto status = found.status[i];
     const auto now = std::chrono::steady_clock::now();
