@@ -2,8 +2,10 @@
 # The path of a torch user with a Python of their own: a fresh venv of a Python that is not the
 # system's, `pip install <checkout>` with pip's build isolation (meson-python, meson, ninja and
 # pybind11 from PyPI), PyPI's torch, then a DDP step (tests/launched/ddp_check.py) under srun on 3
-# nodes, uneven and cyclic, both import orders, initialised by jobkit.torch.init_process_group. PyPI's files come from a wheelhouse fetched once into a
-# cache outside the checkout (pypi-requirements.txt pins them).
+# nodes, uneven and cyclic, both import orders, initialised by jobkit.torch.init_process_group and
+# by torch's env:// under `jobkit exec` (a script that imports jobkit, and an unchanged torch
+# script). PyPI's files come from a wheelhouse fetched once into a cache outside the checkout
+# (pypi-requirements.txt pins them).
 # usage: venv.sh --find-python          prints the Python it would use, or nothing (meson registers
 #                                       the test only where it prints one)
 #        venv.sh --fetch                fetches that Python's wheelhouse unless cached (scripts/test-all.sh
@@ -12,7 +14,7 @@
 #   PYTHON      a Python whose prefix is not /usr (the user's: pyenv's, conda's, a python.org build)
 #   SOURCE_DIR  this repository; copied into WORK_DIR and built there, never written to
 #   WORK_DIR    emptied, then holds the copy, the build, the venv; every node must see it
-#   JOBKIT      the jobkit program (for `jobkit exec`, not run while its known fault stands: docs/cli.md)
+#   JOBKIT      the jobkit program, for `jobkit exec`
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd -P)
 
@@ -137,6 +139,8 @@ run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$py" ddp_check.py jobkit-fir
 check 7 "uneven, jobkit.torch.init_process_group" jobkit-first jobkit
 run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$py" ddp_check.py torch-first jobkit
 check 8 "cyclic, jobkit.torch.init_process_group" torch-first jobkit
-# Not under jobkit exec: there, on Debian 12, the step was cancelled after every rank had finished
-# in about one run of three, even for a script that never imports jobkit (docs/cli.md, known faults).
+run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py torch-first env
+check 7 "uneven, jobkit exec and env://" torch-first env
+run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py torch-only env
+check 8 "cyclic, jobkit exec and env://, an unchanged torch script" torch-only env
 echo ok
