@@ -3,12 +3,13 @@
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
 #         hang, interrupt, torch, preempt, torch-env, tensor-uneven, tensor-cyclic, compat-uneven,
-#         compat-cyclic, exec-import-uneven, exec-import-cyclic
-# exec-import-* also need JOBKIT_TEST_CLI, the jobkit program (meson sets it).
+#         compat-cyclic, exec-import-uneven, exec-import-cyclic, ddp-resume, ddp-preempt, ddp-template
+# exec-import-* and ddp-template also need JOBKIT_TEST_CLI, the jobkit program (meson sets it).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt \
-  torch-env tensor-uneven tensor-cyclic compat-uneven compat-cyclic exec-import-uneven exec-import-cyclic
+  torch-env tensor-uneven tensor-cyclic compat-uneven compat-cyclic exec-import-uneven exec-import-cyclic \
+  ddp-resume ddp-preempt ddp-template
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -17,6 +18,18 @@ need_cluster
 mkdir -p "$shared"
 check=("$python" "$here/python_check.py")
 step=(timeout 90 srun --mpi=pmix)
+
+# ddp-*: examples/train_ddp.py, the DDP script users copy, as they launch it (gloo on CPUs), 5+1+1.
+ddp=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK
+  timeout 120 srun --mpi=pmix --kill-on-bad-exit=1 --job-name=jobkit-ddp-test -N3 -n7 "$python" "$repo/examples/train_ddp.py")
+# ddp_finished STEP [RANKS]: the last run ended well, every rank (7) at STEP with the same weights ($weights).
+ddp_finished() {
+  ((status == 0)) || fail "exit status $status"
+  (($(count ": finished at step $1, weights ") == ${2:-7})) || fail "not every rank finished at step $1"
+  weights=$(grep -o "finished at step $1, weights .*" <<<"$out" | sed 's/.*weights //' | sort -u)
+  [[ $(wc -l <<<"$weights") == 1 ]] || fail "the ranks' weights differ at step $1: $(echo $weights)"
+  echo "step $1: every rank's weights $weights"
+}
 case $mode in
   identity-uneven) run_step "${step[@]}" -N3 -n7 "${check[@]}" identity ;;  # 5+1+1
   identity-cyclic) run_step "${step[@]}" -N3 -n8 --distribution=cyclic "${check[@]}" identity ;;
@@ -69,6 +82,85 @@ $out" ;;
     run_step "${step[@]}" -N3 -n6 "${check[@]}" preempt "$work"
     out="$first
 $out" ;;
+  ddp-resume)
+    # A run of 8 steps, a second one to 16 that resumes from its last checkpoint, and a third to 16
+    # from nothing: the resumed weights are the uninterrupted run's (within rounding: DDP's first
+    # step after a start buckets the gradients in another order).
+    "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
+    work=$shared/ddp-resume.$$
+    rm -rf "$work" && mkdir -p "$work"
+    run_step "${ddp[@]}" --ckpt "$work/a" --steps 8 --every 4
+    ddp_finished 8
+    (($(count 'resumed from') == 0)) || fail "a run without a checkpoint resumed"
+    first=$weights
+    run_step "${ddp[@]}" --ckpt "$work/a" --steps 16 --every 4
+    ddp_finished 16
+    (($(count ': resumed from step 8$') == 7)) || fail "not every rank resumed from step 8"
+    resumed=$weights
+    run_step "${ddp[@]}" --ckpt "$work/b" --steps 16 --every 4
+    ddp_finished 16
+    (($(count 'resumed from') == 0)) || fail "a run without a checkpoint resumed"
+    [[ $resumed != "$first" ]] || fail "the weights did not move from step 8 to 16"
+    awk -v a="$resumed" -v b="$weights" 'BEGIN { d = a - b; m = b; if (d < 0) d = -d; if (m < 0) m = -m; exit !(d <= 1e-6 * m) }' ||
+      fail "the resumed run's weights $resumed are not the uninterrupted run's $weights"
+    echo "resumed at step 8: $resumed, uninterrupted: $weights" ;;
+  ddp-preempt)
+    # Slurm's signal to every task mid-run (scancel --signal=USR1, as --signal=USR1@300 before a time
+    # limit, once step 10's checkpoint is committed: every rank is in its StopGuard): every rank stops
+    # at one step, commits and exits 75; the next run resumes there and finishes 4 steps later.
+    "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
+    work=$shared/ddp-preempt.$$
+    rm -rf "$work" && mkdir -p "$work"
+    (for _ in $(seq 900); do [[ -d $work/a/step-000000000010 ]] && break; sleep 0.1; done
+      scancel --signal=USR1 --name=jobkit-ddp-test) &
+    run_step "${ddp[@]}" --ckpt "$work/a" --steps 100000 --every 10
+    wait
+    ((status == 75)) || fail "exit status $status, not 75 (stopped at a checkpoint)"
+    stops=$(grep -o ': stopped at step [0-9]* (SIGUSR1 on rank [0-9]*), checkpoint committed' <<<"$out" |
+      sed 's/ (.*//' | sort | uniq -c)
+    echo "stops: $stops"
+    [[ $(wc -l <<<"$stops") == 1 && $(awk '{print $1}' <<<"$stops") == 7 ]] || fail "the ranks did not stop at one step"
+    stopped=$(awk '{print $NF}' <<<"$stops")
+    ((stopped > 10)) || fail "stopped at step $stopped, before the signal"
+    run_step "${ddp[@]}" --ckpt "$work/a" --steps $((stopped + 4)) --every 10
+    (($(count ": resumed from step $stopped$") == 7)) || fail "not every rank resumed from step $stopped"
+    ddp_finished $((stopped + 4)) ;;
+  ddp-template)
+    # slurm/train-ddp-gpu.sbatch submitted for real, as templates.sh submits the other templates, its
+    # --gpus-per-task line removed (gloo on CPUs), 3 nodes x 2 tasks. Signalled as before its time
+    # limit (scancel --signal=USR1 once step 10 is committed), the job stops at one step, requeues
+    # itself, resumes there and finishes.
+    "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
+    work=$shared/ddp-template.$$
+    rm -rf "$work" && mkdir -p "$work"
+    sed '/^#SBATCH --gpus-per-task/d' "$repo/slurm/train-ddp-gpu.sbatch" >"$work/train-ddp-cpu.sbatch"
+    job=$(env JOBKIT="${JOBKIT_TEST_CLI:?the jobkit program}" PYTHON="$python" SCRIPT="$repo/examples/train_ddp.py" \
+      CHECKPOINTS="$work/ckpt" MAX_RESTARTS=0 sbatch --parsable --job-name=jobkit-ddp-test --chdir="$work" \
+      --output="$work/job.out" --cpus-per-task=1 --nodes=3 --ntasks-per-node=2 --time=10 \
+      "$work/train-ddp-cpu.sbatch" --steps 300 --every 10) || fail "sbatch failed"
+    trap 'scancel "$job" 2>/dev/null' EXIT
+    for _ in $(seq 600); do [[ -d $work/ckpt/step-000000000010 ]] && break; sleep 0.1; done
+    scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job failed"
+    deadline=$((SECONDS + 200))
+    while ((SECONDS < deadline)); do  # until it ended for good, not requeued
+      state=$(scontrol show job -o "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+      case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+      sleep 1
+    done
+    out=$(cat "$work/job.out")
+    echo "$out"
+    [[ $state == COMPLETED ]] || fail "job $job ended ${state:-unknown}"
+    status=0
+    (($(count 'attempt 0: stopped at a committed checkpoint; requeueing') == 1)) || fail "attempt 0 did not stop and requeue"
+    stops=$(grep -o ': stopped at step [0-9]* (SIGUSR1 on rank [0-9]*), checkpoint committed' <<<"$out" |
+      sed 's/ (.*//' | sort | uniq -c)
+    echo "stops: $stops"
+    [[ $(wc -l <<<"$stops") == 1 && $(awk '{print $1}' <<<"$stops") == 6 ]] || fail "the ranks did not stop at one step"
+    stopped=$(awk '{print $NF}' <<<"$stops")
+    (($(count "attempt 1: latest checkpoint '$stopped'") == 1)) || fail "attempt 1 did not find step $stopped"
+    (($(count ": resumed from step $stopped$") == 6)) || fail "not every rank resumed from step $stopped"
+    ddp_finished 300 6
+    (($(count 'attempt 1: finished') == 1)) || fail "attempt 1 did not finish" ;;
   exec-import-*)
     # A script that imports jobkit under `jobkit exec`, on layouts torchrun cannot make (torchrun
     # starts as many processes on every node): jobkit takes the torch variables it set itself.
