@@ -14,8 +14,9 @@ export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 # clang 16: Debian 12's default clang 14 cannot compile jobkit (no std::source_location with
 # libstdc++ 12). -fsanitize=fuzzer-no-link gives libFuzzer coverage of the library too, not only of the targets.
 # -O1, as libFuzzer's documentation builds its targets: the build is the checked lane's longest part,
-# and -O1 compiles in less CPU than the project's default -O2 (docs/testing.md, "Where the time goes").
-options=(-Dfuzz=true -Dtests=disabled -Dcli=false -Dexamples=false -Dcuda=disabled -Dnccl=disabled -Dpython=disabled
+# and -O1 compiles in less CPU than the project's default -O2 (docs/testing.md, "Where the time goes");
+# a unity build for the same reason (scripts/sanitize.sh).
+options=(-Dfuzz=true -Dunity=on -Dunity_size=100 -Dtests=disabled -Dcli=false -Dexamples=false -Dcuda=disabled -Dnccl=disabled -Dpython=disabled
   -Db_sanitize=address,undefined -Db_lundef=false
   "-Dcpp_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all" -Doptimization=1 --wrap-mode=nodownload)
 if [[ -f $build/build.ninja ]] && grep -q 'C++ compiler for the host machine: .*(clang 16\.' "$build/meson-logs/meson-log.txt"; then

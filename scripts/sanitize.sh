@@ -16,8 +16,11 @@ supp=$PWD/tests/sanitizers
 setup() {  # dir, options...
   local dir=$1
   shift
-  # -O0 (buildtype=debug): a quarter of -O2's compile time under ASan+UBSan, and no report optimised away.
-  local options=(-Dbuildtype=debug -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false -Dpython=disabled
+  # -O0 (buildtype=debug): a quarter of -O2's compile time under ASan+UBSan, and no report optimised
+  # away. A unity build (the library's files compiled a few at a time): each header is compiled
+  # once per group rather than once per file (docs/testing.md, "Where the time goes"); each
+  # platform's own build compiles file by file, so a file that does not stand alone is still found.
+  local options=(-Dbuildtype=debug -Dunity=on -Dunity_size=100 -Dwerror=true -Dtests=enabled -Dcuda=disabled -Dnccl=disabled -Dcli=false -Dexamples=false -Dpython=disabled
     -Db_lundef=false --wrap-mode=nodownload "$@")
   scripts/meson-setup.sh "$dir" "${options[@]}"
   ninja -C "$dir"

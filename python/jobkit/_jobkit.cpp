@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "_module.hpp"
 #include "core/embedder.hpp"
 #include "jobkit/checkpoints.hpp"
 #include "jobkit/collectives.hpp"
@@ -31,6 +32,9 @@
 namespace py = pybind11;
 
 namespace {
+
+using jobkit_python::bytes_of;
+using jobkit_python::timeout_of;
 
 /// Frames of files under this directory are the package's own: the call site is the first
 /// frame outside it.
@@ -147,18 +151,7 @@ auto blocking(F&& fn) {
   }
 }
 
-std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
-  if (!seconds) return std::chrono::milliseconds{0};
-  if (!std::isfinite(*seconds) || *seconds <= 0) {
-    throw jobkit::error(jobkit::errc::invalid_argument,
-                        "timeout=" + std::to_string(*seconds) + ": a positive number of seconds, or None");
-  }
-  return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(*seconds));
-}
-
 jobkit::call_options call_of(std::optional<double> seconds) { return {timeout_of(seconds)}; }
-
-std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
 
 /// A callable the helpers run without the GIL: it takes the GIL and returns fn()'s bytes.
 auto returning_bytes(const py::function& fn) {
@@ -471,6 +464,21 @@ void define_preemption(py::module_& m) {
 
 }  // namespace
 
+namespace jobkit_python {
+
+std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
+  if (!seconds) return std::chrono::milliseconds{0};
+  if (!std::isfinite(*seconds) || *seconds <= 0) {
+    throw jobkit::error(jobkit::errc::invalid_argument,
+                        "timeout=" + std::to_string(*seconds) + ": a positive number of seconds, or None");
+  }
+  return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(*seconds));
+}
+
+std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
+
+}  // namespace jobkit_python
+
 PYBIND11_MODULE(_jobkit, m) {
   m.doc() = "jobkit's C++ library; use the package `jobkit`, which wraps this module.";
   m.attr("__version__") = JOBKIT_VERSION_STRING;
@@ -489,6 +497,5 @@ PYBIND11_MODULE(_jobkit, m) {
   define_helpers(m);
   define_workspace(m);
   define_preemption(m);
-  void bind_tensor(py::module_&);
-  bind_tensor(m);  // python/jobkit/_tensor.cpp: groups, arrays in place
+  jobkit_python::bind_tensor(m);  // groups, arrays in place
 }

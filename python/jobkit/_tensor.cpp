@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "_elements.hpp"
+#include "_module.hpp"
 #include "core/embedder.hpp"
 #include "jobkit/collectives.hpp"
 #include "jobkit/helpers.hpp"
@@ -78,14 +79,6 @@ void check_parts(const char* collective, const char* what, const std::vector<arr
 // ---- Calls ----
 
 jobkit::group& group_of(const py::object& g) { return g.is_none() ? jobkit::world() : g.cast<jobkit::group&>(); }
-
-std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
-  if (!seconds) return std::chrono::milliseconds{0};
-  if (!std::isfinite(*seconds) || *seconds <= 0) {
-    invalid("timeout=" + std::to_string(*seconds) + ": a positive number of seconds, or None");
-  }
-  return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(*seconds));
-}
 
 using opt_seconds = std::optional<double>;
 
@@ -277,8 +270,6 @@ void define_arrays(py::module_& m) {
 
 // ---- Objects (pickled by the package) and numbers over a group ----
 
-std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
-
 py::list to_list(const std::vector<std::string>& items) {
   py::list out;
   for (const auto& item : items) out.append(py::bytes(item));
@@ -399,7 +390,7 @@ void define_groups(py::module_& m) {
 
 }  // namespace
 
-void bind_tensor(py::module_& m) {
+void jobkit_python::bind_tensor(py::module_& m) {
   define_arrays(m);
   define_objects(m);
   define_callables(m);

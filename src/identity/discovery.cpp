@@ -10,6 +10,7 @@
 #include <climits>
 #include <numeric>
 
+#include "core/parse.hpp"
 #include "jobkit/error.hpp"
 #include "pmi2/session.hpp"
 #include "pmi2/wire.hpp"
@@ -450,14 +451,10 @@ std::vector<int> parse_tasks_per_node(std::string_view name, std::string_view va
     fail(fmt::format("{} cannot be parsed: {} (expected a form like '4,2,1' or '2(x3),1')", quoted(name, value), why));
   };
   auto read_number = [&](std::string_view& rest) -> long {
-    std::size_t digits = 0;
-    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-    if (digits == 0) bad("a count is missing");
-    long number = 0;
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, number);
-    if (ec != std::errc{} || number > INT_MAX) bad("a count is out of range");
-    rest.remove_prefix(digits);
-    return number;
+    const auto number = take_decimal(rest);
+    if (!number)
+      bad(rest.empty() || rest.front() < '0' || rest.front() > '9' ? "a count is missing" : "a count is out of range");
+    return *number;
   };
   std::vector<int> per_node;
   std::string_view rest = value;

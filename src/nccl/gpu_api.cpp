@@ -21,8 +21,8 @@ namespace {
 #define JOBKIT_SPELLED(name) #name
 
 template <class Calls>
-Calls bind(errc code, std::string_view probe, const std::string& soname, std::string_view built_against,
-           void (*each)(Calls&, const gpu_library&, std::vector<std::string>&)) {
+Calls bind_calls(errc code, std::string_view probe, const std::string& soname, std::string_view built_against,
+                 void (*each)(Calls&, const gpu_library&, std::vector<std::string>&)) {
   const auto library = open_gpu_library(soname, probe, code, built_against);
   Calls calls;
   std::vector<std::string> missing;
@@ -77,25 +77,25 @@ void require_gpu_symbols(const gpu_library& library, const std::vector<std::stri
 }
 
 const nccl_calls& nccl_api() {
-  static const nccl_calls calls =
-      bind<nccl_calls>(errc::nccl, "ncclGetUniqueId", fmt::format("libnccl.so.{}", NCCL_MAJOR),
-                       "NCCL " JOBKIT_NAME_OF(NCCL_MAJOR) "." JOBKIT_NAME_OF(NCCL_MINOR) "." JOBKIT_NAME_OF(NCCL_PATCH),
-                       [](nccl_calls& c, const gpu_library& library, std::vector<std::string>& missing) {
+  static const nccl_calls calls = bind_calls<nccl_calls>(
+      errc::nccl, "ncclGetUniqueId", fmt::format("libnccl.so.{}", NCCL_MAJOR),
+      "NCCL " JOBKIT_NAME_OF(NCCL_MAJOR) "." JOBKIT_NAME_OF(NCCL_MINOR) "." JOBKIT_NAME_OF(NCCL_PATCH),
+      [](nccl_calls& c, const gpu_library& library, std::vector<std::string>& missing) {
 #define JOBKIT_LOOK_UP(name) look_up(c.name, library, JOBKIT_NAME_OF(name), missing);
-                         JOBKIT_NCCL_CALLS(JOBKIT_LOOK_UP)
-                       });
+        JOBKIT_NCCL_CALLS(JOBKIT_LOOK_UP)
+      });
   return calls;
 }
 
 const cuda_calls& cuda_api() {
   static const cuda_calls calls =
-      bind<cuda_calls>(errc::cuda, "cudaGetDeviceCount", fmt::format("libcudart.so.{}", CUDART_VERSION / 1000),
-                       "the CUDA runtime " JOBKIT_NAME_OF(CUDART_VERSION),
-                       [](cuda_calls& c, const gpu_library& library, std::vector<std::string>& missing) {
-                         JOBKIT_CUDA_CALLS(JOBKIT_LOOK_UP)
+      bind_calls<cuda_calls>(errc::cuda, "cudaGetDeviceCount", fmt::format("libcudart.so.{}", CUDART_VERSION / 1000),
+                             "the CUDA runtime " JOBKIT_NAME_OF(CUDART_VERSION),
+                             [](cuda_calls& c, const gpu_library& library, std::vector<std::string>& missing) {
+                               JOBKIT_CUDA_CALLS(JOBKIT_LOOK_UP)
 #undef JOBKIT_LOOK_UP
-                         look_up(c.cudaMalloc, library, "cudaMalloc", missing);
-                       });
+                               look_up(c.cudaMalloc, library, "cudaMalloc", missing);
+                             });
   return calls;
 }
 

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <climits>
 
+#include "core/parse.hpp"
 #include "jobkit/error.hpp"
 
 namespace jobkit::detail {
@@ -21,19 +22,6 @@ std::string shown(std::string_view text) {
 [[noreturn]] void bad_mapping(std::string_view text, std::string_view why) {
   throw error(errc::pmix,
               fmt::format("the PMI-2 server's PMI_process_mapping {} cannot be used: {}", shown(text), why));
-}
-
-/// Reads a decimal number without sign from the front of rest; nullopt-like -1 when there is none
-/// or it exceeds INT_MAX.
-long read_number(std::string_view& rest) {
-  std::size_t digits = 0;
-  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 10) return -1;
-  long value = 0;
-  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, value);
-  if (ec != std::errc{} || value > INT_MAX) return -1;
-  rest.remove_prefix(digits);
-  return value;
 }
 
 bool take(std::string_view& rest, std::string_view token) {
@@ -65,11 +53,11 @@ std::vector<int> parse_process_mapping(std::string_view text, int world_size) {
   node_of_rank.reserve(static_cast<std::size_t>(world_size));
   int highest_node = -1;
   while (take(rest, ",(")) {
-    const long start = read_number(rest);
+    const long start = take_decimal(rest).value_or(-1);
     if (start < 0 || !take(rest, ",")) bad_mapping(text, "a triple's first node is not a number");
-    const long nodes = read_number(rest);
+    const long nodes = take_decimal(rest).value_or(-1);
     if (nodes < 1 || !take(rest, ",")) bad_mapping(text, "a triple's node count is not a positive number");
-    const long per_node = read_number(rest);
+    const long per_node = take_decimal(rest).value_or(-1);
     if (per_node < 1 || !take(rest, ")")) bad_mapping(text, "a triple's ranks per node is not a positive number");
     // Every number is below 2^31: the products below fit in a long long.
     const long long last_node = static_cast<long long>(start) + nodes - 1;
@@ -149,7 +137,7 @@ std::vector<std::string> encode_pmi2_value(std::span<const std::byte> bytes) {
 std::size_t pmi2_value_parts(std::string_view first) {
   const auto colon = first.find(':');
   std::string_view count = first.substr(0, colon);
-  const long parts = colon == std::string_view::npos ? -1 : read_number(count);
+  const long parts = colon == std::string_view::npos ? -1 : take_decimal(count).value_or(-1);
   if (parts < 1 || !count.empty() || static_cast<std::size_t>(parts) > pmi2_max_parts) {
     throw error(errc::pmix, fmt::format("a PMI-2 value {} does not start with its number of parts (1 to {}) and ':'",
                                         shown(first), pmi2_max_parts));

@@ -4,21 +4,12 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include "core/parse.hpp"
 
 namespace jobkit::detail {
 namespace {
 
 bool digit(char ch) { return ch >= '0' && ch <= '9'; }
-
-/// Reads digits at the front of `rest`; nullopt when there are none or too many.
-std::optional<int> read_number(std::string_view& rest) {
-  int value = 0;
-  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), value);
-  if (ec != std::errc{} || end == rest.data()) return std::nullopt;
-  rest.remove_prefix(static_cast<std::size_t>(end - rest.data()));
-  return value;
-}
 
 std::string shown(const release& r) {
   return r.patch < 0 ? fmt::format("{}.{}", r.major, r.minor) : fmt::format("{}.{}.{}", r.major, r.minor, r.patch);
@@ -31,16 +22,16 @@ std::optional<release> parse_release(std::string_view text) {
     if (!digit(text[i]) || (i > 0 && digit(text[i - 1]))) continue;
     std::string_view rest = text.substr(i);
     release found;
-    const auto major = read_number(rest);
+    const auto major = take_decimal(rest);
     if (!major || rest.size() < 2 || rest.front() != '.' || !digit(rest[1])) continue;
     rest.remove_prefix(1);
-    const auto minor = read_number(rest);
+    const auto minor = take_decimal(rest);
     if (!minor) continue;
     found.major = *major;
     found.minor = *minor;
     if (rest.size() >= 2 && rest.front() == '.' && digit(rest[1])) {
       rest.remove_prefix(1);
-      if (const auto patch = read_number(rest)) found.patch = *patch;
+      if (const auto patch = take_decimal(rest)) found.patch = *patch;
     }
     return found;
   }

@@ -21,6 +21,10 @@ namespace jobkit::detail {
 /// member (its contribution, up to inline_capacity bytes in place), the result going down, a data
 /// region that grows for large payloads, mailboxes for one-way broadcasts, and an abort notice. Waiting spins for a
 /// bounded time (JOBKIT_SHM_SPIN_US) and then sleeps on a futex.
+/// How often a wait on a node segment looks at what a futex cannot tell: node-mates' pidfds and
+/// the leader's TCP links.
+inline constexpr std::chrono::milliseconds segment_check_interval{100};
+
 class node_segment {
  public:
   static constexpr std::size_t inline_capacity = 7 * 1024;

@@ -30,8 +30,6 @@ namespace {
 
 using clock = steady_clock;
 
-/// How often a leader waiting for a broadcast looks at its node.
-constexpr std::chrono::milliseconds check_interval{100};
 /// How often a leader waiting for its children looks whether a link went silent.
 constexpr std::chrono::milliseconds silence_check_interval{250};
 
@@ -514,7 +512,7 @@ frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const
     fds.clear();
     fds.push_back(pollfd{parent.fd, POLLIN, 0});
     for (const auto& child : children_) fds.push_back(pollfd{child.fd, POLLIN | POLLRDHUP, 0});
-    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(check_interval.count()));
+    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(segment_check_interval.count()));
     const int ready = ::poll(fds.data(), fds.size(), wait);
     if (ready == 0 || (ready < 0 && errno == EINTR)) interruption_point();
     if (ready > 0 && fds.front().revents != 0) break;

@@ -25,7 +25,6 @@ namespace {
 
 using clock = steady_clock;
 
-constexpr auto check_interval = segment_check_interval;
 /// Whether a member's contribution goes through the data region (past its slot) rather than in place.
 bool in_data_region(const node_segment::slot& slot) {
   return slot.has_payload != 0 && slot.size > node_segment::inline_capacity;
@@ -325,7 +324,7 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
   };
   const auto published = [&] { return segment.load(segment.result_word()) == seq; };
   // A node-mate in another collective may be the last: it rings only the leader's bell, so the
-  // leader, which looks again at least every check_interval, finds that out.
+  // leader, which looks again at least every segment_check_interval, finds that out.
   const auto leader_looks = [&] {
     if (index_ == 0 && !published() && segment.arrivals() >= target) try_finish();
   };
@@ -469,7 +468,7 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, cons
   // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
   const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
     auto waiting = static_cast<std::size_t>(std::count(in.begin(), in.end(), false));
-    auto next_check = clock::now() + check_interval;
+    auto next_check = clock::now() + segment_check_interval;
     std::uint32_t last = 0;
     for (bool first = true;; first = false) {
       const auto seen = segment.bell_value(bell::up);
@@ -494,7 +493,7 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, cons
       }
       if (tick) {
         links.tick();
-        next_check = now + check_interval;
+        next_check = now + segment_check_interval;
       }
       // Spins only after something happened, not after a wake-up for the checks.
       if (segment.wait(bell::up, seen, std::min(deadline, next_check), first || seen != last)) interruption_point();

@@ -166,10 +166,6 @@ class tree_node {
   std::vector<int> watched_members_;    // node indexes of watched_
 };
 
-/// How often a wait in shared memory looks at what a futex cannot tell: node-mates' pidfds and
-/// the leader's TCP links.
-inline constexpr std::chrono::milliseconds segment_check_interval{100};
-
 template <class Ready, class TimedOut>
 void tree_node::wait_in_segment(node_segment::bell b, const exchange& ex, time_point deadline, Ready&& ready,
                                 TimedOut&& timed_out) {

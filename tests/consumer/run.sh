@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds tests/consumer against jobkit as a wrap subproject and runs it: packs jobkit's working
 # tree into the consumer's packagefiles (no download), writes the wrap, builds it with jobkit as a
-# shared and as a static library (unoptimised, without debug information: the build is under
-# test, not the code), runs both.
+# shared and as a static library (unoptimised, without debug information, as a unity build: the
+# build is under test, not the code; each platform's own build compiles file by file), runs both.
 # usage: run.sh WORK_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd -P)
@@ -29,7 +29,7 @@ WRAP
 
 cd "$work"
 for library in shared static; do
-  meson setup --wrap-mode=nodownload -Dbuildtype=plain -Ddefault_library=$library "build-$library"
+  meson setup --wrap-mode=nodownload -Dunity=subprojects -Dunity_size=100 -Dbuildtype=plain -Ddefault_library=$library "build-$library"
   ninja -C "build-$library"
   out=$(env -u RANK -u WORLD_SIZE -u SLURM_STEP_NUM_TASKS -u PMIX_RANK "./build-$library/consumer")
   echo "$library: $out"

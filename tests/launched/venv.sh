@@ -99,9 +99,10 @@ py=$venv/bin/python
 # pyproject.toml's build, as a user gets it: build isolation (the build tools pip installs into a
 # throwaway environment, here from the wheelhouse), two compilers at a time, a fixed build
 # directory (so that ccache, when there, finds it again), at a lower CPU priority (throughput work
-# beside the other tests).
+# beside the other tests), as a unity build (less CPU; the platform's own build compiles every file
+# alone).
 TIMEFORMAT="built and installed in %R s (CPU: user %U s, sys %S s)"
-time (cd "$work/check" && nice -n 10 "$py" -m pip install -v --config-settings=compile-args=-j2 \
+time (cd "$work/check" && nice -n 10 "$py" -m pip install -v --config-settings=compile-args=-j2 --config-settings=setup-args=-Dunity=on --config-settings=setup-args=-Dunity_size=100 \
   --config-settings=build-dir="$work/build" "$work/src" >"$work/build.log" 2>&1) ||
   { tail -40 "$work/build.log"; fail "pip install $work/src failed (log: $work/build.log)"; }
 grep -E "Successfully installed|meson-python|Collecting (meson|pybind11|ninja)" "$work/build.log" | head -8

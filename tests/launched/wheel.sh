@@ -60,12 +60,14 @@ fi
 echo "building with $("$builder" -m pip --version)"
 # pyproject.toml's build (release), as a user gets it, two compilers at a time, in a build directory
 # of a fixed name (so that ccache, when there, finds it again; meson-python 0.12 calls the setting
-# builddir, 0.13 and later build-dir), at a lower CPU priority (throughput work beside the other tests).
+# builddir, 0.13 and later build-dir), at a lower CPU priority (throughput work beside the other tests),
+# as a unity build (less CPU; the platform's own build compiles every file alone).
 key=build-dir
 [[ $("$builder" -c 'import mesonpy; print(mesonpy.__version__)') != 0.12.* ]] || key=builddir
 TIMEFORMAT="wheel built in %R s (CPU: user %U s, sys %S s)"
 time (cd "$work" && nice -n 10 "$builder" -m pip wheel -v --no-build-isolation --no-deps -w "$work/dist" \
-  --config-settings=compile-args=-j2 --config-settings=$key="$work/build" "$work/src" >"$work/build.log" 2>&1) ||
+  --config-settings=compile-args=-j2 --config-settings=setup-args=-Dunity=on --config-settings=setup-args=-Dunity_size=100 \
+  --config-settings=$key="$work/build" "$work/src" >"$work/build.log" 2>&1) ||
   { tail -40 "$work/build.log"; fail "pip wheel failed (log: $work/build.log)"; }
 wheels=("$work"/dist/*.whl)
 ((${#wheels[@]} == 1)) && [[ -f ${wheels[0]} ]] || fail "pip wheel made not exactly one wheel: $(ls "$work/dist")"

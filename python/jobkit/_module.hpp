@@ -1,0 +1,25 @@
+#pragma once
+
+// What the extension's files (_jobkit.cpp, _tensor.cpp) share: the conversion of the Python
+// arguments they have in common, and the registration of _tensor.cpp's part of the module.
+
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace jobkit_python {
+
+/// A call's `timeout` in seconds (None: the call's default) as milliseconds, rounded up.
+/// @throws jobkit::error (invalid_argument) for a value that is not a positive number
+std::chrono::milliseconds timeout_of(std::optional<double> seconds);
+
+/// The bytes of a Python bytes object.
+std::string bytes_of(const pybind11::handle& object);
+
+/// Adds groups, the in-place array collectives and the object collectives to the module
+/// (_tensor.cpp).
+void bind_tensor(pybind11::module_& m);
+
+}  // namespace jobkit_python
