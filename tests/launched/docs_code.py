@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""The docs' code, compiled and run: every fenced block of README.md and docs/*.md.
+
+A block is run as the reader would run it, unless the line above its fence says otherwise:
+
+  (no marker)                          a whole program or command: run (below)
+  <!-- docs-code: fragment -->         a part of a program or command line: Python's and shell's
+                                       syntax checked, C++ not compiled (it names what the reader has)
+  <!-- docs-code: not run: REASON -->  a whole command this suite does not run here (REASON: it
+                                       installs packages, is the suite itself, needs a GPU, ...):
+                                       its syntax checked
+
+A fence without a language, or `text`, is output (an error message, a file listing): not code.
+Any other language (ini, meson, cmake) needs one of the markers: this test knows no way to run it.
+
+Run: a `cpp` block is compiled against the build (its uninstalled pkg-config file) and run as a
+step of 4 ranks on 2 nodes of the dev cluster; a `python` block runs as such a step with the
+build's module on PYTHONPATH; a `sh` block runs under `bash -euo pipefail` in a directory where
+`build` is the build and `slurm`, `scripts`, `examples` are the checkout's, with a dev cluster of
+its own (so that `slurm/dev-cluster.sh start` in a block starts a private one). Every run must exit
+0 within its time.
+
+Then the Python signatures the docs show (an inline `name(params)` in docs/python.md whose name is
+the package's) are checked against the module: each parameter shown exists under that name, in
+that order, keyword-only where the docs put it after `*`, with the default the docs give.
+
+usage: docs_code.py REPO BUILD_ROOT PYTHON PYTHON_PATH WORK_DIR [--list]
+  WORK_DIR  emptied, then holds the blocks and their programs; every node must see it (the dev
+            cluster's nodes have a /tmp of their own)
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+import subprocess
+import sys
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+FENCE = re.compile(r"^```([^\s`]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+MARKER = re.compile(r"<!--\s*docs-code:\s*(fragment|not run:\s*(?P<reason>[^>]*?))\s*-->\s*$")
+RUNNABLE = {"cpp", "python", "sh"}
+OUTPUT = {"", "text"}
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int
+    lang: str
+    body: str
+    kind: str  # run, fragment, not-run, output
+    reason: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line} ({self.lang or 'text'})"
+
+
+def blocks(repo: Path) -> list[Block]:
+    found = []
+    for path in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        text = path.read_text()
+        for m in FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            marker = MARKER.search(before)
+            lang = m.group(1)
+            if lang in OUTPUT:
+                kind, reason = "output", ""
+            elif marker is None:
+                kind, reason = "run", ""
+            elif marker.group(1) == "fragment":
+                kind, reason = "fragment", ""
+            else:
+                kind, reason = "not-run", marker.group("reason").strip()
+            found.append(Block(path.relative_to(repo), line, lang, m.group(2), kind, reason))
+    return found
+
+
+def run(cmd: list[str], timeout: int, **kwargs) -> tuple[int, str]:
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return 124, out + f"\n(timed out after {timeout} s)"
+    return p.returncode, p.stdout
+
+
+def tail(text: str, n: int = 25) -> str:
+    return "\n".join("    " + line for line in text.strip().splitlines()[-n:])
+
+
+class Runner:
+    def __init__(self, repo: Path, build: Path, python: str, python_path: str, work: Path):
+        self.repo, self.build, self.python, self.python_path, self.work = repo, build, python, python_path, work
+        self.step = ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-N2", "-n4"]
+
+    def syntax(self, b: Block) -> str | None:
+        if b.lang == "python":
+            try:
+                compile(b.body, str(b.path), "exec")
+            except SyntaxError as e:
+                return f"not Python: {e}"
+        elif b.lang == "sh":
+            rc, out = run(["bash", "-n", "-c", b.body], 30)
+            if rc != 0:
+                return f"not shell: {out.strip()}"
+        return None
+
+    def cpp(self, b: Block, n: int) -> str | None:
+        src = self.work / f"block{n}.cpp"
+        exe = self.work / f"block{n}"
+        src.write_text(b.body)
+        env = dict(os.environ, PKG_CONFIG_PATH=str(self.build / "meson-uninstalled"))
+        rc, flags = run(["pkg-config", "--cflags", "--libs", "jobkit"], 30, env=env)
+        if rc != 0:
+            return f"pkg-config found no uninstalled jobkit in {self.build}/meson-uninstalled: {flags.strip()}"
+        libdir = self.build / "src"
+        cmd = ["c++", "-std=c++20", "-O0", "-o", str(exe), str(src), *flags.split(), f"-Wl,-rpath,{libdir}"]
+        rc, out = run(cmd, 400)
+        if rc != 0:
+            return f"does not compile:\n{tail(out)}"
+        if "int main(" not in b.body:
+            return None
+        rc, out = run([*self.step, "timeout", "120", str(exe)], 180)
+        print(tail(out, 8))
+        return None if rc == 0 else f"the step exited {rc}:\n{tail(out)}"
+
+    def python_step(self, b: Block, n: int) -> str | None:
+        script = self.work / f"block{n}.py"
+        script.write_text(b.body)
+        env = dict(os.environ, PYTHONPATH=self.python_path)
+        rc, out = run([*self.step, "timeout", "240", self.python, str(script)], 300, env=env, cwd=self.work)
+        print(tail(out, 8))
+        return None if rc == 0 else f"the step exited {rc}:\n{tail(out)}"
+
+    def shell(self, b: Block, n: int) -> str | None:
+        here = self.work / f"sh{n}"
+        here.mkdir()
+        (here / "build").symlink_to(self.build)
+        for name in ("slurm", "scripts", "examples"):
+            (here / name).symlink_to(self.repo / name)
+        rc, out = run(["bash", "-euo", "pipefail", "-c", b.body], 300, cwd=here, env=self.private_cluster_env())
+        print(tail(out, 8))
+        if rc != 0:
+            run([str(self.repo / "slurm/dev-cluster.sh"), "stop"], 120, env=self.private_cluster_env())
+        return None if rc == 0 else f"exited {rc}:\n{tail(out)}"
+
+    def private_cluster_env(self) -> dict[str, str]:
+        """The suite's cluster's settings, moved to the next free block: state dir, ports, subnet."""
+        rc, out = run([str(self.repo / "slurm/dev-cluster.sh"), "settings"], 30)
+        settings = dict(item.split("=", 1) for item in out.split()) if rc == 0 else {}
+        subnet = settings.get("cluster_subnet", "198.18.0")
+        head, last = subnet.rsplit(".", 1)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JOBKIT_CLUSTER_"))}
+        env.update(
+            JOBKIT_CLUSTER_DIR=settings.get("cluster_dir", "/var/lib/jobkit-dev-cluster") + "-docs",
+            JOBKIT_CLUSTER_PORT=str(int(settings.get("cluster_port", "6817")) + 200),
+            JOBKIT_CLUSTER_SUBNET=f"{head}.{int(last) + 2}",
+        )
+        return env
+
+
+# ---- Signatures ----
+
+SPAN = re.compile(r"`((?:jobkit\.)?[A-Za-z_][\w.]*)\(([^`()]*)\)`")
+PARAM = re.compile(r"^(\*\*?)?([A-Za-z_]\w*)(?:=(.+))?$|^\*$|^/$")
+
+
+def documented_signatures(text: str) -> list[tuple[str, list[str], int]]:
+    found = []
+    for m in SPAN.finditer(text):
+        params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() else []
+        if all(PARAM.match(p) for p in params):
+            found.append((m.group(1), params, text.count("\n", 0, m.start()) + 1))
+    return found
+
+
+def resolve(name: str):
+    import importlib
+
+    parts = name.split(".")
+    if parts[0] != "jobkit":
+        parts = ["jobkit", *parts]
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                return None
+        return obj
+    return None
+
+
+def value_of(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    try:
+        return eval(compile(ast.parse(text, mode="eval"), "<doc>", "eval"), {"__builtins__": {}}, {})
+    except Exception:  # noqa: BLE001: a default the docs write as prose, compared as text
+        return text
+
+
+def check_signature(name: str, params: list[str], obj) -> str | None:
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None  # a pybind11 function without a signature: its stub is checked by stubtest
+    real = [p for p in sig.parameters.values() if p.name != "self"]
+    by_name = {p.name: p for p in real}
+    keyword_only = False
+    order = []
+    for shown in params:
+        if shown in ("*", "/"):
+            keyword_only = keyword_only or shown == "*"
+            continue
+        m = PARAM.match(shown)
+        star, pname, default = m.group(1), m.group(2), m.group(3)
+        p = by_name.get(pname)
+        if p is None:
+            return f"has no parameter '{pname}' (it has: {', '.join(str(q) for q in real)})"
+        if star == "*" and p.kind != p.VAR_POSITIONAL or star == "**" and p.kind != p.VAR_KEYWORD:
+            return f"'{shown}' is {p.kind.description} there"
+        if keyword_only and not star and p.kind != p.KEYWORD_ONLY:
+            return f"'{pname}' is shown keyword-only but is {p.kind.description}"
+        if not keyword_only and not star and p.kind == p.KEYWORD_ONLY:
+            return f"'{pname}' is keyword-only, shown positional"
+        if default is not None:
+            if p.default is p.empty:
+                return f"'{pname}' has no default, the docs show {default}"
+            if value_of(default) != p.default:
+                return f"'{pname}' defaults to {p.default!r}, the docs show {default}"
+        order.append(real.index(p))
+    if order != sorted(order):
+        return "the docs show its parameters in another order than " + str(sig)
+    return None
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if a != "--list"]
+    if len(args) != 5:
+        print(__doc__.rsplit("usage: ", 1)[1], file=sys.stderr)
+        return 2
+    repo, build = Path(args[0]).resolve(), Path(args[1]).resolve()
+    python, python_path, work = args[2], str(Path(args[3]).resolve()), Path(args[4]).resolve()
+    found = blocks(repo)
+    if "--list" in sys.argv:
+        for b in found:
+            print(f"{b.where}: {b.kind}{': ' + b.reason if b.reason else ''}")
+        return 0
+
+    failures = []
+    counts: dict[str, int] = {}
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    runner = Runner(repo, build, python, python_path, work)
+    for n, b in enumerate(found):
+        counts[b.kind] = counts.get(b.kind, 0) + 1
+        if b.kind == "output":
+            continue
+        if b.kind == "not-run" and not b.reason:
+            failures.append(f"{b.where}: 'not run:' without a reason")
+            continue
+        if b.kind == "run" and b.lang not in RUNNABLE:
+            failures.append(f"{b.where}: no way to run a {b.lang} block: mark it fragment or not run")
+            continue
+        why = runner.syntax(b)
+        if why is None and b.kind == "run":
+            print(f"== {b.where}: running", flush=True)
+            why = {"cpp": runner.cpp, "python": runner.python_step, "sh": runner.shell}[b.lang](b, n)
+        print(f"{b.where}: {b.kind}: {'FAILED: ' + why if why else 'ok'}", flush=True)
+        if why:
+            failures.append(f"{b.where}: {why}")
+
+    sys.path.insert(0, python_path)
+    checked = 0
+    doc = repo / "docs" / "python.md"
+    # The reference: python.md up to its first section; the sections after it speak of the seeds'
+    # functions and torch's as well, whose names are not the package's.
+    reference = doc.read_text().split("\n## ", 1)[0]
+    for name, params, line in documented_signatures(reference):
+        obj = resolve(name)
+        if obj is None or not callable(obj):
+            continue
+        checked += 1
+        why = check_signature(name, params, obj)
+        if why:
+            failures.append(f"docs/python.md:{line}: `{name}({', '.join(params)})` {why}")
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    print(f"blocks: {summary}; Python signatures checked: {checked}")
+    for f in failures:
+        print(f"FAIL: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
