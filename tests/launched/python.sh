@@ -215,7 +215,9 @@ case $mode in
     [[ -z $slow ]] || fail "ranks raised 5 s or more after the death: $slow" ;;
   hang)
     ((status == 0)) || fail "exit status $status"
-    (($(count 'timeout after [23]\..*barrier at python_check.py:[0-9]* timed out after 2000 ms') == 6)) ||
+    # At rank 0's deadline: a rank that entered the barrier later than rank 0 hears of it a little
+    # before its own 2 s (1.99 s on rank 6 under load, 2026-11-27).
+    (($(count 'timeout after \(1\.9\|[23]\.\).*barrier at python_check.py:[0-9]* timed out after 2000 ms') == 6)) ||
       fail "not every waiting rank raised jobkit.TimeoutError at its deadline"
     (($(count 'rank(s) 2 never arrived') >= 1)) || fail "no rank named the missing rank" ;;
   interrupt)
