@@ -24,7 +24,7 @@ scripts/install-deps.sh runs inside it. It is cached in JOBKIT_DEBIAN13_CACHE (d
 /var/cache/jobkit), outside any checkout, under a name that hashes the recipe: trixie's package list,
 the text of scripts/install-deps.sh and of the functions here that make and enter the root. A
 change of any makes a new root (the old one is removed once the new one is ready). Making it takes
-about ten minutes and 2 GB. To force a fresh root, point JOBKIT_DEBIAN13_CACHE at an empty
+about 7 minutes and 2 GB. To force a fresh root, point JOBKIT_DEBIAN13_CACHE at an empty
 directory.
 
 Inside, the scripts know the platform from /etc/os-release: the dev cluster takes its own state
