@@ -100,6 +100,11 @@ def main():
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_IGN)
     dist.destroy_process_group()
+    if status == STOPPED:
+        # Then every rank leaves together, its torch group gone: what is left of a task's exit is the
+        # interpreter's own, short, where a task still in destroy_process_group when the first one
+        # exited could outlast Slurm's KillWait and be killed (the step's status 137, not 75).
+        jobkit.barrier()
     return status
 
 
