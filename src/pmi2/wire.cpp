@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <climits>
 
 #include "core/parse.hpp"
 #include "jobkit/error.hpp"
