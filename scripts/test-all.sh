@@ -93,8 +93,9 @@ while read -r name _ _ rc; do
 done <"$times"
 ci=()
 [[ ${CI:-} != true ]] || ci=(--ci)
-# The summary of each platform (its own failures and skips listed), then the slowest ten and the
-# total over both.
+# The summary of each platform (its own failures and skips listed), then over both: each failed
+# test with the end of its output (a CI's short log shows only the end of the run), the slowest ten
+# and the total.
 for spec in "Debian 12=$build" "Debian 13=$build13"; do
   name=${spec%%=*}
   dir=${spec#*=}
@@ -102,7 +103,7 @@ for spec in "Debian 12=$build" "Debian 13=$build13"; do
   [[ $name != "Debian 12" ]] || dirs+=("$name ASan=build-asan" "$name TSan=build-tsan" "$name fuzz=build-fuzz")
   echo "$name: $(scripts/test-summary.py "${ci[@]}" "${dirs[@]}" | tail -1)"
 done
-scripts/test-summary.py "${ci[@]}" --slowest 10 "Debian 12=$build" "Debian 12 ASan=build-asan" \
+scripts/test-summary.py "${ci[@]}" --output-lines 60 --slowest 10 "Debian 12=$build" "Debian 12 ASan=build-asan" \
   "Debian 12 TSan=build-tsan" "Debian 12 fuzz=build-fuzz" "Debian 13=$build13" >"$times.summary"
 cat "$times.summary"
 failed=$(tail -1 "$times.summary" | sed 's/.* passed, \([0-9]*\) failed.*/\1/')

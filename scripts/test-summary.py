@@ -2,11 +2,12 @@
 """Counts the meson test results of build directories (every meson-logs/testlog*.json in each).
 
 Prints each test that failed or was skipped (with the reason a skipped test gave), optionally the
-slowest tests, and last the line "N passed, N failed, N skipped". A directory without any test log
+last lines of each failed test's output, the slowest tests, and last the line "N passed, N failed,
+N skipped". A directory without any test log
 counts as one failure (its build or its setup failed). With --ci a skip counts as a failure: CI
 must run everything.
 
-  scripts/test-summary.py [--ci] [--slowest N] [LABEL=]DIR...
+  scripts/test-summary.py [--ci] [--output-lines N] [--slowest N] [LABEL=]DIR...
 
 LABEL (default: DIR) names the directory in what is printed.
 """
@@ -21,6 +22,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ci", action="store_true", help="count a skipped test as failed")
     parser.add_argument("--slowest", type=int, default=0, metavar="N", help="print the N slowest tests")
+    parser.add_argument("--output-lines", type=int, default=0, metavar="N",
+                        help="print the last N lines of each failed test's output")
     parser.add_argument("dirs", nargs="+", metavar="[LABEL=]DIR")
     args = parser.parse_args()
     counts = {"passed": 0, "failed": 0, "skipped": 0}
@@ -47,6 +50,10 @@ def main() -> int:
                 else:
                     print(f"failed {name}: {t['result']}")
                     counts["failed"] += 1
+                    if args.output_lines:
+                        output = (t.get("stdout") or "") + (t.get("stderr") or "")
+                        for l in output.splitlines()[-args.output_lines:]:
+                            print(f"  | {l}")
     if args.slowest:
         print(f"The {args.slowest} slowest tests:")
         for seconds, name in sorted(durations, reverse=True)[: args.slowest]:

@@ -837,8 +837,9 @@ TEST_CASE(
   }
 
   // How late the rank chosen to arrive last comes: 100 ms once lost to a leader that was slower
-  // still to leave the barrier before it, in a loaded CI run (rank 0 applied the op, not rank 3).
-  static constexpr auto last_by = 300ms;
+  // still to leave the barrier before it, in a loaded CI run (rank 0 applied the op, not rank 3);
+  // a second leaves room for TSan on a loaded machine.
+  static constexpr auto last_by = 1s;
   // The last to arrive applies the op: the leader, or a node-mate. 150 KB pieces from every rank
   // make that member grow the data region too (it starts at 64 KiB).
   for (const int last : {0, 2, 3}) {
@@ -893,16 +894,16 @@ TEST_CASE(
   CHECK(thrown[2].value->starts_with("own: "));
 
   // Everyone arrived, but the finisher's operation outlasts the others' deadline: they name it,
-  // and it fails as they did instead of publishing.
+  // and it fails as they did instead of publishing. Rank 2 comes last but well within the deadline.
   const auto slow = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     g.barrier();
-    if (g.rank() == 2) std::this_thread::sleep_for(last_by);
+    if (g.rank() == 2) std::this_thread::sleep_for(300ms);
     return g.all_reduce(g.rank(),
                         [](int a, int b) {
-                          std::this_thread::sleep_for(1s);
+                          std::this_thread::sleep_for(3s);
                           return a + b;
                         },
-                        {.timeout = 500ms});
+                        {.timeout = 2s});
   });
   for (const auto& o : slow) {
     INFO(o.error);
@@ -1264,7 +1265,7 @@ TEST_CASE("read on demand: an endpoint that never comes is a lost node once the 
   CHECK_THAT(connect_error, Catch::Contains("rank 1 (n1): its node gave no answer for its endpoint within 2 s") &&
                                 Catch::Contains("the node is lost or cut off"));
   CHECK(connect_took >= 1900ms);
-  CHECK(connect_took < 6s);
+  CHECK(connect_took < 15s);  // a correctness bound: generous for TSan under load
   start = steady_clock::now();
   try {
     fabric.accept({1}, "k", steady_clock::now() + 30s);
@@ -1277,7 +1278,7 @@ TEST_CASE("read on demand: an endpoint that never comes is a lost node once the 
              Catch::Contains("rank 1 (n1) never connected: its node n1 gave no answer for its endpoint") &&
                  Catch::Contains("(its ranks: 1)"));
   CHECK(accept_took >= 2900ms);  // a second's grace, then the limit
-  CHECK(accept_took < 8s);
+  CHECK(accept_took < 15s);
 }
 
 TEST_CASE(
@@ -1382,7 +1383,7 @@ TEST_CASE(
   CHECK_THAT(connect_error, Catch::Contains("cannot connect to rank 1 (n1)") && Catch::Contains("refused"));
   // Seven pauses of 50 ms to 1 s, each 0.5 to 1.5 times that: 1.78 s to 5.3 s in all.
   CHECK(connect_took >= 1700ms);
-  CHECK(connect_took < 8s);
+  CHECK(connect_took < 15s);
 
   start = steady_clock::now();
   try {
@@ -1393,5 +1394,5 @@ TEST_CASE(
   accept_took = std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - start);
   CHECK_THAT(accept_error,
              Catch::Contains("rank 1 (n1) never connected: its node n1 refused a connection to its port"));
-  CHECK(accept_took < 5s);  // a second of grace, then the first look
+  CHECK(accept_took < 10s);  // a second of grace, then the first look
 }
