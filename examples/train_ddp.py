@@ -101,10 +101,14 @@ def main():
             signal.signal(sig, signal.SIG_IGN)
     dist.destroy_process_group()
     if status == STOPPED:
-        # Then every rank leaves together, its torch group gone: what is left of a task's exit is the
-        # interpreter's own, short, where a task still in destroy_process_group when the first one
-        # exited could outlast Slurm's KillWait and be killed (the step's status 137, not 75).
+        # Then every rank leaves together and at once: past the barrier, a task exits without the
+        # interpreter's teardown (torch's, jobkit's), which could take seconds on a loaded node; a
+        # task still in it when Slurm's KillWait ran out after the first task's exit would be
+        # killed, and the step's status would be 137, not 75.
         jobkit.barrier()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(STOPPED)
     return status
 
 

@@ -1,7 +1,5 @@
 // jobkit bench: every collective timed under the launcher, next to the raw PMIx floor (a
 // collecting PMIx_Fence with no data, the cheapest real barrier) measured in the same run.
-#include <pmix.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 
 #include "cli.hpp"
 #include "jobkit/jobkit.hpp"
+#include "pmix/library.hpp"
 
 namespace jobkit::cli {
 namespace {
@@ -38,6 +37,8 @@ constexpr std::string_view bench_usage =
     "  --help             show this help\n";
 
 using clock = std::chrono::steady_clock;
+using detail::load_info;
+using detail::pmix_api;
 
 double micros(clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
@@ -74,18 +75,18 @@ class pmix_fence {
  public:
   pmix_fence() {
     pmix_proc_t self;
-    if (PMIx_Init(&self, nullptr, 0) != PMIX_SUCCESS) return;
+    if (pmix_api().PMIx_Init(&self, nullptr, 0) != PMIX_SUCCESS) return;
     active_ = true;
-    PMIX_INFO_LOAD(&collect_, PMIX_COLLECT_DATA, &yes_, PMIX_BOOL);
+    load_info(collect_, PMIX_COLLECT_DATA, &yes_, PMIX_BOOL);
   }
   ~pmix_fence() {
-    if (active_) PMIx_Finalize(nullptr, 0);
+    if (active_) pmix_api().PMIx_Finalize(nullptr, 0);
   }
   bool active() const { return active_; }
   void operator()() {
-    const pmix_status_t rc = PMIx_Fence(nullptr, 0, &collect_, 1);
+    const pmix_status_t rc = pmix_api().PMIx_Fence(nullptr, 0, &collect_, 1);
     if (rc != PMIX_SUCCESS) {
-      throw error(errc::pmix, fmt::format("bench: PMIx_Fence failed: {}", PMIx_Error_string(rc)), rc);
+      throw error(errc::pmix, fmt::format("bench: PMIx_Fence failed: {}", pmix_api().PMIx_Error_string(rc)), rc);
     }
   }
 

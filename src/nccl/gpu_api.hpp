@@ -66,26 +66,8 @@ struct cuda_calls {
   cudaError_t (*cudaMalloc)(void**, std::size_t) = nullptr;  // cuda_runtime.h overloads it with a template
 };
 
-/// A library opened by soname for its calls.
-struct gpu_library {
-  std::string soname;
-  void* handle = nullptr;
-  std::string path;  ///< where the loader found it
-};
-
-/// Opens `soname`: the copy already in the process when the program linked it (dlopen returns
-/// that one), else where the dynamic loader finds it, else in the directories jobkit was built
-/// against (JOBKIT_GPU_LIBRARY_DIRS). @throws jobkit::error (code) naming the soname,
-/// `built_against` and every path tried with the loader's reason
-gpu_library open_gpu_library(const std::string& soname, std::string_view probe, errc code,
-                             std::string_view built_against);
-/// The symbol `name`, or null with `name` added to `missing`.
-void* gpu_symbol(const gpu_library& library, const char* name, std::vector<std::string>& missing);
-/// @throws jobkit::error (code) naming the library, its path and the missing calls, when any
-void require_gpu_symbols(const gpu_library& library, const std::vector<std::string>& missing, errc code,
-                         std::string_view built_against);
-
-/// NCCL's calls, from libnccl.so.<major> (open_gpu_library), bound once.
+/// NCCL's calls, from libnccl.so.<major> (open_shared_library: the loader's search, then the
+/// directories it was found in at build time, JOBKIT_GPU_LIBRARY_DIRS), bound once.
 /// @throws jobkit::error (nccl) naming the library, what was tried and what is missing
 const nccl_calls& nccl_api();
 

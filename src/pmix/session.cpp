@@ -18,6 +18,7 @@
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
+#include "pmix/library.hpp"
 #include "pmix/values.hpp"
 #include "pmix/versions.hpp"
 
@@ -25,18 +26,17 @@ namespace jobkit::detail {
 namespace {
 
 struct value_releaser {
-  void operator()(pmix_value_t* value) const noexcept { PMIX_VALUE_RELEASE(value); }
+  void operator()(pmix_value_t* value) const noexcept { release_value(value); }
 };
 using value_ptr = std::unique_ptr<pmix_value_t, value_releaser>;
 
 /// PMIx_Get; with local_only (PMIX_OPTIONAL), the server is not asked: job data is already local.
 value_ptr get_value(const pmix_proc_t& proc, const char* key, bool local_only, pmix_status_t* status) {
-  pmix_info_t info;
-  PMIX_INFO_CONSTRUCT(&info);
-  PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &local_only, PMIX_BOOL);
+  pmix_info_t info{};
+  load_info(info, PMIX_OPTIONAL, &local_only, PMIX_BOOL);
   pmix_value_t* value = nullptr;
-  *status = PMIx_Get(&proc, key, &info, 1, &value);
-  PMIX_INFO_DESTRUCT(&info);
+  *status = pmix_api().PMIx_Get(&proc, key, &info, 1, &value);
+  destruct_info(info);
   return value_ptr(*status == PMIX_SUCCESS ? value : nullptr);
 }
 
@@ -83,7 +83,7 @@ class gds_choice {
     }
     const std::string_view wanted = "hash";
     const char* offered = std::getenv(name);
-    if (PMIx_Initialized()) return;
+    if (pmix_api().PMIx_Initialized()) return;
     hash_ = offered != nullptr && std::string_view(offered) == wanted;
     if (setting == "launcher" || offered == nullptr) return;
     if (setting == "auto" && !small_step()) return;
@@ -132,7 +132,9 @@ class gds_choice {
 
 }  // namespace
 
-std::string pmix_status_text(pmix_status_t status) { return fmt::format("{} ({})", PMIx_Error_string(status), status); }
+std::string pmix_status_text(pmix_status_t status) {
+  return fmt::format("{} ({})", pmix_api().PMIx_Error_string(status), status);
+}
 
 namespace {
 
@@ -189,7 +191,7 @@ pmix_session::pmix_session() {
     std::thread([call] {
       pmix_proc_t proc;
       std::memset(&proc, 0, sizeof proc);
-      const pmix_status_t result = PMIx_Init(&proc, nullptr, 0);
+      const pmix_status_t result = pmix_api().PMIx_Init(&proc, nullptr, 0);
       {
         std::lock_guard lock(call->mutex);
         call->status = result;
@@ -217,15 +219,14 @@ pmix_session::pmix_session() {
   }
 }
 
-pmix_session::~pmix_session() { PMIx_Finalize(nullptr, 0); }
+pmix_session::~pmix_session() { pmix_api().PMIx_Finalize(nullptr, 0); }
 
 void pmix_session::put(const std::string& key, std::span<const std::byte> bytes) {
-  pmix_value_t value;
-  PMIX_VALUE_CONSTRUCT(&value);
+  pmix_value_t value{};
   value.type = PMIX_BYTE_OBJECT;
   value.data.bo.bytes = reinterpret_cast<char*>(const_cast<std::byte*>(bytes.data()));
   value.data.bo.size = bytes.size();
-  const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value);
+  const pmix_status_t status = pmix_api().PMIx_Put(PMIX_GLOBAL, key.c_str(), &value);
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Put({}) failed: {}", key, pmix_status_text(status)), status);
   }
@@ -246,7 +247,7 @@ struct fence_wait {
   std::condition_variable done_signal;
   bool done = false;
   pmix_status_t status = PMIX_SUCCESS;
-  pmix_info_t info[2];
+  pmix_info_t info[2]{};
   bool collect = true;
   int seconds = 0;
 
@@ -261,8 +262,8 @@ struct fence_wait {
     delete self;
   }
   ~fence_wait() {
-    PMIX_INFO_DESTRUCT(&info[0]);
-    PMIX_INFO_DESTRUCT(&info[1]);
+    destruct_info(info[0]);
+    destruct_info(info[1]);
   }
 };
 
@@ -275,16 +276,16 @@ std::mutex fence_order;
 
 void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
   const std::scoped_lock one_at_a_time(fence_order);
-  pmix_status_t status = PMIx_Commit();
+  pmix_status_t status = pmix_api().PMIx_Commit();
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
   }
   auto wait = std::make_shared<fence_wait>();
   wait->seconds = pmix_timeout_seconds(timeout);
-  PMIX_INFO_LOAD(&wait->info[0], PMIX_COLLECT_DATA, &wait->collect, PMIX_BOOL);
-  PMIX_INFO_LOAD(&wait->info[1], PMIX_TIMEOUT, &wait->seconds, PMIX_INT);
+  load_info(wait->info[0], PMIX_COLLECT_DATA, &wait->collect, PMIX_BOOL);
+  load_info(wait->info[1], PMIX_TIMEOUT, &wait->seconds, PMIX_INT);
   auto* handle = new std::shared_ptr<fence_wait>(wait);
-  status = PMIx_Fence_nb(nullptr, 0, wait->info, 2, &fence_wait::on_done, handle);
+  status = pmix_api().PMIx_Fence_nb(nullptr, 0, wait->info, 2, &fence_wait::on_done, handle);
   if (status != PMIX_SUCCESS) {
     delete handle;
     throw error(errc::pmix, fmt::format("PMIx_Fence_nb failed: {}", pmix_status_text(status)), status);
@@ -330,7 +331,7 @@ struct gets_wait {
   pmix_info_t timeout{};
   bool has_timeout = false;
   ~gets_wait() {
-    if (has_timeout) PMIX_INFO_DESTRUCT(&timeout);
+    if (has_timeout) destruct_info(timeout);
   }
 };
 
@@ -378,8 +379,7 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
   auto wait = std::make_shared<gets_wait>();
   if (server_wait) {
     int seconds = pmix_timeout_seconds(*server_wait);
-    PMIX_INFO_CONSTRUCT(&wait->timeout);
-    PMIX_INFO_LOAD(&wait->timeout, PMIX_TIMEOUT, &seconds, PMIX_INT);
+    load_info(wait->timeout, PMIX_TIMEOUT, &seconds, PMIX_INT);
     wait->has_timeout = true;
   }
   const auto n = static_cast<std::size_t>(world_size);
@@ -388,15 +388,15 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
   wait->refusal.resize(n);
   for (const int r : ranks) wait->status[static_cast<std::size_t>(r)] = PMIX_ERR_TIMEOUT;
   for (const int r : ranks) {
-    pmix_proc_t proc;
-    PMIX_LOAD_PROCID(&proc, nspace, static_cast<pmix_rank_t>(r));
+    const pmix_proc_t proc = proc_of(nspace, static_cast<pmix_rank_t>(r));
     auto* call = new get_call{wait, r, key};
     {
       std::lock_guard lock(wait->mutex);
       ++wait->pending;
     }
-    if (const pmix_status_t status = PMIx_Get_nb(&proc, key.c_str(), wait->has_timeout ? &wait->timeout : nullptr,
-                                                 wait->has_timeout ? 1 : 0, &get_call::on_value, call);
+    if (const pmix_status_t status =
+            pmix_api().PMIx_Get_nb(&proc, key.c_str(), wait->has_timeout ? &wait->timeout : nullptr,
+                                   wait->has_timeout ? 1 : 0, &get_call::on_value, call);
         status != PMIX_SUCCESS) {
       std::lock_guard lock(wait->mutex);
       wait->status[static_cast<std::size_t>(r)] = status;
@@ -543,20 +543,19 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
 }
 
 void pmix_session::commit() {
-  if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
+  if (const pmix_status_t status = pmix_api().PMIx_Commit(); status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
   }
 }
 
 std::optional<job_placement> pmix_session::placement() {
-  pmix_proc_t job;
-  PMIX_LOAD_PROCID(&job, self_.nspace, PMIX_RANK_WILDCARD);
+  const pmix_proc_t job = proc_of(self_.nspace, PMIX_RANK_WILDCARD);
   pmix_status_t status = PMIX_SUCCESS;
   const auto size_value = get_value(job, PMIX_JOB_SIZE, true, &status);
   if (!size_value) return std::nullopt;
   const int size = pmix_count(*size_value, "PMIX_JOB_SIZE");
   char* list = nullptr;
-  status = PMIx_Resolve_nodes(self_.nspace, &list);
+  status = pmix_api().PMIx_Resolve_nodes(self_.nspace, &list);
   const std::string nodes = status == PMIX_SUCCESS && list != nullptr ? list : "";
   std::free(list);
   auto incomplete = [&](const std::string& why) -> std::optional<job_placement> {
@@ -578,13 +577,13 @@ std::optional<job_placement> pmix_session::placement() {
   for (std::size_t n = 0; n < p.nodes.size(); ++n) {
     pmix_proc_t* procs = nullptr;
     std::size_t count = 0;
-    status = PMIx_Resolve_peers(p.nodes[n].c_str(), self_.nspace, &procs, &count);
+    status = pmix_api().PMIx_Resolve_peers(p.nodes[n].c_str(), self_.nspace, &procs, &count);
     if (status != PMIX_SUCCESS) {
       return incomplete(fmt::format("PMIx_Resolve_peers({}): {}", p.nodes[n], pmix_status_text(status)));
     }
     std::vector<int> ranks;
     for (std::size_t i = 0; i < count; ++i) ranks.push_back(static_cast<int>(procs[i].rank));
-    if (procs != nullptr) PMIX_PROC_FREE(procs, count);
+    std::free(procs);  // PMIX_PROC_FREE: a pmix_proc_t holds no pointers
     std::sort(ranks.begin(), ranks.end());
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const int r = ranks[i];
@@ -602,8 +601,7 @@ std::optional<job_placement> pmix_session::placement() {
 }
 
 pmix_facts pmix_session::query_facts() const {
-  pmix_proc_t job;
-  PMIX_LOAD_PROCID(&job, self_.nspace, PMIX_RANK_WILDCARD);
+  const pmix_proc_t job = proc_of(self_.nspace, PMIX_RANK_WILDCARD);
 
   auto number = [&](const pmix_proc_t& proc, const char* key, const char* name) -> std::optional<int> {
     pmix_status_t status = PMIX_SUCCESS;
@@ -637,7 +635,7 @@ pmix_facts pmix_session::query_facts() const {
     if (auto value = get_value(self_, PMIX_HOSTNAME, true, &status)) hostname = pmix_text(*value, "PMIX_HOSTNAME");
   }
   char* node_list = nullptr;
-  const pmix_status_t listed = PMIx_Resolve_nodes(self_.nspace, &node_list);
+  const pmix_status_t listed = pmix_api().PMIx_Resolve_nodes(self_.nspace, &node_list);
   const std::string nodes = listed == PMIX_SUCCESS && node_list != nullptr ? node_list : "";
   std::free(node_list);
   if (!nodes.empty() && hostname) {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "jobkit/error.hpp"
+#include "pmix/library.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -15,7 +16,7 @@ namespace {
   throw error(errc::pmix, fmt::format("PMIx key {} {}", key, why));
 }
 
-std::string type_name(const pmix_value_t& value) { return PMIx_Data_type_string(value.type); }
+std::string type_name(const pmix_value_t& value) { return pmix_api().PMIx_Data_type_string(value.type); }
 
 std::optional<long long> from_unsigned(unsigned long long value) {
   if (value > static_cast<unsigned long long>(std::numeric_limits<long long>::max())) return std::nullopt;

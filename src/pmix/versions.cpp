@@ -1,10 +1,9 @@
 #include "pmix/versions.hpp"
 
-#include <pmix.h>
-
 #include <fmt/format.h>
 
 #include "core/parse.hpp"
+#include "pmix/library.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -40,7 +39,7 @@ std::optional<release> parse_release(std::string_view text) {
 
 launcher_versions pmix_versions(const environment& env) {
   launcher_versions found;
-  found.pmix_client = PMIx_Get_version();
+  found.pmix_client = pmix_client_version();
   found.pmix_server = env.get("PMIX_VERSION");
   found.mca_gds = env.get("PMIX_MCA_gds");
   found.gds_module = env.get("PMIX_GDS_MODULE");

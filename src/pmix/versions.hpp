@@ -24,7 +24,7 @@ std::optional<release> parse_release(std::string_view text);
 /// What is known of the PMIx and Slurm a process runs under. Every field is text as found, with
 /// where it came from; parse_release reads the numbers.
 struct launcher_versions {
-  std::string pmix_client;                 ///< PMIx_Get_version() of the libpmix this process loaded
+  std::string pmix_client;                 ///< pmix_client_version(): the libpmix loaded, or why none
   std::optional<std::string> pmix_server;  ///< PMIX_VERSION, which a PMIx server sets for its clients
   std::optional<std::string> slurm;        ///< e.g. "22.05.8" or "24.11" (patch unknown)
   std::string slurm_origin;                ///< how slurm was found, or why not

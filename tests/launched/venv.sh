@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The path of a torch user with a Python of their own: a fresh venv of a Python that is not the
-# system's, `pip install <checkout>` with pip's build isolation (meson-python, meson, ninja and
-# pybind11 from PyPI), PyPI's torch, then a DDP step (tests/launched/ddp_check.py) under srun on 3
+# system's, a wheel of <checkout> built with pip's build isolation (meson-python, meson, ninja and
+# pybind11 from PyPI) that needs no library but libc, libm, libstdc++ and libgcc_s (auditwheel
+# show), installed with pip; PyPI's torch, then a DDP step (tests/launched/ddp_check.py) under srun on 3
 # nodes, uneven and cyclic, both import orders, initialised by jobkit.torch.init_process_group and
 # by torch's env:// under `jobkit exec` (a script that imports jobkit, and an unchanged torch
 # script). PyPI's files come from a wheelhouse fetched once into a cache outside the checkout
@@ -101,11 +102,25 @@ py=$venv/bin/python
 # directory (so that ccache, when there, finds it again), at a lower CPU priority (throughput work
 # beside the other tests), as a unity build (less CPU; the platform's own build compiles every file
 # alone).
-TIMEFORMAT="built and installed in %R s (CPU: user %U s, sys %S s)"
-time (cd "$work/check" && nice -n 10 "$py" -m pip install -v --config-settings=compile-args=-j2 --config-settings=setup-args=-Dunity=on --config-settings=setup-args=-Dunity_size=100 \
+TIMEFORMAT="wheel built in %R s (CPU: user %U s, sys %S s)"
+time (cd "$work/check" && nice -n 10 "$py" -m pip wheel -v --no-deps --wheel-dir "$work/dist" --config-settings=compile-args=-j2 --config-settings=setup-args=-Dunity=on --config-settings=setup-args=-Dunity_size=100 \
   --config-settings=build-dir="$work/build" "$work/src" >"$work/build.log" 2>&1) ||
-  { tail -40 "$work/build.log"; fail "pip install $work/src failed (log: $work/build.log)"; }
-grep -E "Successfully installed|meson-python|Collecting (meson|pybind11|ninja)" "$work/build.log" | head -8
+  { tail -40 "$work/build.log"; fail "pip wheel $work/src failed (log: $work/build.log)"; }
+grep -E "Successfully built|meson-python|Collecting (meson|pybind11|ninja)" "$work/build.log" | head -8
+wheel=$(ls "$work"/dist/jobkit-*.whl) || fail "no wheel in $work/dist"
+# What the wheel needs from the machine (auditwheel, PyPI's): only what every Linux has, since
+# libpmix is opened at run time and fmt is compiled in (pyproject.toml).
+"$py" -m pip install auditwheel >"$work/auditwheel.log" 2>&1 || { tail -5 "$work/auditwheel.log"; fail "pip install auditwheel failed"; }
+shown=$("$venv/bin/auditwheel" show "$wheel" 2>&1) || fail "auditwheel show $wheel failed: $shown"
+echo "$shown" | sed 's/^/  auditwheel: /'
+shown=$(tr '\n' ' ' <<<"$shown")
+[[ $shown != *"external shared libraries are required"* ]] || fail "the wheel needs a library outside the system's"
+for library in $(grep -o 'lib[A-Za-z0-9_+.-]*\.so[.0-9]*' <<<"$shown" | sort -u); do
+  case $library in libc.so.6 | libm.so.6 | libstdc++.so.6 | libgcc_s.so.1 | ld-linux-x86-64.so.2) ;;
+    *) fail "auditwheel names $library: the wheel should need only libc, libm, libstdc++ and libgcc_s" ;;
+  esac
+done
+"$py" -m pip install "$wheel" >>"$work/build.log" 2>&1 || { tail -20 "$work/build.log"; fail "pip install $wheel failed"; }
 TIMEFORMAT="torch installed in %R s"
 # --no-compile: torch's thousands of .py files compiled when first imported, not all at install.
 time "$py" -m pip install --no-compile torch >"$work/torch.log" 2>&1 || { tail -20 "$work/torch.log"; fail "pip install torch failed"; }
@@ -122,6 +137,10 @@ assert (jobkit.rank(), jobkit.world_size()) == (0, 1), (jobkit.rank(), jobkit.wo
 print("single rank:", jobkit.identity())
 EOF
 ldd "$("$py" -c 'import jobkit._jobkit as m; print(m.__file__)')" | sed 's/^/  /'
+# Where no libpmix can be loaded: the wheel's module imports and gives the single-rank defaults.
+"$here/../no_pmix/run.sh" - - "$py" | sed 's/^/  no libpmix: /'
+rc=${PIPESTATUS[0]}
+((rc == 0 || rc == 77)) || fail "the wheel's module without libpmix (tests/no_pmix/run.sh)"
 [[ -z $(timeout 60 srun -N3 --ntasks-per-node=1 bash -c "[[ -x $py ]] || hostname") ]] || fail "a node does not see $venv"
 
 cp "$here/ddp_check.py" "$work/check/" || fail "cannot copy ddp_check.py"

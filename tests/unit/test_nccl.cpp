@@ -87,34 +87,7 @@ TEST_CASE("runtime_version is the NCCL that libjobkit loaded", "[nccl]") {
   CHECK(version / 10000 == NCCL_MAJOR);
 }
 
-TEST_CASE("a GPU library that cannot be loaded, or lacks calls, is named with what was tried", "[nccl]") {
-  using jobkit::detail::open_gpu_library;
-  try {
-    open_gpu_library("libjobkit-absent.so.9", "ncclGetUniqueId", jobkit::errc::nccl, "NCCL 2.28.9");
-    FAIL("an absent library was opened");
-  } catch (const jobkit::error& e) {
-    CHECK(e.code() == jobkit::errc::nccl);
-    CHECK(contains(e.what(), "<jobkit/nccl.hpp> needs libjobkit-absent.so.9 (NCCL 2.28.9, which jobkit was built"));
-    CHECK(contains(e.what(), "tried:\n  libjobkit-absent.so.9: "));
-    CHECK(contains(e.what(), "cannot open shared object file"));
-    CHECK(contains(e.what(), "LD_LIBRARY_PATH"));
-  }
-  // A library that loads but is not the one expected: every missing call is listed.
-  const auto math = open_gpu_library("libm.so.6", "cos", jobkit::errc::cuda, "the CUDA runtime 13000");
-  CHECK(contains(math.path, "libm.so.6"));
-  std::vector<std::string> missing;
-  CHECK(jobkit::detail::gpu_symbol(math, "cos", missing) != nullptr);
-  CHECK(jobkit::detail::gpu_symbol(math, "cudaGetDeviceCount", missing) == nullptr);
-  CHECK(jobkit::detail::gpu_symbol(math, "cudaSetDevice", missing) == nullptr);
-  CHECK(missing == std::vector<std::string>{"cudaGetDeviceCount", "cudaSetDevice"});
-  try {
-    jobkit::detail::require_gpu_symbols(math, missing, jobkit::errc::cuda, "the CUDA runtime 13000");
-    FAIL("missing calls accepted");
-  } catch (const jobkit::error& e) {
-    CHECK(e.code() == jobkit::errc::cuda);
-    CHECK(contains(e.what(), "libm.so.6 ("));
-    CHECK(contains(e.what(), "lacks cudaGetDeviceCount, cudaSetDevice: it is older than the CUDA runtime 13000"));
-  }
+TEST_CASE("the GPU libraries bind every call jobkit makes", "[nccl]") {
   // The real ones bind every call jobkit makes (the headers' versions or later).
   CHECK_NOTHROW(jobkit::detail::nccl_api());
   CHECK_NOTHROW(jobkit::detail::cuda_api());

@@ -2,16 +2,21 @@
 // known-bad combinations.
 #include <pmix.h>
 
+#include <dlfcn.h>
+
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "../catch.hpp"
 #include "core/environment.hpp"
+#include "core/shared_library.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
+#include "pmix/library.hpp"
 #include "pmix/values.hpp"
 #include "pmix/versions.hpp"
 #include "support.hpp"
@@ -224,4 +229,75 @@ TEST_CASE("JOBKIT_PMIX_INIT_TIMEOUT follows the rule of every jobkit duration") 
     }
   }
   ::unsetenv("JOBKIT_PMIX_INIT_TIMEOUT");
+}
+
+TEST_CASE("a library opened at run time: an absent one is named with every path tried, a lacking one with its calls",
+          "[pmix]") {
+  using jobkit::detail::library_request;
+  const library_request absent{
+      "libjobkit-absent.so.9", "f",          "/nonexistent/a:/nonexistent/b", RTLD_NOW | RTLD_LOCAL, errc::nccl,
+      "<jobkit/nccl.hpp>",     "NCCL 2.28.9"};
+  try {
+    jobkit::detail::open_shared_library(absent);
+    FAIL("an absent library was opened");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == errc::nccl);
+    CHECK(contains(e.what(), "<jobkit/nccl.hpp> needs libjobkit-absent.so.9 (NCCL 2.28.9, which jobkit was built"));
+    CHECK(contains(e.what(), "tried:\n  libjobkit-absent.so.9: "));
+    CHECK(contains(e.what(), "\n  /nonexistent/a/libjobkit-absent.so.9: "));
+    CHECK(contains(e.what(), "\n  /nonexistent/b/libjobkit-absent.so.9: "));
+    CHECK(contains(e.what(), "cannot open shared object file"));
+    CHECK(contains(e.what(), "LD_LIBRARY_PATH"));
+  }
+  // A library that loads but is not the one expected: every missing call is listed.
+  const auto math = jobkit::detail::open_shared_library(
+      {"libm.so.6", "cos", "", RTLD_NOW | RTLD_LOCAL, errc::cuda, "<jobkit/nccl.hpp>", "the CUDA runtime 13000"});
+  CHECK(contains(math.path, "libm.so.6"));
+  std::vector<std::string> missing;
+  CHECK(jobkit::detail::library_symbol(math, "cos", missing) != nullptr);
+  CHECK(jobkit::detail::library_symbol(math, "cudaGetDeviceCount", missing) == nullptr);
+  CHECK(jobkit::detail::library_symbol(math, "cudaSetDevice", missing) == nullptr);
+  CHECK(missing == std::vector<std::string>{"cudaGetDeviceCount", "cudaSetDevice"});
+  try {
+    jobkit::detail::require_symbols(math, missing, errc::cuda, "the CUDA runtime 13000");
+    FAIL("missing calls accepted");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == errc::cuda);
+    CHECK(contains(e.what(), "libm.so.6 ("));
+    CHECK(contains(e.what(), "lacks cudaGetDeviceCount, cudaSetDevice: it is older than the CUDA runtime 13000"));
+  }
+}
+
+TEST_CASE("pmix_api binds the libpmix already in the process; PMIx's macros, the same on every release", "[pmix]") {
+  // This test links libpmix: the copy jobkit opens is that one.
+  const auto& api = jobkit::detail::pmix_api();
+  CHECK(api.PMIx_Get_version == &PMIx_Get_version);
+  CHECK(api.PMIx_Init == &PMIx_Init);
+  CHECK(jobkit::detail::pmix_client_version() == PMIx_Get_version());
+
+  const pmix_proc_t proc = jobkit::detail::proc_of("slurm.pmix.42.0", 3);
+  CHECK(std::string(proc.nspace) == "slurm.pmix.42.0");
+  CHECK(proc.rank == 3);
+  const std::string long_name(300, 'n');
+  const pmix_proc_t cut = jobkit::detail::proc_of(long_name.c_str(), PMIX_RANK_WILDCARD);
+  CHECK(std::string(cut.nspace) == long_name.substr(0, PMIX_MAX_NSLEN));
+  CHECK(cut.rank == PMIX_RANK_WILDCARD);
+
+  pmix_info_t info{};
+  const int seconds = 7;
+  jobkit::detail::load_info(info, PMIX_TIMEOUT, &seconds, PMIX_INT);
+  CHECK(std::string(info.key) == PMIX_TIMEOUT);
+  CHECK(info.value.type == PMIX_INT);
+  CHECK(info.value.data.integer == 7);
+  jobkit::detail::destruct_info(info);
+  const std::string text = "endpoint";
+  pmix_info_t string_info{};
+  jobkit::detail::load_info(string_info, "jobkit.k", text.c_str(), PMIX_STRING);
+  CHECK(std::string(string_info.value.data.string) == text);
+  jobkit::detail::destruct_info(string_info);  // frees the copy (ASan: no leak)
+  auto* value = static_cast<pmix_value_t*>(std::calloc(1, sizeof(pmix_value_t)));
+  value->type = PMIX_STRING;
+  value->data.string = strdup("held");
+  jobkit::detail::release_value(value);  // the value and its string (ASan: no leak)
+  jobkit::detail::release_value(nullptr);
 }
