@@ -7,48 +7,10 @@
 
 #include "core/environment.hpp"
 #include "jobkit/identity.hpp"
+#include "pmi2/facts.hpp"
+#include "pmix/facts.hpp"
 
 namespace jobkit::detail {
-
-/// What the PMIx server reported for this process.
-struct pmix_facts {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  int node_rank = 0;  ///< this node's position among the job's nodes (place_in_node_list), dense
-  int num_nodes = 1;
-  std::vector<int> local_peers;  ///< PMIX_LOCAL_PEERS as served (PRRTE: not in local-rank order); empty when not served
-  std::string nspace;
-  /// Where node_rank and num_nodes came from, for messages: "position of PMIX_HOSTNAME='c2' in
-  /// PMIx_Resolve_nodes='c2,c3' (PMIX_NODEID=1)" or "PMIX_NODEID=1".
-  std::string node_origin;
-};
-
-/// What the PMI-2 server (Slurm's mpi/pmi2) reported for this process.
-struct pmi2_facts {
-  int rank = 0;
-  int world_size = 1;
-  std::string job_id;                          ///< PMI2_Job_GetId (Slurm: "job.step")
-  std::optional<std::string> process_mapping;  ///< PMI_process_mapping as served
-  std::string mapping_problem;                 ///< why process_mapping is absent
-};
-
-/// This node's place among the job's nodes.
-struct node_position {
-  int node_rank;
-  int num_nodes;
-};
-
-/// The one policy for a node's rank under PMIx: its position in the job's node list
-/// (PMIx_Resolve_nodes, which lists the nodes that run the job's ranks in the launcher's node
-/// order), found by the name the launcher gave this node (PMIX_HOSTNAME). Not PMIX_NODEID: under
-/// Open MPI 5's mpirun (PRRTE) that is an index in the daemons' node pool, in which the host of
-/// mpirun is node 0 even when it runs no rank, so node ids can have gaps (docs/launchers.md). Under
-/// Slurm the position is SLURM_NODEID (the step's node list is in node id order); under PRRTE it is
-/// dense and in node id order.
-/// @throws jobkit::error (pmix) when the hostname is not in the list exactly once
-node_position place_in_node_list(std::string_view node_list, std::string_view hostname);
 
 /// JOBKIT_IDENTITY: which source to trust ("auto" discovers and cross-checks them all).
 enum class source_request { automatic, pmix, pmi2, slurm, torchrun, defaults };

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "identity/discovery.hpp"
+#include "pmi2/facts.hpp"
 #include "transport/rendezvous.hpp"
 
 namespace jobkit::detail {
@@ -52,7 +52,7 @@ class pmi2_session final : public rendezvous {
   /// PMI-2 cannot ask anything while a fence is pending: nobody is asked.
   roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
 
-  /// Rank and size from PMI2_Init, the job id and PMI_process_mapping (identity/discovery decides
+  /// Rank and size from PMI2_Init, the job id and PMI_process_mapping (src/identity decides
   /// what to do with them).
   pmi2_facts query_facts() const;
 

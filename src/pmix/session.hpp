@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "identity/discovery.hpp"
+#include "pmix/facts.hpp"
 #include "transport/rendezvous.hpp"
 
 namespace jobkit::detail {
@@ -63,7 +63,7 @@ class pmix_session final : public rendezvous {
   /// the fence is pending (measured: nothing within 4 s, even for ranks that had put the key).
   roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
 
-  /// The identity keys the server holds for this process (identity/discovery decides what to do
+  /// The identity keys the server holds for this process (src/identity decides what to do
   /// with them).
   /// @throws jobkit::error (pmix) when a required key is missing
   pmix_facts query_facts() const;

@@ -4,13 +4,10 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <map>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace jobkit::detail {
@@ -26,7 +23,7 @@ struct job_placement {
 /// ranks makes them visible, then any rank's value can be read (every launcher); or, where the
 /// launcher says where every rank runs (placement()), each rank puts and commits its values and
 /// any rank reads them when it needs them (await), with no fence: a PMIx direct modex. The PMIx
-/// session implements it for launched jobs; memory_rendezvous does for ranks that are threads of
+/// session implements it for launched jobs; the tests' memory_rendezvous does for ranks that are threads of
 /// one process (unit tests). Data here is visible only to the ranks of the job, so secrets may
 /// travel through it.
 class rendezvous {
@@ -79,48 +76,5 @@ class rendezvous {
 bool wait_checking(std::unique_lock<std::mutex>& lock, std::condition_variable& signal,
                    std::chrono::steady_clock::time_point deadline, const std::function<bool()>& done,
                    const std::function<void()>& while_waiting);
-
-/// The values and fences of `size` ranks that share one process.
-class memory_rendezvous_store {
- public:
-  /// node_of: each rank's node, which makes placement() and await() available; without it only
-  /// the fence makes values visible.
-  explicit memory_rendezvous_store(int size, std::vector<int> node_of = {})
-      : size_(size), node_of_(std::move(node_of)) {}
-
- private:
-  friend class memory_rendezvous;
-  int size_;
-  std::vector<int> node_of_;
-  std::mutex mutex_;
-  std::condition_variable fenced_, committed_;
-  int arrived_ = 0;
-  std::uint64_t generation_ = 0;
-  std::map<std::pair<int, std::string>, std::vector<std::byte>> pending_, visible_;
-};
-
-/// One rank's view of a memory_rendezvous_store.
-class memory_rendezvous final : public rendezvous {
- public:
-  memory_rendezvous(std::shared_ptr<memory_rendezvous_store> store, int rank) : store_(std::move(store)), rank_(rank) {}
-  void put(const std::string& key, std::span<const std::byte> bytes) override;
-  void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
-  std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
-                             const std::function<void()>& while_waiting = {}) override;
-  roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
-  std::optional<job_placement> placement() override;
-  void commit() override;
-  std::vector<std::byte> await(int rank, const std::string& key, std::chrono::milliseconds timeout,
-                               const std::function<void()>& while_waiting = {}) override;
-  /// How many values this rank asked for by await, and how many fences it joined (for tests).
-  int awaits() const noexcept { return awaits_; }
-  int fences() const noexcept { return fences_; }
-
- private:
-  int awaits_ = 0;
-  int fences_ = 0;
-  std::shared_ptr<memory_rendezvous_store> store_;
-  int rank_;
-};
 
 }  // namespace jobkit::detail

@@ -23,6 +23,7 @@
 #include "../catch.hpp"
 #include "core/posix_io.hpp"
 #include "core/timeout.hpp"
+#include "memory_rendezvous.hpp"
 #include "support.hpp"
 #include "transport/addresses.hpp"
 #include "transport/fabric.hpp"
@@ -36,6 +37,8 @@
 using namespace std::chrono_literals;
 using namespace jobkit::detail;
 using test_support::contains;
+using test_support::memory_rendezvous;
+using test_support::memory_rendezvous_store;
 
 namespace {
 
