@@ -71,10 +71,10 @@ void group::connect(const detail::exchange& ex) {
   try {
     state_->connect(*state_, ex.timeout);
   } catch (const timeout_error& e) {
-    failed.emplace(timeout_error(fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
-                                 e.native_status()));
+    failed.emplace(timeout_error(
+        detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())), e.native_status()));
   } catch (const error& e) {
-    failed.emplace(e.code(), fmt::format("{} at {}: setting up the data path: {}", ex.name, ex.site, e.what()),
+    failed.emplace(e.code(), detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())),
                    e.native_status());
   }
   if (!failed) {

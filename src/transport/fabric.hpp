@@ -14,8 +14,12 @@
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
 #include "jobkit/log.hpp"
+#include "transport/acceptor.hpp"
 #include "transport/addresses.hpp"
+#include "transport/connector.hpp"
+#include "transport/endpoint_directory.hpp"
 #include "transport/handshake.hpp"
+#include "transport/host_watch.hpp"
 #include "transport/rendezvous.hpp"
 
 namespace jobkit::detail {
@@ -33,27 +37,15 @@ struct fabric_settings {
   /// The rendezvous key this fabric publishes its endpoint under and reads its peers' from.
   std::string endpoint_key = "jobkit.endpoint";
 };
-/// The endpoint key of a process: "jobkit.endpoint", or "jobkit.endpoint.N" under
-/// JOBKIT_ENDPOINT_GENERATION=N (1 to 1000), which `jobkit exec` and `jobkit env` set for the program
-/// they hand the step to: their own process already published an endpoint under the same launcher
-/// rank, and a second one under the same key would be read as the first (stale, refused connections).
-std::string endpoint_key(const environment& env);
-/// The generation behind endpoint_key: 0 when JOBKIT_ENDPOINT_GENERATION is unset or empty, else
-/// its value (1 to max_endpoint_generation; anything else is an invalid_environment naming it).
-inline constexpr int max_endpoint_generation = 1000;
-int endpoint_generation(const environment& env);
 /// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
 fabric_settings settings_for(const identity& self);
 /// The interfaces and addresses behind settings_for(self).addresses.
 std::vector<interface_address> endpoint_interfaces(const identity& self);
 
-/// Raises `e`, a failure of the data path's setup on `self`, with what the rendezvous can say of
-/// the ranks that never arrived: those of this node that never published their endpoint under
-/// `key` (the fabric's endpoint_key), or that the missing rank is on another node.
-[[noreturn]] void raise_setup_failure(rendezvous& rv, const std::string& key, const identity& self, const error& e);
-
-/// This process's listening socket and the way to every rank's: the only PMIx traffic of the
-/// data path. Where the launcher says where every rank runs (rendezvous::placement: PMIx), each
+/// This process's listening socket and the way to every rank's, composed of three parts: the
+/// endpoint_directory (the only PMIx traffic of the data path), the acceptor (the listening
+/// socket and its handshakes) and the connector (connections to the others), with a host_watch
+/// while a group's creation waits. Where the launcher says where every rank runs (rendezvous::placement: PMIx), each
 /// rank puts and commits its endpoint and reads a peer's only when it first connects to it or
 /// watches it (one direct get, answered by the peer's node: no fence, nothing proportional to the
 /// job); elsewhere (PMI-2) every endpoint comes through one collecting fence. Groups connect
@@ -74,25 +66,23 @@ class tcp_fabric {
 
   int rank() const noexcept { return rank_; }
   /// The port this rank listens on.
-  int port() const { return known_.at(rank_).port; }
+  int port() const { return acceptor_.port(); }
   /// Where every rank runs: the launcher's placement, or the endpoints exchanged by the fence.
-  const job_placement& placement() const noexcept { return placement_; }
+  const job_placement& placement() const noexcept { return directory_.placement(); }
   /// The node (its name) of world rank `r`.
-  const std::string& host_of(int r) const {
-    return placement_.nodes.at(static_cast<std::size_t>(placement_.node_of.at(static_cast<std::size_t>(r))));
-  }
+  const std::string& host_of(int r) const { return directory_.host_of(r); }
   /// Endpoints are read on demand (no fence): the world's first exchange that every rank joins
   /// proves that every rank has published its endpoint, and settle() says so.
-  bool on_demand() const noexcept { return on_demand_; }
+  bool on_demand() const noexcept { return directory_.on_demand(); }
   /// From now on an endpoint that the launcher does not serve within settings.silence_limit
   /// means that its node is lost: every rank has published its own.
-  void settle() noexcept { settled_ = true; }
-  bool settled() const noexcept { return settled_; }
+  void settle() noexcept { directory_.settle(); }
+  bool settled() const noexcept { return directory_.settled(); }
   int world_size() const noexcept { return world_size_; }
   /// "/jobkit-<job>.<step>": how the names of this step's shared memory segments begin.
   const std::string& segment_prefix() const noexcept { return segment_prefix_; }
   /// Connections dropped because they did not prove membership.
-  std::uint64_t dropped_connections() const noexcept { return dropped_; }
+  std::uint64_t dropped_connections() const noexcept { return acceptor_.dropped(); }
 
   /// A name for the next group with these members, the same on every member as long as members
   /// create their groups in the same order.
@@ -108,46 +98,32 @@ class tcp_fabric {
   /// accepted (its index in peers) and the message, so that the peer learns why.
   /// @throws jobkit::timeout_error naming the ranks that did not connect; jobkit::error
   ///         (peer_failure) naming a rank whose node is lost or whose process is gone
+  /// `timeout`: the call's whole timeout, of which `deadline` is the end (for the message).
   std::vector<int> accept(const std::vector<int>& peers, const std::string& key, steady_clock::time_point deadline,
+                          std::chrono::milliseconds timeout,
                           const std::function<void(std::size_t, int, const std::string&)>& tell = {});
 
  private:
-  struct pending;
-  /// One attempt; `transient`: refused or reset, so that another attempt may succeed.
-  /// The endpoint of `peer`, read once; nullptr with `why` when it did not come by `until`.
-  const endpoint* fetch(int peer, steady_clock::time_point until, std::string& why);
-  /// fetch, bounded by the deadline (by the silence limit once settled). @throws jobkit::error
-  const endpoint& endpoint_of(int peer, steady_clock::time_point deadline);
-  std::optional<int> connect_to(const endpoint& e, int peer, const std::string& address, const std::string& key,
-                                steady_clock::time_point deadline, std::string& why, bool& transient);
-  void take_new_connections();
-  /// Reads what a pending connection sent; true when it is done (admitted or dropped).
-  bool advance(pending& p);
-  void drop(pending& p, const std::string& why);
   std::string describe_members(const std::string& key) const;
+  /// Why the first of `missing` (world ranks) is lost, once a second passed: its node served
+  /// no endpoint, is silent, or refuses its port (the process is gone).
+  std::optional<host_watch::verdict> lost_among(const std::vector<int>& missing, host_watch& watch,
+                                                steady_clock::time_point start, steady_clock::time_point deadline);
 
-  rendezvous& rv_;
   int rank_;
   int world_size_;
   // This rank's logger: not default_logger(), whose identity is the default runtime's, which an
   // explicit jobkit::runtime must not open (a second PMIx session: PMIx counts initialisations,
   // and the explicit runtime's PMIx_Finalize then left the connection unfinalised).
   logger log_;
-  bool on_demand_ = false;
-  bool settled_ = false;
-  job_placement placement_;
-  int listen_fd_ = -1;
   fabric_settings settings_;
   secret_bytes secret_{};
-  std::map<int, endpoint> known_;  // world rank -> its endpoint, once read
   std::string segment_prefix_;
-  std::vector<pending> pending_;
-  std::uint64_t dropped_ = 0;
-  bool accept_paused_ = false;  // out of file descriptors: accept again at accept_resume_
-  steady_clock::time_point accept_resume_{};
-  std::map<std::pair<std::string, int>, int> waiting_;  // (group key, world rank) -> socket
-  std::map<std::string, int> created_;                  // member list -> groups created with it
-  std::map<std::string, std::string> key_members_;      // group key -> its members, for messages
+  acceptor acceptor_;
+  endpoint_directory directory_;
+  connector connector_;
+  std::map<std::string, int> created_;              // member list -> groups created with it
+  std::map<std::string, std::string> key_members_;  // group key -> its members, for messages
 };
 
 }  // namespace jobkit::detail

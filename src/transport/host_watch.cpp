@@ -1,6 +1,5 @@
 #include "transport/host_watch.hpp"
 
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,19 +9,15 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "transport/dial.hpp"
+#include "transport/lost_node.hpp"
+
 namespace jobkit::detail {
 
 namespace {
 
 /// After a watch ended without a verdict (the peer's process accepted and dropped it).
 constexpr std::chrono::seconds pause{1};
-
-int socket_error(int fd) {
-  int e = 0;
-  socklen_t length = sizeof e;
-  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &length) != 0) return errno;
-  return e;
-}
 
 }  // namespace
 
@@ -57,38 +52,33 @@ std::optional<host_watch::verdict> host_watch::advance(int peer, watch& w, time_
   const endpoint* known = endpoint_of_(peer);
   if (known == nullptr) return std::nullopt;
   const auto& e = *known;
-  const auto seconds = std::chrono::duration<double>(limit_).count();
-  const auto silent = [&](const std::string& how) {
-    return verdict{peer, fmt::format("its node {} {} (JOBKIT_LOST_NODE_TIMEOUT={} s): the node is lost or cut off",
-                                     e.host, how, seconds)};
+  const auto silent = [&](std::string_view what, std::string detail = {}, bool waited = true) {
+    return verdict{peer, describe(lost_node{.node = e.host,
+                                            .what = what,
+                                            .limit = waited ? limit_ : std::chrono::milliseconds(0),
+                                            .seen_from = {},
+                                            .ranks = {},
+                                            .detail = std::move(detail)})};
   };
+  int failed_at_once = 0;
   if (w.fd < 0) {
     if (const auto r = retry_at_.find(peer); r != retry_at_.end() && now < r->second) return std::nullopt;
     if (e.addresses.empty()) return std::nullopt;
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const auto service = std::to_string(e.port);
-    if (::getaddrinfo(e.addresses[w.address % e.addresses.size()].c_str(), service.c_str(), &hints, &found) != 0)
-      return std::nullopt;
-    w.fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (w.fd >= 0) {
-      set_link_options(w.fd, limit_);
-      if (::connect(w.fd, found->ai_addr, found->ai_addrlen) == 0) w.connected = true;
-      w.since = now;
-    }
-    ::freeaddrinfo(found);
-    if (w.fd < 0) return std::nullopt;
+    const auto d = begin_dial(e.addresses[w.address % e.addresses.size()], e.port, limit_);
+    if (d.fd < 0 && d.error != ECONNREFUSED && d.error != EHOSTUNREACH && d.error != ENETUNREACH) return std::nullopt;
+    w.fd = d.fd;
+    w.connected = d.connected;
+    w.since = now;
+    failed_at_once = d.fd < 0 ? d.error : 0;
   }
   pollfd p{w.fd, static_cast<short>(w.connected ? 0 : POLLOUT), 0};
-  const bool event = ::poll(&p, 1, 0) > 0;
+  const bool event = failed_at_once != 0 || ::poll(&p, 1, 0) > 0;
   if (!w.connected) {
     if (!event) {
-      if (now - w.since >= limit_) return silent(fmt::format("answered no connection to its port for {} s", seconds));
+      if (now - w.since >= limit_) return silent("answered no connection to its port");
       return std::nullopt;
     }
-    const int err = socket_error(w.fd);
+    const int err = failed_at_once != 0 ? failed_at_once : dial_outcome(w.fd);
     if (err == 0) {
       w.connected = true;
       return std::nullopt;
@@ -101,20 +91,19 @@ std::optional<host_watch::verdict> host_watch::advance(int peer, watch& w, time_
                                        "its data path",
                                        e.host, e.port)};
     }
-    if (err == EHOSTUNREACH || err == ENETUNREACH || err == ETIMEDOUT) {
-      return silent(fmt::format("is unreachable ({})", errno_text(err)));
-    }
+    if (err == ETIMEDOUT) return silent("answered no connection to its port", errno_text(err));
+    if (err == EHOSTUNREACH || err == ENETUNREACH) return silent("is unreachable", errno_text(err), false);
     return std::nullopt;
   }
   if (event) {  // an error or the end: the peer's kernel answered (reset) unless the probes timed out
-    const int err = socket_error(w.fd);
+    const int err = dial_outcome(w.fd);
     close(w);
     retry_at_[peer] = now + pause;
-    if (err == ETIMEDOUT) return silent(fmt::format("answered nothing for {} s", seconds));
+    if (err == ETIMEDOUT) return silent("answered nothing");
     return std::nullopt;
   }
   if (const auto quiet = link_silence(w.fd, limit_)) {
-    return silent(fmt::format("answered nothing for {} ms", quiet->count()));
+    return silent("answered nothing", fmt::format("silent for {} ms", quiet->count()));
   }
   return std::nullopt;
 }

@@ -79,9 +79,9 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   };
   std::vector<int> fds;
   try {
-    fds = fabric.accept(accepted_world_ranks, key, deadline, [&](std::size_t i, int fd, const std::string& message) {
-      tell(fd, i >= child_ranks.size(), message);
-    });
+    fds = fabric.accept(
+        accepted_world_ranks, key, deadline, timeout,
+        [&](std::size_t i, int fd, const std::string& message) { tell(fd, i >= child_ranks.size(), message); });
   } catch (const std::exception& e) {
     if (parent) {
       tell(parent->fd, false, e.what());

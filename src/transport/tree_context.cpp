@@ -21,6 +21,11 @@ void tree_context::fail(const std::string& message, int origin, errc code) {
   raise(code, message);
 }
 
+void tree_context::passed_on(const std::string& reason, int origin, errc code, const exchange& ex) {
+  spread_abort(reason, origin, code);
+  raise(code, in_call(ex.name, ex.site, reason));
+}
+
 void tree_context::out_of_step(const call_site& one, const call_site& other) {
   fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
                    describe(one.group_rank), one.name, one.sequence, one.site, describe(other.group_rank), other.name,

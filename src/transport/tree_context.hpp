@@ -42,6 +42,9 @@ struct tree_context {
   std::string describe(int group_rank) const;
   /// Spreads the abort, then throws it.
   [[noreturn]] void fail(const std::string& message, int origin, errc code = errc::peer_failure);
+  /// An abort that another member sent (its reason, its origin): passes it on unchanged, and
+  /// throws it here named with this rank's own call (core/failure.hpp in_call).
+  [[noreturn]] void passed_on(const std::string& reason, int origin, errc code, const exchange& ex);
   [[noreturn]] void out_of_step(const call_site& one, const call_site& other);
   /// out_of_step against this rank's current exchange.
   [[noreturn]] void out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,

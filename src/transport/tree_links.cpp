@@ -22,6 +22,7 @@
 #include "core/failure.hpp"
 #include "core/timeout.hpp"
 #include "transport/frame.hpp"
+#include "transport/lost_node.hpp"
 #include "transport/node_segment.hpp"
 
 namespace jobkit::detail {
@@ -256,7 +257,7 @@ void tree_links::lost(const link& l, const std::string& why, const exchange& ex,
       const auto until = clock::now() + std::chrono::milliseconds(100);
       frame f = receive_frame(l.fd, until);
       while (is(f.header, frame_type::receipt)) f = receive_frame(l.fd, until);
-      if (auto notice = abort_in(f)) context_.fail(notice->reason, notice->origin, notice->code);
+      if (auto notice = abort_in(f)) context_.passed_on(notice->reason, notice->origin, notice->code, ex);
     } catch (const socket_closed& c) {
       error_number = c.error_number;  // the kernel's keepalive may have ended the link: ETIMEDOUT
     } catch (const socket_timeout&) {
@@ -271,18 +272,16 @@ void tree_links::lost(const link& l, const std::string& why, const exchange& ex,
 
 void tree_links::went_silent(const link& l, const exchange& ex) {
   const auto& host = context_.hosts[static_cast<std::size_t>(l.peer)];
-  std::vector<int> there;
-  for (std::size_t g = 0; g < context_.members.size(); ++g) {
-    if (context_.hosts[g] == host) there.push_back(context_.members[g]);
-  }
-  const auto limit = std::chrono::duration<double>(lost_node_timeout()).count();
-  context_.fail(
-      fmt::format("{} went silent during {}{}: its node {} answered nothing for {} s (JOBKIT_LOST_NODE_TIMEOUT) "
-                  "while {} waited on it: the node is lost or cut off from {} (ranks on {} in this group: {})",
-                  context_.describe(l.peer), ex.name, ex.site.empty() ? "" : " at " + ex.site, host, limit,
-                  context_.describe(context_.rank), context_.hosts[static_cast<std::size_t>(context_.rank)], host,
-                  fmt::join(there, ", ")),
-      l.peer);
+  const auto& here = context_.hosts[static_cast<std::size_t>(context_.rank)];
+  const auto lost = describe(lost_node{.node = host,
+                                       .what = "answered nothing",
+                                       .limit = lost_node_timeout(),
+                                       .seen_from = here,
+                                       .ranks = ranks_on_node(context_.members, context_.hosts, host),
+                                       .detail = {}});
+  context_.fail(fmt::format("{} went silent during {}{} while {} waited on it: {}", context_.describe(l.peer), ex.name,
+                            ex.site.empty() ? "" : " at " + ex.site, context_.describe(context_.rank), lost),
+                l.peer);
 }
 
 void tree_links::broke_protocol(const link& l, const protocol_violation& v, const exchange& ex) {
@@ -446,7 +445,7 @@ void tree_links::drain_receipts(const exchange& ex, time_point deadline) {
 }
 
 void tree_links::check_from_parent(const frame& f, const exchange& ex) {
-  if (auto notice = abort_in(f)) context_.fail(notice->reason, notice->origin, notice->code);
+  if (auto notice = abort_in(f)) context_.passed_on(notice->reason, notice->origin, notice->code, ex);
   if (f.header.sequence == context_.sequence && f.name == ex.name) return;
   // Only a broadcast that went one way comes down before this rank's contribution went up: its
   // origin is the source, its site the source's.
@@ -546,7 +545,7 @@ void tree_links::check_in_step(const link& l, frame& f, const exchange& ex, time
   if (is(f.header, frame_type::abort)) {
     if (f.payload.size() != f.header.payload_size) receive_payload(l.fd, f, deadline);
     const auto notice = abort_in(f);
-    context_.fail(notice->reason, notice->origin, notice->code);
+    context_.passed_on(notice->reason, notice->origin, notice->code, ex);
   }
   if (f.header.sequence != context_.sequence || f.name != ex.name)
     context_.out_of_step(l.peer, f.name, f.header.sequence, f.site, ex);

@@ -188,7 +188,7 @@ void tree_node::check(const exchange& ex, bool deaths, const std::function<bool(
 
 void tree_node::check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
   const auto aborted = [&] {
-    if (auto notice = segment_->abort_notice()) context_.fail(notice->reason, notice->origin, notice->code);
+    if (auto notice = segment_->abort_notice()) context_.passed_on(notice->reason, notice->origin, notice->code, ex);
   };
   aborted();
   const auto during = [&] { return fmt::format("during {}{}", ex.name, ex.site.empty() ? "" : " at " + ex.site); };

@@ -3,7 +3,7 @@
 # usage: cli_collectives.sh MODE JOBKIT   (MODE: see declare_modes below)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes broadcast barrier late dead timeout
+declare_modes broadcast barrier late dead timeout survivors
 mode=$1
 jobkit=$2
 need_cluster
@@ -26,6 +26,12 @@ case $mode in
   timeout)
     run_step "${step[@]}" bash -c \
       '[[ $SLURM_PROCID == 6 ]] && sleep 4; "$JOBKIT_BIN" barrier --timeout 1; echo "rank $SLURM_PROCID status $?"' ;;
+  survivors)
+    # Rank 2 never starts jobkit (it sleeps past the others' 5 s); every other rank's message
+    # says its own call (barrier at its call site) and the deadline that passed, whether it saw
+    # the missing rank itself or learnt it from the rank that did.
+    run_step timeout 60 srun --mpi=pmix -N3 -n4 bash -c \
+      '[[ $SLURM_PROCID == 2 ]] && { sleep 9; exit 0; }; "$JOBKIT_BIN" barrier --timeout 5; echo "rank $SLURM_PROCID status $?"' ;;
   *) fail "unknown mode $mode" ;;
 esac
 case $mode in
@@ -50,7 +56,7 @@ case $mode in
     # leader's message (a loaded machine starts the ranks' barriers up to a second apart) says that
     # the missing rank is outside its subtree.
     (($(count '^jobkit: ') == 6)) || fail "not every other rank reported the deadline"
-    (($(count 'rank 0 (c1): no connection from rank 4 (c1); rank(s) 4 never reached jobkit .*--kill-on-bad-exit=1') == 1)) ||
+    (($(count 'rank 0 (c1): no connection from rank 4 (c1) within the call.s 2 s; rank(s) 4 never reached jobkit .*--kill-on-bad-exit=1') == 1)) ||
       fail "rank 4's node leader did not name it"
     vague=$(grep '^jobkit: ' <<<"$out" |
       grep -v 'no connection from rank 4 (c1)\|rank(s) 4 never reached jobkit\|every rank on c[23] reached jobkit, so the missing rank is on another node' |
@@ -65,5 +71,11 @@ case $mode in
     vague=$(grep '^jobkit: ' <<<"$out" |
       grep -v 'no connection from rank 6 (c3)\|timed out after [0-9]* ms\|gave no answer within [0-9]* ms' || true)
     [[ -z $vague ]] || fail "not every rank reported the deadline: $vague" ;;
+  survivors)
+    (($(count 'status 1') == 3)) || fail "not every other rank failed with status 1"
+    (($(count '^jobkit: ') == 3)) || fail "not every other rank failed"
+    vague=$(grep '^jobkit: ' <<<"$out" | grep -Ev '^jobkit: barrier at [^ ]+:[0-9]+: .*(5 s|5000 ms)' || true)
+    [[ -z $vague ]] || fail "a rank did not say its call and the 5 s that passed: $vague"
+    (($(count 'rank 2 (c[0-9])') == 3)) || fail "not every other rank named rank 2" ;;
 esac
 echo ok

@@ -1,0 +1,77 @@
+#pragma once
+
+// Where every rank listens, learnt through the rendezvous (the room of the data path that knows
+// PMIx and PMI-2, through transport/rendezvous.hpp): this rank publishes its endpoint once, and
+// reads a peer's only when it first needs it (a direct get, no fence) where the launcher says where
+// every rank runs; elsewhere (PMI-2) every endpoint comes through one collecting fence.
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "core/environment.hpp"
+#include "core/posix_io.hpp"
+#include "jobkit/error.hpp"
+#include "jobkit/identity.hpp"
+#include "jobkit/log.hpp"
+#include "transport/handshake.hpp"
+#include "transport/rendezvous.hpp"
+
+namespace jobkit::detail {
+
+/// The endpoint key of a process: "jobkit.endpoint", or "jobkit.endpoint.N" under
+/// JOBKIT_ENDPOINT_GENERATION=N (1 to 1000), which `jobkit exec` and `jobkit env` set for the program
+/// they hand the step to: their own process already published an endpoint under the same launcher
+/// rank, and a second one under the same key would be read as the first (stale, refused connections).
+std::string endpoint_key(const environment& env);
+/// The generation behind endpoint_key: 0 when JOBKIT_ENDPOINT_GENERATION is unset or empty, else
+/// its value (1 to max_endpoint_generation; anything else is an invalid_environment naming it).
+inline constexpr int max_endpoint_generation = 1000;
+int endpoint_generation(const environment& env);
+
+/// Raises `e`, a failure of the data path's setup on `self`, with what the rendezvous can say of
+/// the ranks that never arrived: those of this node that never published their endpoint under
+/// `key` (the fabric's endpoint_key), or that the missing rank is on another node.
+[[noreturn]] void raise_setup_failure(rendezvous& rv, const std::string& key, const identity& self, const error& e);
+
+class endpoint_directory {
+ public:
+  /// Publishes `mine` under `key` and learns where every rank runs (the launcher's placement, or
+  /// every endpoint through one fence bounded by `timeout`).
+  /// @throws jobkit::error when the placement contradicts this rank's identity, or the fence fails
+  endpoint_directory(rendezvous& rv, const identity& self, endpoint mine, std::string key,
+                     std::chrono::milliseconds timeout, std::chrono::milliseconds silence_limit, const logger& log);
+
+  const job_placement& placement() const noexcept { return placement_; }
+  /// The node (its name) of world rank `r`.
+  const std::string& host_of(int r) const {
+    return placement_.nodes.at(static_cast<std::size_t>(placement_.node_of.at(static_cast<std::size_t>(r))));
+  }
+  int port() const { return known_.at(rank_).port; }
+  bool on_demand() const noexcept { return on_demand_; }
+  void settle() noexcept { settled_ = true; }
+  bool settled() const noexcept { return settled_; }
+
+  /// The endpoint of `peer` when already read, else nullptr.
+  const endpoint* known(int peer) const;
+  /// The endpoint of `peer`, read once; nullptr with `why` when it did not come by `until`.
+  const endpoint* fetch(int peer, steady_clock::time_point until, std::string& why);
+  /// fetch, bounded by the deadline (by the silence limit once settled: then a missing endpoint
+  /// names the peer's node as lost). @throws jobkit::error
+  const endpoint& endpoint_of(int peer, steady_clock::time_point deadline);
+  /// Once settled: the lost-node text for a peer whose endpoint its node did not serve within the
+  /// silence limit (fetch's `why` as detail), else empty after reading it.
+  std::string unanswered(int peer, steady_clock::time_point deadline);
+
+ private:
+  rendezvous& rv_;
+  int rank_;
+  std::string key_;
+  std::chrono::milliseconds silence_limit_;
+  bool on_demand_ = false;
+  bool settled_ = false;
+  job_placement placement_;
+  std::map<int, endpoint> known_;  // world rank -> its endpoint, once read
+};
+
+}  // namespace jobkit::detail
