@@ -11,7 +11,7 @@ std::string rank_label(int world_rank, std::string_view host) {
 
 std::string in_call(std::string_view name, std::string_view site, std::string_view what) {
   const auto call = site.empty() ? std::string(name) : fmt::format("{} at {}", name, site);
-  if (what.starts_with(call)) return std::string(what);
+  if (what.find(call) != std::string_view::npos) return std::string(what);
   return fmt::format("{}: {}", call, what);
 }
 

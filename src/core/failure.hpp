@@ -11,8 +11,8 @@ namespace jobkit::detail {
 std::string rank_label(int world_rank, std::string_view host);
 
 /// How every failure of a call names the call: "barrier at train.py:46: <what>" ("barrier:
-/// <what>" without a site). `what` is returned unchanged when it already begins with that name,
-/// so that a message passed on from another rank in the same call is not named twice.
+/// <what>" without a site). `what` is returned unchanged when it already names that call, so that
+/// a message passed on from another rank in the same call does not name it twice.
 std::string in_call(std::string_view name, std::string_view site, std::string_view what);
 
 /// Throws the exception of a category: timeout_error for errc::timeout, else jobkit::error.

@@ -102,9 +102,7 @@ std::optional<host_watch::verdict> host_watch::advance(int peer, watch& w, time_
     if (err == ETIMEDOUT) return silent("answered nothing");
     return std::nullopt;
   }
-  if (const auto quiet = link_silence(w.fd, limit_)) {
-    return silent("answered nothing", fmt::format("silent for {} ms", quiet->count()));
-  }
+  if (link_silence(w.fd, limit_)) return silent("answered nothing");
   return std::nullopt;
 }
 
