@@ -9,7 +9,10 @@ member with both ranks and both signatures named. torch is imported only when an
 torch object.
 
 As in torch.distributed, ``src`` and ``dst`` are world ranks, also with ``group=``; the group's
-own numbering is ``Group.rank()``.
+own numbering is ``Group.rank()``. The arguments come in torch.distributed's order: the group right
+after the tensors or object and src, dst or op (then async_op, where torch has it), and ``timeout``
+is keyword-only after them. A number or timedelta passed where the group (or async_op) goes is refused
+with an InvalidArgumentError saying that timeout= is keyword-only.
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ import math as _math
 import numbers as _numbers
 import pickle as _pickle
 from datetime import timedelta as _timedelta
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import _jobkit
 from ._jobkit import InvalidArgumentError
+from ._timeout import Timeout
+from ._timeout import seconds as _seconds
 
 _PROTOCOL = _pickle.HIGHEST_PROTOCOL
-
-Timeout = Union[None, int, float, _timedelta]
 
 _OPS = {"sum": "sum", "prod": "prod", "product": "prod", "min": "min", "max": "max", "avg": "avg",
         "average": "avg", "band": "band", "bor": "bor", "bxor": "bxor"}
@@ -34,21 +37,6 @@ _OPS = {"sum": "sum", "prod": "prod", "product": "prod", "min": "min", "max": "m
 def _started() -> None:
     """Starts the runtime (as jobkit.identity() does) before a group or collective is touched."""
     _jobkit.identity()
-
-
-def _seconds(timeout: Timeout, name: str = "timeout") -> Optional[float]:
-    """timeout as seconds for the extension: None, a positive int or float, or a datetime.timedelta."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, _timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise InvalidArgumentError(f"{name}={timeout!r}: a number of seconds, a datetime.timedelta or None")
-    if not _math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgumentError(f"{name}={timeout!r}: must be positive and finite")
-    return seconds
 
 
 def _op(op: Any, collective: str) -> str:
@@ -120,8 +108,18 @@ def node_leaders_group() -> Group:
     return Group(_jobkit.node_leaders_group())
 
 
-def _native(group: Optional[Group]) -> Optional["_jobkit.Group"]:
+def _keyword_only(name: str, value: object, collective: str) -> None:
+    """Refuses a number or timedelta passed by position where `name` (group, async_op) goes: before
+    timeout= became keyword-only, it was a timeout there in some collectives."""
+    if isinstance(value, (_numbers.Real, _timedelta)) and not isinstance(value, bool):
+        raise InvalidArgumentError(f"{collective}: {name}={value!r}: a number or timedelta where {name} goes; "
+                                   f"timeout= is keyword-only (torch.distributed's order: the group follows "
+                                   f"the tensor or object and src/dst): pass timeout={value!r}")
+
+
+def _native(group: Optional[Group], collective: str) -> Optional["_jobkit.Group"]:
     """The extension's group for `group` (None: the world), after starting the runtime."""
+    _keyword_only("group", group, collective)
     _started()
     if group is None:
         return None
@@ -214,14 +212,16 @@ def _view(obj: Any, what: str, writable: bool = True) -> View:
 
 
 def _no_async(async_op: bool, collective: str) -> None:
-    """Refuses torch's async_op=True: jobkit's collectives return when done."""
+    """Refuses torch's async_op=True (jobkit's collectives return when done), and a timeout passed
+    by position where async_op goes."""
+    _keyword_only("async_op", async_op, collective)
     if async_op:
         raise InvalidArgumentError(f"{collective}: async_op=True is not supported: jobkit's collectives complete "
                                    "before they return")
 
 
-def all_reduce(tensor: Any, op: Any = "sum", group: Optional[Group] = None, timeout: Timeout = None,
-               async_op: bool = False) -> Any:
+def all_reduce(tensor: Any, op: Any = "sum", group: Optional[Group] = None, async_op: bool = False, *,
+               timeout: Timeout = None) -> Any:
     """Reduces every member's tensor element by element into each member's tensor, in place
     (torch.distributed.all_reduce), and returns None. The same on every member, bit for bit.
 
@@ -238,7 +238,7 @@ def all_reduce(tensor: Any, op: Any = "sum", group: Optional[Group] = None, time
     name = _op(op, "all_reduce")
     if isinstance(tensor, (_numbers.Number, list, tuple)):
         return _reduce_numbers(tensor, name, group, timeout)
-    native = _native(group)
+    native = _native(group, "all_reduce")
     _jobkit.array_all_reduce(_view(tensor, "tensor"), name, native, _seconds(timeout))
     return None
 
@@ -248,7 +248,7 @@ def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Time
     scalar = not isinstance(value, (list, tuple))
     values = [value] if scalar else list(value)
     wire = "sum" if name == "avg" else name
-    native = _native(group)
+    native = _native(group, "all_reduce")
     result: Sequence[float]  # ints from the integer reduction
     if name != "avg" and all(isinstance(v, _numbers.Integral) for v in values):
         result = _jobkit.group_all_reduce_int([int(v) for v in values], wire, native, _seconds(timeout))
@@ -269,61 +269,61 @@ def _world_size() -> int:
     return _jobkit.identity()[1]
 
 
-def broadcast(tensor: Any, src: int = 0, group: Optional[Group] = None, timeout: Timeout = None,
-              async_op: bool = False) -> None:
+def broadcast(tensor: Any, src: int = 0, group: Optional[Group] = None, async_op: bool = False, *,
+              timeout: Timeout = None) -> None:
     """src's tensor into every member's tensor, in place (same dtype and shape everywhere)."""
     _no_async(async_op, "broadcast")
-    native = _native(group)
+    native = _native(group, "broadcast")
     _jobkit.array_broadcast(_view(tensor, "tensor"), _root(group, src, "src"), native, _seconds(timeout))
 
 
-def all_gather(tensor_list: List[Any], tensor: Any, group: Optional[Group] = None, timeout: Timeout = None,
-               async_op: bool = False) -> None:
+def all_gather(tensor_list: List[Any], tensor: Any, group: Optional[Group] = None, async_op: bool = False, *,
+               timeout: Timeout = None) -> None:
     """Every member's tensor, in rank order, into tensor_list (one tensor of the same dtype per
     member, written in place). Sizes may differ per rank when tensor_list[r] has rank r's size."""
     _no_async(async_op, "all_gather")
-    native = _native(group)
+    native = _native(group, "all_gather")
     outputs = [_view(t, f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
     _jobkit.array_all_gather(outputs, _view(tensor, "tensor", False), native, _seconds(timeout))
 
 
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Optional[Group] = None,
-                           timeout: Timeout = None, async_op: bool = False) -> None:
+                           async_op: bool = False, *, timeout: Timeout = None) -> None:
     """Every member's input_tensor, in rank order, into output_tensor (size() times as many
     elements, e.g. shape [size * n] or [size, n]); input_tensor may be this rank's part of it."""
     _no_async(async_op, "all_gather_into_tensor")
-    native = _native(group)
+    native = _native(group, "all_gather_into_tensor")
     _jobkit.array_all_gather_flat(_view(output_tensor, "output_tensor"), _view(input_tensor, "input_tensor", False),
                                   native, _seconds(timeout))
 
 
 def reduce_scatter(output: Any, input_list: List[Any], op: Any = "sum", group: Optional[Group] = None,
-                   timeout: Timeout = None, async_op: bool = False) -> None:
+                   async_op: bool = False, *, timeout: Timeout = None) -> None:
     """Member r's output receives the reduction (as all_reduce's) of every member's input_list[r].
     Works as an all_reduce of the whole list (each member receives all of it), then keeps its part."""
     _no_async(async_op, "reduce_scatter")
     name = _op(op, "reduce_scatter")
-    native = _native(group)
+    native = _native(group, "reduce_scatter")
     inputs = [_view(t, f"input_list[{i}]", False) for i, t in enumerate(input_list)]
     _jobkit.array_reduce_scatter(_view(output, "output"), inputs, name, native, _seconds(timeout))
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum", group: Optional[Group] = None,
-                          timeout: Timeout = None, async_op: bool = False) -> None:
+                          async_op: bool = False, *, timeout: Timeout = None) -> None:
     """reduce_scatter with the inputs as one tensor of size() times output's elements."""
     _no_async(async_op, "reduce_scatter_tensor")
     name = _op(op, "reduce_scatter_tensor")
-    native = _native(group)
+    native = _native(group, "reduce_scatter_tensor")
     _jobkit.array_reduce_scatter(_view(output, "output"), [_view(input, "input", False)], name, native,
                                  _seconds(timeout))
 
 
 def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst: int = 0, group: Optional[Group] = None,
-           timeout: Timeout = None, async_op: bool = False) -> None:
+           async_op: bool = False, *, timeout: Timeout = None) -> None:
     """Every member's tensor, in rank order, into dst's gather_list (one tensor per member; None
     on the other ranks)."""
     _no_async(async_op, "gather")
-    native = _native(group)
+    native = _native(group, "gather")
     root = _root(group, dst, "dst")
     outputs = None
     if _world_rank() == dst:
@@ -334,10 +334,10 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst: int = 0, g
 
 
 def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src: int = 0, group: Optional[Group] = None,
-            timeout: Timeout = None, async_op: bool = False) -> None:
+            async_op: bool = False, *, timeout: Timeout = None) -> None:
     """scatter_list[r] on src into member r's tensor, in place (scatter_list: on src only)."""
     _no_async(async_op, "scatter")
-    native = _native(group)
+    native = _native(group, "scatter")
     root = _root(group, src, "src")
     inputs = None
     if _world_rank() == src:
@@ -347,55 +347,58 @@ def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src: int = 0,
     _jobkit.array_scatter(_view(tensor, "tensor"), inputs, root, native, _seconds(timeout))
 
 
-def broadcast_into(buffer: Any, src: int = 0, timeout: Timeout = None, *, group: Optional[Group] = None) -> None:
+def broadcast_into(buffer: Any, src: int = 0, group: Optional[Group] = None, *, timeout: Timeout = None) -> None:
     """src's bytes into every member's buffer, in place: broadcast() under its earlier name."""
-    broadcast(buffer, src, group, timeout)
+    _keyword_only("group", group, "broadcast_into")
+    broadcast(buffer, src, group, timeout=timeout)
 
 
-def all_gather_into(mine: Any, all: Any, timeout: Timeout = None, *, group: Optional[Group] = None) -> None:
+def all_gather_into(mine: Any, all: Any, group: Optional[Group] = None, *, timeout: Timeout = None) -> None:
     """Every member's mine, in rank order, into all: all_gather_into_tensor(all, mine)."""
-    all_gather_into_tensor(all, mine, group, timeout)
+    _keyword_only("group", group, "all_gather_into")
+    all_gather_into_tensor(all, mine, group, timeout=timeout)
 
 
 # ---- Objects ----
 
 
-def barrier(timeout: Timeout = None, *, group: Optional[Group] = None) -> None:
+def barrier(group: Optional[Group] = None, *, timeout: Timeout = None) -> None:
     """Returns when every member has arrived."""
-    _jobkit.group_barrier(_native(group), _seconds(timeout))
+    _jobkit.group_barrier(_native(group, "barrier"), _seconds(timeout))
 
 
-def broadcast_object(obj: Any, src: int = 0, timeout: Timeout = None, *, group: Optional[Group] = None) -> Any:
+def broadcast_object(obj: Any, src: int = 0, group: Optional[Group] = None, *, timeout: Timeout = None) -> Any:
     """src's obj on every member (src gets obj itself back)."""
-    native, root = _native(group), _root(group, src, "src")
+    native, root = _native(group, "broadcast_object"), _root(group, src, "src")
     if _world_rank() == src:
         _jobkit.group_broadcast_bytes(_pickle.dumps(obj, _PROTOCOL), root, native, _seconds(timeout))
         return obj
     return _pickle.loads(_jobkit.group_broadcast_bytes(None, root, native, _seconds(timeout)))
 
 
-def all_gather_object(obj: Any, timeout: Timeout = None, *, group: Optional[Group] = None) -> List[Any]:
+def all_gather_object(obj: Any, group: Optional[Group] = None, *, timeout: Timeout = None) -> List[Any]:
     """Every member's obj, in rank order, on every member."""
-    parts = _jobkit.group_all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), _native(group), _seconds(timeout))
+    native = _native(group, "all_gather_object")
+    parts = _jobkit.group_all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), native, _seconds(timeout))
     return [_pickle.loads(b) for b in parts]
 
 
-def gather_object(obj: Any, dst: int = 0, timeout: Timeout = None, *,
-                  group: Optional[Group] = None) -> Optional[List[Any]]:
+def gather_object(obj: Any, dst: int = 0, group: Optional[Group] = None, *,
+                  timeout: Timeout = None) -> Optional[List[Any]]:
     """Every member's obj, in rank order, on dst; None on the other ranks."""
-    native, root = _native(group), _root(group, dst, "dst")
+    native, root = _native(group, "gather_object"), _root(group, dst, "dst")
     parts = _jobkit.group_gather_bytes(_pickle.dumps(obj, _PROTOCOL), root, native, _seconds(timeout))
     return [_pickle.loads(b) for b in parts] if _world_rank() == dst else None
 
 
-def scatter_object(objs: Optional[Sequence[Any]], src: int = 0, timeout: Timeout = None, *,
-                   group: Optional[Group] = None) -> Any:
+def scatter_object(objs: Optional[Sequence[Any]], src: int = 0, group: Optional[Group] = None, *,
+                   timeout: Timeout = None) -> Any:
     """objs[r] to member r: objs holds one object per member, read on src only (None elsewhere).
 
     torch's scatter_object_list semantics; OLMo-core's scatter_object(obj) sends one object to
     every rank, which is broadcast_object here.
     """
-    native, root = _native(group), _root(group, src, "src")
+    native, root = _native(group, "scatter_object"), _root(group, src, "src")
     parts = None
     if _world_rank() == src:
         if objs is None:
@@ -404,8 +407,8 @@ def scatter_object(objs: Optional[Sequence[Any]], src: int = 0, timeout: Timeout
     return _pickle.loads(_jobkit.group_scatter_bytes(parts, root, native, _seconds(timeout)))
 
 
-def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout = None, *,
-                          group: Optional[Group] = None) -> Any:
+def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, group: Optional[Group] = None, *,
+                          timeout: Timeout = None) -> Any:
     """fn() on src only; its result on every rank. If fn raises, src re-raises it and the other
     ranks raise jobkit.PeerFailureError with its message. Unlike axolotl, any picklable result
     travels exactly (axolotl sends a float32)."""
@@ -416,23 +419,23 @@ def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, timeout: Timeout 
         holder.append(fn())
         return _pickle.dumps(holder[0], _PROTOCOL)
 
-    native, root = _native(group), _root(group, src, "src")
+    native, root = _native(group, "compute_and_broadcast"), _root(group, src, "src")
     data = _jobkit.group_compute_and_broadcast_bytes(run, root, native, _seconds(timeout))
     return holder[0] if holder else _pickle.loads(data)
 
 
-def gather_from_all_ranks(fn: Callable[[], Any], dst: int = 0, timeout: Timeout = None, *,
-                          group: Optional[Group] = None) -> Optional[List[Any]]:
+def gather_from_all_ranks(fn: Callable[[], Any], dst: int = 0, group: Optional[Group] = None, *,
+                          timeout: Timeout = None) -> Optional[List[Any]]:
     """fn() on every rank; the results, in rank order, on dst (None elsewhere). axolotl's
     world_size argument is not needed."""
-    native, root = _native(group), _root(group, dst, "dst")
+    native, root = _native(group, "gather_from_all_ranks"), _root(group, dst, "dst")
     parts = _jobkit.group_gather_from_all_ranks_bytes(lambda: _pickle.dumps(fn(), _PROTOCOL), root, native,
                                                       _seconds(timeout))
     return [_pickle.loads(b) for b in parts] if _world_rank() == dst else None
 
 
-def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any], timeout: Timeout = None, *,
-                         group: Optional[Group] = None) -> Any:
+def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any], group: Optional[Group] = None,
+                         *, timeout: Timeout = None) -> Any:
     """fn1() on every rank; fn2(list of every rank's result, in rank order) on rank 0; fn2's
     result on every rank (any picklable object, not axolotl's float32). With group=: its members,
     fn2 on the group's rank 0."""
@@ -440,6 +443,7 @@ def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any]
         """fn2 over the unpickled results, pickled."""
         return _pickle.dumps(fn2([_pickle.loads(b) for b in parts]), _PROTOCOL)
 
-    data = _jobkit.group_reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, _native(group),
+    native = _native(group, "reduce_and_broadcast")
+    data = _jobkit.group_reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, native,
                                                     _seconds(timeout))
     return _pickle.loads(data)

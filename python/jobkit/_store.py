@@ -191,7 +191,7 @@ class JobkitStore(dist.Store):
             where = ([address for _, address in _jobkit.data_path_addresses()], _listen(self._table, token), token)
         else:
             where = None
-        addresses, port, token = broadcast_object(where, 0, jobkit_timeout)
+        addresses, port, token = broadcast_object(where, 0, timeout=jobkit_timeout)
         if self._table is None:
             self._where = (addresses, port, token)
             self._idle.append(self._connect(addresses, port, token))

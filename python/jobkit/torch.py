@@ -15,7 +15,6 @@ for the frameworks' own getters.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 from datetime import timedelta
@@ -26,6 +25,7 @@ import torch.distributed as dist
 
 from . import Identity, _jobkit, broadcast_object, identity, select_device
 from ._store import JobkitStore
+from ._timeout import Timeout, seconds
 
 __all__ = ["init_process_group", "device", "JobkitStore"]
 
@@ -40,18 +40,11 @@ def device() -> torch.device:
     return torch.device(select_device(int(torch.cuda.device_count())))
 
 
-def _timedelta(timeout: Union[timedelta, float, None]) -> timedelta:
-    if timeout is None:
-        return timedelta(minutes=30)  # torch's default
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise _jobkit.InvalidArgumentError(f"init_process_group(timeout={timeout!r}): a timedelta or seconds")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise _jobkit.InvalidArgumentError(f"init_process_group(timeout={timeout!r}): more than 0 seconds")
-    return timedelta(seconds=seconds)
+def _timedelta(timeout: Timeout) -> timedelta:
+    """init_process_group's timeout by jobkit's rule (jobkit/_timeout.py), as a timedelta; None is
+    30 minutes, torch's default."""
+    span = seconds(timeout, caller="init_process_group")
+    return timedelta(minutes=30) if span is None else timedelta(seconds=span)
 
 
 def _identity_variables(me: Identity) -> Dict[str, str]:
@@ -156,7 +149,7 @@ def _check_same(arguments: Dict[str, Any]) -> None:
                                            f"with other arguments: {', '.join(differing)}")
 
 
-def init_process_group(backend: str = "gloo", timeout: Union[timedelta, float, None] = None,
+def init_process_group(backend: str = "gloo", timeout: Timeout = None,
                        store: Union[None, str, dist.Store] = None, **kwargs: Any) -> dist.Store:
     """torch.distributed.init_process_group(backend, store=, rank=, world_size=) with the identity
     from jobkit. Collective over every rank of the step. Returns the store.

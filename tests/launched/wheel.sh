@@ -84,7 +84,10 @@ print("\n".join("  " + n for n in listed))
 # Where each file installs: NAME-VERSION.data/purelib/ and /platlib/ are site-packages too.
 names = [re.sub(r"^[^/]+\.data/(purelib|platlib)/", "", n) for n in listed]
 bad = [n for n in names if not (n.startswith("jobkit/") or n.split("/")[0].endswith(".dist-info"))]
-need = ["jobkit/__init__.py", "jobkit/torch.py", "jobkit/_jobkit.pyi", "jobkit/py.typed", "jobkit/compat/__init__.py"]
+# Every module of the package (python/jobkit/meson.build's package_files), its stub and its subpackage.
+modules = ["__init__", "_checkpoints", "_collectives", "_helpers", "_identity", "_logging", "_preemption", "_store",
+           "_timeout", "_workspace", "torch"]
+need = [f"jobkit/{m}.py" for m in modules] + ["jobkit/_jobkit.pyi", "jobkit/py.typed", "jobkit/compat/__init__.py"]
 missing = [n for n in need if n not in names]
 extensions = [n for n in names if n.startswith("jobkit/_jobkit.") and n.endswith(".so")]
 libraries = [n for n in names if "libjobkit" in n or ".libs/" in n or n.endswith((".h", ".hpp"))]

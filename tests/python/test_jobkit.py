@@ -3,6 +3,7 @@ errors as jobkit.Error subclasses naming the rank, host and the Python call site
 import array
 import dataclasses
 import datetime
+import inspect
 import io
 import logging
 import os
@@ -125,6 +126,75 @@ def test_errors_name_rank_host_and_python_call_site():
     for name in ("InvalidEnvironmentError", "PmixError", "PeerFailureError", "NcclError", "CudaError", "IoError",
                  "SchedulerError", "InternalError"):
         assert issubclass(getattr(jobkit, name), jobkit.Error)
+
+
+COLLECTIVES = ["barrier", "broadcast_object", "all_gather_object", "gather_object", "scatter_object",
+               "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "broadcast_into",
+               "all_gather_into", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "gather", "scatter"]
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_every_collective_takes_the_group_where_torch_does_and_timeout_by_keyword(name):
+    """torch.distributed's order: the tensors or object with src/dst/op, then group, then async_op
+    where torch has it; timeout= is keyword-only, last."""
+    params = inspect.signature(getattr(jobkit, name)).parameters
+    names = list(params)
+    assert names[-1] == "timeout" and params["timeout"].kind == inspect.Parameter.KEYWORD_ONLY
+    positional = [n for n in names if params[n].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    expected = ["group", "async_op"] if "async_op" in params else ["group"]
+    assert positional[-len(expected):] == expected, names
+
+
+@pytest.mark.parametrize("timeout", [5, 2.5, datetime.timedelta(seconds=5)], ids=["int", "float", "timedelta"])
+def test_a_timeout_passed_where_the_group_goes_is_refused(timeout):
+    """A timeout by position where the group now is (the object collectives' third argument was their
+    timeout) is an InvalidArgumentError naming the argument and its value and saying timeout= is
+    keyword-only, before anything runs; never taken for a group or async_op."""
+    ran = []
+
+    def fn():
+        ran.append(1)
+        return 1
+
+    buffer, mine, every = bytearray(b"ab"), array.array("i", [1]), array.array("i", [0])
+    calls = {
+        "barrier": lambda: jobkit.barrier(timeout),
+        "broadcast_object": lambda: jobkit.broadcast_object("x", 0, timeout),
+        "all_gather_object": lambda: jobkit.all_gather_object("x", timeout),
+        "gather_object": lambda: jobkit.gather_object("x", 0, timeout),
+        "scatter_object": lambda: jobkit.scatter_object(["x"], 0, timeout),
+        "compute_and_broadcast": lambda: jobkit.compute_and_broadcast(fn, 0, timeout),
+        "gather_from_all_ranks": lambda: jobkit.gather_from_all_ranks(fn, 0, timeout),
+        "reduce_and_broadcast": lambda: jobkit.reduce_and_broadcast(fn, sum, timeout),
+        "broadcast_into": lambda: jobkit.broadcast_into(buffer, 0, timeout),
+        "all_gather_into": lambda: jobkit.all_gather_into(mine, every, timeout),
+        "all_reduce": lambda: jobkit.all_reduce(mine, "sum", timeout),
+        "broadcast": lambda: jobkit.broadcast(buffer, 0, timeout),
+        "all_gather": lambda: jobkit.all_gather([every], mine, timeout),
+        "all_gather_into_tensor": lambda: jobkit.all_gather_into_tensor(every, mine, timeout),
+        "reduce_scatter": lambda: jobkit.reduce_scatter(every, [mine], "sum", timeout),
+        "reduce_scatter_tensor": lambda: jobkit.reduce_scatter_tensor(every, mine, "sum", timeout),
+        "gather": lambda: jobkit.gather(mine, [every], 0, timeout),
+        "scatter": lambda: jobkit.scatter(every, [mine], 0, timeout),
+    }
+    assert sorted(calls) == sorted(COLLECTIVES)
+    for name, call in calls.items():
+        with pytest.raises(jobkit.InvalidArgumentError) as caught:
+            call()
+        text = str(caught.value)
+        assert f"{name}: group={timeout!r}: " in text and "timeout= is keyword-only" in text, text
+    async_calls = {"all_reduce": lambda: jobkit.all_reduce(mine, "sum", None, timeout),
+                   "broadcast": lambda: jobkit.broadcast(buffer, 0, None, timeout),
+                   "gather": lambda: jobkit.gather(mine, [every], 0, None, timeout)}
+    for name, call in async_calls.items():
+        with pytest.raises(jobkit.InvalidArgumentError, match="timeout= is keyword-only") as caught:
+            call()
+        assert f"{name}: async_op={timeout!r}: " in str(caught.value)
+    assert ran == [] and buffer == b"ab" and list(every) == [0]
+    assert jobkit.broadcast_object("x", 0, None, timeout=timeout) == "x"
+    assert jobkit.all_gather_object("x", None, timeout=timeout) == ["x"]
+    assert jobkit.compute_and_broadcast(fn, 0, None, timeout=timeout) == 1 and ran == [1]
 
 
 def test_main_process_only_and_run_on_main():

@@ -34,7 +34,7 @@ def no_identity_variables():
 
 def as_rank(monkeypatch, **fields):
     """This process seen as another rank (the identity's fields replaced)."""
-    monkeypatch.setattr(jobkit, "_identity", dataclasses.replace(jobkit.identity(), **fields))
+    monkeypatch.setattr(jobkit._identity, "_cached", dataclasses.replace(jobkit.identity(), **fields))
 
 
 def seen_count():
@@ -121,6 +121,48 @@ def test_nccl_init_sets_the_bound_gpu_on_every_local_rank(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(jobkit.CudaError, match="sees no CUDA device"):
         jobkit.torch.init_process_group("nccl")
+
+
+BAD_TIMEOUTS = [0, -1, -0.5, float("nan"), float("inf"), True, "5", [5], datetime.timedelta(0),
+                datetime.timedelta(seconds=-1)]
+GOOD_TIMEOUTS = [1, 0.25, 1e9, datetime.timedelta(seconds=90), datetime.timedelta(microseconds=1)]
+
+
+def reason(error, value):
+    """What an InvalidArgumentError says of `timeout=value`, without the caller's name and the
+    context jobkit adds (rank, host, call site)."""
+    text = str(error)
+    named = f"timeout={value!r}: "
+    assert named in text, text
+    return text.split(named, 1)[1].split(" (on ", 1)[0]
+
+
+@pytest.mark.parametrize("bad", BAD_TIMEOUTS, ids=repr)
+def test_one_timeout_rule_for_the_collectives_and_init_process_group(bad):
+    """jobkit's calls and jobkit.torch.init_process_group read a timeout by the same rule
+    (jobkit/_timeout.py): the same values refused with the same words, the same values taken."""
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    import jobkit.torch
+
+    with pytest.raises(jobkit.InvalidArgumentError) as collective:
+        jobkit.barrier(timeout=bad)
+    with pytest.raises(jobkit.InvalidArgumentError) as torch_side:
+        jobkit.torch.init_process_group("gloo", timeout=bad)
+    assert not dist.is_initialized()
+    assert "init_process_group: timeout=" in str(torch_side.value)
+    assert reason(collective.value, bad) == reason(torch_side.value, bad)
+
+
+def test_the_timeouts_taken_are_the_same_for_init_process_group():
+    pytest.importorskip("torch")
+    import jobkit.torch
+
+    for good in GOOD_TIMEOUTS:
+        span = jobkit.torch._timedelta(good)
+        assert span.total_seconds() == pytest.approx(jobkit._timeout.seconds(good))
+    assert jobkit.torch._timedelta(None) == datetime.timedelta(minutes=30) and jobkit._timeout.seconds(None) is None
 
 
 def test_init_process_group_exports_identity_and_is_idempotent(monkeypatch):

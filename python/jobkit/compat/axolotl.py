@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Callable, ContextManager, Iterator, List, Literal, Optional, Type
 
 import jobkit
-from jobkit._collectives import Timeout
+from jobkit._timeout import Timeout
 
 __all__ = ["barrier", "compute_and_broadcast", "gather_from_all_ranks", "gather_scalar_from_all_ranks",
            "is_distributed", "is_main_process", "reduce_and_broadcast", "zero_first", "zero_only"]
@@ -33,7 +33,7 @@ def barrier(*, timeout: Timeout = None) -> None:
     initialised; a rank that died or never comes raises jobkit.PeerFailureError or
     jobkit.TimeoutError on the others instead of hanging.
     """
-    jobkit.barrier(timeout)
+    jobkit.barrier(timeout=timeout)
 
 
 def compute_and_broadcast(fn: Callable[[], Any], *, timeout: Timeout = None) -> Any:
@@ -43,7 +43,7 @@ def compute_and_broadcast(fn: Callable[[], Any], *, timeout: Timeout = None) -> 
     2**24 lose digits and 3.0 comes back as the int 3; here 3.0 stays 3.0 and every int is exact.
     If fn raises on rank 0, the other ranks raise jobkit.PeerFailureError with its message.
     """
-    return jobkit.compute_and_broadcast(fn, 0, timeout)
+    return jobkit.compute_and_broadcast(fn, 0, timeout=timeout)
 
 
 def _check_world_size(function: str, world_size: int) -> None:
@@ -65,7 +65,7 @@ def gather_from_all_ranks(fn: Callable[[], Any], world_size: int = 1, *,
     one rank too ([fn()]), where axolotl's needs an initialised process group.
     """
     _check_world_size("gather_from_all_ranks", world_size)
-    return jobkit.gather_from_all_ranks(fn, 0, timeout)
+    return jobkit.gather_from_all_ranks(fn, 0, timeout=timeout)
 
 
 def gather_scalar_from_all_ranks(fn: Callable[[], Any], world_size: int = 1, *,
@@ -76,7 +76,7 @@ def gather_scalar_from_all_ranks(fn: Callable[[], Any], world_size: int = 1, *,
     through float32 and turns whole floats into ints).
     """
     _check_world_size("gather_scalar_from_all_ranks", world_size)
-    return jobkit.gather_from_all_ranks(fn, 0, timeout)
+    return jobkit.gather_from_all_ranks(fn, 0, timeout=timeout)
 
 
 def is_distributed() -> bool:
@@ -102,7 +102,7 @@ def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any]
                          timeout: Timeout = None) -> Any:
     """fn1() on every rank; fn2(list of every rank's value, in rank order) on rank 0; fn2's result
     on every rank. The result travels exactly, not as axolotl's float32."""
-    return jobkit.reduce_and_broadcast(fn1, fn2, timeout)
+    return jobkit.reduce_and_broadcast(fn1, fn2, timeout=timeout)
 
 
 class _ZeroFirst:
@@ -119,7 +119,7 @@ class _ZeroFirst:
     def _release(self, error: Optional[str]) -> None:
         """The meeting point; raises PeerFailureError when a first rank's block raised (not on
         the ranks whose own block raised: their exception goes on)."""
-        errors = jobkit.all_gather_object(error, self._timeout)
+        errors = jobkit.all_gather_object(error, timeout=self._timeout)
         failed = [f"rank {rank}: {text}" for rank, text in enumerate(errors) if text is not None]
         if failed and error is None:
             raise jobkit.PeerFailureError("zero_first: the block of a first rank raised, so the others do not run "

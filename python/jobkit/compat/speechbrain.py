@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Type, TypeVar, Union
 
 import jobkit
-from jobkit._collectives import Timeout
+from jobkit._timeout import Timeout
 
 from ._route import NOTHING, torch_dist, torch_op
 
@@ -198,7 +198,7 @@ def ddp_barrier(*, timeout: Timeout = None) -> None:
     of hanging.
     """
     if not _in_section():
-        jobkit.barrier(timeout)
+        jobkit.barrier(timeout=timeout)
 
 
 def _check_src(src: int) -> None:
@@ -212,7 +212,7 @@ def ddp_broadcast(communication_object: Any, src: int = 0, *, timeout: Timeout =
     _check_src(src)
     if _in_section():
         return communication_object
-    return jobkit.broadcast_object(communication_object, src, timeout)
+    return jobkit.broadcast_object(communication_object, src, timeout=timeout)
 
 
 def ddp_all_reduce(communication_object: Any, reduce_op: Any, *, timeout: Timeout = None) -> Any:

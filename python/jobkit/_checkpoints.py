@@ -1,0 +1,55 @@
+"""Checkpoints of ``import jobkit``: a checkpoint directory that is never half-written
+(jobkit::checkpoints)."""
+
+import os as _os
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Optional as _Optional
+
+from . import _jobkit
+from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
+from ._timeout import seconds as _seconds
+
+if _TYPE_CHECKING:
+    from _typeshed import StrPath as _StrPath  # str or os.PathLike[str]
+
+
+class Checkpoints:
+    """A checkpoint directory that is never half-written (jobkit::checkpoints): begin(step) gives
+    this rank's empty directory, commit() makes the step visible on every rank at once (or fails on
+    every rank, leaving the previous step the latest), latest() is the newest complete step.
+    Collective to create; keep: complete steps kept after a commit (0: all)."""
+
+    def __init__(self, root: "_StrPath", keep: int = 2, timeout: _Seconds = None) -> None:
+        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, _seconds(timeout))
+
+    def latest(self) -> _Optional[int]:
+        """The newest step complete on every file system, the same on every rank, or None. Collective."""
+        return self._c.latest()
+
+    def begin(self, step: int) -> str:
+        """The empty directory where this rank writes its part of `step`. Not collective."""
+        return self._c.begin(step)
+
+    def commit(self, step: _Optional[int] = None) -> None:
+        """Collective: flush every rank's part, write the manifest, rename the step into place."""
+        self._c.commit(step)
+
+    def verify(self, step: int) -> None:
+        """Collective: every rank checks its files of `step` against the manifest (size, CRC-32C)."""
+        self._c.verify(step)
+
+    def part(self, step: int) -> str:
+        """This rank's part of complete step `step`, to read from."""
+        return self._c.part(step)
+
+    @property
+    def pending_step(self) -> _Optional[int]:
+        return self._c.pending_step
+
+    @property
+    def root(self) -> str:
+        return self._c.root
+
+    @property
+    def is_committer(self) -> bool:
+        return self._c.is_committer
