@@ -13,6 +13,7 @@
 
 #include "cli.hpp"
 #include "core/environment.hpp"
+#include "core/shared_library.hpp"
 #include "jobkit/jobkit.hpp"
 #include "pmix/versions.hpp"
 #include "preemption/slurm_api.hpp"
@@ -72,16 +73,23 @@ void find_slurm(detail::launcher_versions& versions) {
       return;
     }
   }
-  // The same libraries jobkit's time_left() looks for.
-  const std::vector<std::string> names = detail::libslurm_candidates();
+  // The same libraries jobkit's time_left() looks for, the first with slurm_api_version.
+  auto request = detail::libslurm_request();
+  request.probe = "slurm_api_version";
+  request.mode = RTLD_LAZY | RTLD_LOCAL;
   static constexpr std::pair<int, const char*> series[] = {{37, "21.08"}, {38, "22.05"}, {39, "23.02"},
                                                            {40, "23.11"}, {41, "24.05"}, {42, "24.11"},
                                                            {43, "25.05"}, {44, "25.11"}, {45, "26.05"}};
-  for (const auto& name : names) {
-    void* library = ::dlopen(name.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    if (library == nullptr) continue;
-    using api_version_function = long (*)();
-    const auto api_version = reinterpret_cast<api_version_function>(::dlsym(library, "slurm_api_version"));
+  for (const auto& name : detail::library_candidates(request)) {
+    auto one = request;
+    one.soname = name;
+    one.also.clear();
+    std::vector<detail::library_failure> failures;
+    const auto library = detail::try_open_shared_library(one, failures);
+    if (!library) continue;
+    long (*api_version)() = nullptr;
+    std::vector<std::string> missing;
+    detail::look_up(api_version, *library, "slurm_api_version", missing);
     if (api_version == nullptr) continue;
     const long api = api_version();
     const int current = static_cast<int>((api >> 16) & 0xff);

@@ -36,7 +36,7 @@ int remaining_ms(steady_clock::time_point deadline) {
   return static_cast<int>(std::clamp<long long>(left.count(), 0, INT_MAX));
 }
 
-int write_file_all(int fd, const void* data, std::size_t size) {
+int write_file_all(int fd, const void* data, std::size_t size) noexcept {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(fd, p, size);
@@ -44,6 +44,7 @@ int write_file_all(int fd, const void* data, std::size_t size) {
       if (errno == EINTR) continue;
       return errno;
     }
+    if (n == 0) return EIO;
     p += n;
     size -= static_cast<std::size_t>(n);
   }

@@ -35,8 +35,11 @@ class descriptor {
 
 // ---- Files (blocking descriptors). Each returns 0 or the errno of the call that failed. ----
 
-/// Writes every byte.
-int write_file_all(int fd, const void* data, std::size_t size);
+/// Writes every byte to a blocking descriptor (a file, a pipe, a terminal), again after EINTR and
+/// after a partial write; any other error ends it (EAGAIN of a non-blocking one too), and a write
+/// of nothing is EIO. The one write-all loop: async-signal-safe (write(2) and errno only, nothing
+/// allocated, nothing thrown), so run_forked's child and the logger call it too.
+int write_file_all(int fd, const void* data, std::size_t size) noexcept;
 /// Reads exactly size bytes at offset; EIO when the file ends early.
 int pread_file_all(int fd, void* data, std::size_t size, off_t offset);
 

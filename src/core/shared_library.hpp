@@ -4,6 +4,7 @@
 // rather than linking it: a program that never makes those calls neither loads the library nor
 // needs it to start, and one library built here loads on a machine that has another build of it.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@ struct shared_library {
   std::string soname;
   void* handle = nullptr;
   std::string path;  ///< where the loader found it
+  std::string name;  ///< the candidate that loaded: the soname, another name, a path
 };
 
 /// What to open and how to name it when it cannot be opened.
@@ -28,11 +30,26 @@ struct library_request {
   errc code = errc::invalid_argument;  ///< of the error thrown
   std::string_view needed_by;          ///< who needs it: "<jobkit/nccl.hpp>"
   std::string_view built_against;      ///< "NCCL 2.28.9"
+  std::vector<std::string> also = {};  ///< other names, tried after soname (libpmi2.so after libpmi2.so.0)
 };
+
+/// Every name open_shared_library tries, in order: soname, also, then soname in each search_dirs.
+std::vector<std::string> library_candidates(const library_request& request);
+
+/// A candidate that could not be opened, and the loader's reason.
+struct library_failure {
+  std::string name;
+  std::string why;
+};
+
+/// The first of the request's candidates that loads, or nullopt with `failures` naming every one
+/// tried; throws nothing but std::bad_alloc (a caller with its own message, libslurm's forked child).
+std::optional<shared_library> try_open_shared_library(const library_request& request,
+                                                      std::vector<library_failure>& failures);
 
 /// Opens the request's soname: the copy already in the process when the program linked or opened
 /// it (dlopen returns that one), else where the dynamic loader finds it (LD_LIBRARY_PATH, the
-/// loader's cache), else in each of the request's search_dirs.
+/// loader's cache), else its other names, else in each of the request's search_dirs.
 /// @throws jobkit::error (request.code) naming who needs it, the soname, what jobkit was built
 /// against, and every path tried with the loader's reason
 shared_library open_shared_library(const library_request& request);

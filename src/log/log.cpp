@@ -1,13 +1,11 @@
 #include "jobkit/log.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 
 #include "core/environment.hpp"
+#include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/runtime.hpp"
 
@@ -152,16 +150,9 @@ void logger::write(log_level level, std::string_view message) const noexcept {
   if (!enabled(level)) return;
   try {
     const std::string line = format_line(level, message);
-    // One write per line; loop only for the rare partial write to a pipe or socket.
-    std::string_view rest = line;
-    while (!rest.empty()) {
-      const ssize_t written = ::write(fd_, rest.data(), rest.size());
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      rest.remove_prefix(static_cast<std::size_t>(written));
-    }
+    // One write per line, but for the rare partial write to a pipe or socket; a failed one is
+    // dropped.
+    (void)detail::write_file_all(fd_, line.data(), line.size());
   } catch (...) {
     // Logging must never take the program down (out of memory while formatting).
   }

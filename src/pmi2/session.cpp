@@ -3,14 +3,16 @@
 #include <dlfcn.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
-#include <thread>
 
+#include "core/bounded_call.hpp"
+#include "core/shared_library.hpp"
 #include "jobkit/error.hpp"
 #include "pmi2/wire.hpp"
 
@@ -71,9 +73,14 @@ std::string pmi2_status_text(int rc) {
   return fmt::format("PMI-2 error {}", rc);
 }
 
-std::vector<std::string> library_candidates() {
-  if (const char* chosen = std::getenv("JOBKIT_LIBPMI2"); chosen && *chosen) return {chosen};
-  return {"libpmi2.so.0", "libpmi2.so"};
+/// Slurm's libpmi2: JOBKIT_LIBPMI2, else libpmi2.so.0, else libpmi2.so.
+library_request libpmi2_request() {
+  library_request request{"libpmi2.so.0", "PMI2_Init", "", RTLD_NOW | RTLD_LOCAL, errc::pmix, "", "", {"libpmi2.so"}};
+  if (const char* chosen = std::getenv("JOBKIT_LIBPMI2"); chosen && *chosen) {
+    request.soname = chosen;
+    request.also.clear();
+  }
+  return request;
 }
 
 std::string text_of(const char* buffer, std::size_t size) { return {buffer, ::strnlen(buffer, size)}; }
@@ -118,12 +125,6 @@ struct pmi2_session::connection {
 
 namespace {
 
-template <typename F>
-void load(void* library, const std::string& name, const char* symbol, F& into) {
-  into = reinterpret_cast<F>(::dlsym(library, symbol));
-  if (!into) throw error(errc::pmix, fmt::format("the libpmi2 loaded from {} lacks {}", name, symbol));
-}
-
 std::mutex open_mutex;
 // The process's one PMI-2 connection, kept until exit (PMI-2 cannot be initialised again).
 std::shared_ptr<pmi2_session::connection>* opened = nullptr;
@@ -134,33 +135,34 @@ std::shared_ptr<pmi2_session::connection> pmi2_session::connection::open() {
   std::lock_guard hold(open_mutex);
   if (opened) return *opened;
   auto c = std::make_shared<connection>();
-  std::string tried;
-  for (const auto& name : library_candidates()) {
-    c->library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (c->library) {
-      c->library_name = name;
-      break;
-    }
-    tried += fmt::format("{}{} ({})", tried.empty() ? "" : ", ", name, ::dlerror());
-  }
-  if (!c->library) {
+  std::vector<library_failure> failures;
+  const auto library = try_open_shared_library(libpmi2_request(), failures);
+  if (!library) {
+    std::string tried;
+    for (const auto& f : failures) tried += fmt::format("{}{} ({})", tried.empty() ? "" : ", ", f.name, f.why);
     throw error(errc::pmix,
                 fmt::format("the environment advertises a PMI-2 server (PMI_FD), but no PMI-2 client library could "
                             "be loaded: tried {}. Install Slurm's libpmi2 (Debian: libpmi2-0) or set JOBKIT_LIBPMI2 "
                             "to its path",
                             tried));
   }
+  c->library = library->handle;
+  c->library_name = library->name;
   const auto& n = c->library_name;
-  load(c->library, n, "PMI2_Init", c->init);
-  load(c->library, n, "PMI2_Finalize", c->finalize);
-  load(c->library, n, "PMI2_Initialized", c->initialized);
-  load(c->library, n, "PMI2_Job_GetId", c->job_get_id);
-  load(c->library, n, "PMI2_Job_GetRank", c->job_get_rank);
-  load(c->library, n, "PMI2_Info_GetSize", c->info_get_size);
-  load(c->library, n, "PMI2_KVS_Put", c->kvs_put);
-  load(c->library, n, "PMI2_KVS_Fence", c->kvs_fence);
-  load(c->library, n, "PMI2_KVS_Get", c->kvs_get);
-  load(c->library, n, "PMI2_Info_GetJobAttr", c->get_job_attr);
+  std::vector<std::string> missing;
+  look_up(c->init, *library, "PMI2_Init", missing);
+  look_up(c->finalize, *library, "PMI2_Finalize", missing);
+  look_up(c->initialized, *library, "PMI2_Initialized", missing);
+  look_up(c->job_get_id, *library, "PMI2_Job_GetId", missing);
+  look_up(c->job_get_rank, *library, "PMI2_Job_GetRank", missing);
+  look_up(c->info_get_size, *library, "PMI2_Info_GetSize", missing);
+  look_up(c->kvs_put, *library, "PMI2_KVS_Put", missing);
+  look_up(c->kvs_fence, *library, "PMI2_KVS_Fence", missing);
+  look_up(c->kvs_get, *library, "PMI2_KVS_Get", missing);
+  look_up(c->get_job_attr, *library, "PMI2_Info_GetJobAttr", missing);
+  if (!missing.empty()) {
+    throw error(errc::pmix, fmt::format("the libpmi2 loaded from {} lacks {}", n, fmt::join(missing, ", ")));
+  }
 
   if (c->initialized()) {  // MPI (MPICH, MVAPICH, Intel MPI over Slurm's libpmi2) came first
     int rc = c->job_get_rank(&c->rank);
@@ -219,18 +221,6 @@ void pmi2_session::put(const std::string& key, std::span<const std::byte> bytes)
   }
 }
 
-namespace {
-
-/// A fence in flight on its own thread; outlives the caller when the fence never returns.
-struct fence_call {
-  std::mutex mutex;
-  std::condition_variable done_signal;
-  bool done = false;
-  int rc = 0;
-};
-
-}  // namespace
-
 void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
   auto& c = *connection_;
   {
@@ -238,21 +228,15 @@ void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<
     c.require_usable("fence");
     c.fence_pending = true;
   }
-  auto call = std::make_shared<fence_call>();
+  // On a thread of its own, which outlives the caller when the fence never returns.
+  std::optional<bounded_call<int>> call;
   try {
-    std::thread([conn = connection_, call] {
+    call.emplace([conn = connection_] {
       const int rc = conn->kvs_fence();
-      {
-        std::lock_guard lock(conn->mutex);
-        conn->fence_pending = false;
-      }
-      {
-        std::lock_guard lock(call->mutex);
-        call->rc = rc;
-        call->done = true;
-      }
-      call->done_signal.notify_all();
-    }).detach();
+      std::lock_guard lock(conn->mutex);
+      conn->fence_pending = false;
+      return rc;
+    });
   } catch (const std::system_error& e) {
     std::lock_guard lock(c.mutex);
     c.fence_pending = false;
@@ -262,17 +246,14 @@ void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<
     std::lock_guard lock(c.mutex);
     if (c.unusable.empty()) c.unusable = why;
   };
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::unique_lock lock(call->mutex);
-  bool done = false;
+  std::optional<int> rc;
   try {
-    done = wait_checking(
-        lock, call->done_signal, deadline, [&] { return call->done; }, while_waiting);
+    rc = call->wait(std::chrono::steady_clock::now() + timeout, while_waiting);
   } catch (...) {
     abandon("an earlier fence was abandoned while pending (PMI-2 cannot cancel one)");
     throw;
   }
-  if (!done) {
+  if (!rc) {
     abandon(fmt::format("an earlier fence timed out after {} ms and is still pending (PMI-2 cannot cancel one)",
                         timeout.count()));
     throw timeout_error(fmt::format(
@@ -280,8 +261,8 @@ void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<
         "exited before reaching jobkit: Slurm's mpi/pmi2 does not end a fence when a rank exits)",
         timeout.count()));
   }
-  if (call->rc != 0) {
-    throw error(errc::pmix, fmt::format("PMI2_KVS_Fence failed: {}", pmi2_status_text(call->rc)), call->rc);
+  if (*rc != 0) {
+    throw error(errc::pmix, fmt::format("PMI2_KVS_Fence failed: {}", pmi2_status_text(*rc)), *rc);
   }
 }
 

@@ -14,10 +14,14 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <utility>
 
+#include "core/backoff.hpp"
+#include "core/bounded_call.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
+#include "pmix/gds_choice.hpp"
 #include "pmix/library.hpp"
 #include "pmix/values.hpp"
 #include "pmix/versions.hpp"
@@ -54,82 +58,6 @@ std::vector<int> parse_rank_list(std::string_view text) {
   return ranks;
 }
 
-/// PMIx_Init picks the store through which its server hands it the job's data and the other ranks'
-/// values from PMIX_GDS_MODULE, the list the launcher offers (Slurm 22.05: "ds21,ds12,hash"). With
-/// a shared-memory store (ds21, ds12), each node's server creates and zero-fills two 4 MiB files in
-/// its spool directory when the step's first client asks for its job data, and every client of the
-/// node waits for it: measured on the dev cluster, PMIx_Init took 40 ms alone, 8 ms with "hash",
-/// which has the server send the job data in its reply instead. But with "hash" every other rank's
-/// value is a request to the server (3 nodes x 24 ranks: 16-24 ms for the endpoint records, against
-/// 1-5 ms read in place), a cost that grows with the job while the saving is fixed. So by default
-/// (JOBKIT_PMIX_GDS=auto) jobkit asks for "hash" where the launcher offers it and the Slurm step has
-/// at most small_step_ranks ranks (SLURM_STEP_NUM_TASKS); "hash" asks for it whatever the size,
-/// "launcher" never. Never by default under mpirun (OMPI_COMM_WORLD_SIZE set): with "hash", Open
-/// MPI 4.1's mpirun hands every rank the node-level keys of every node, and a job-level
-/// PMIX_LOCAL_PEERS read gives the last node's (measured: ranks 0,1 on c2 read "2,3", c3's;
-/// docs/launchers.md). The
-/// variable is changed for the duration of PMIx_Init only and only where the launcher set it (an
-/// in-place replacement, never a new entry), and not at all when PMIx is already initialised in this
-/// process (by MPI, say).
-class gds_choice {
- public:
-  gds_choice() {
-    static constexpr const char* name = "PMIX_GDS_MODULE";
-    const char* mode = std::getenv("JOBKIT_PMIX_GDS");
-    const std::string_view setting = mode == nullptr || *mode == '\0' ? "auto" : mode;
-    if (setting != "auto" && setting != "hash" && setting != "launcher") {
-      throw error(errc::invalid_environment,
-                  fmt::format("JOBKIT_PMIX_GDS='{}' is not one of auto, hash, launcher", setting));
-    }
-    const std::string_view wanted = "hash";
-    const char* offered = std::getenv(name);
-    if (pmix_api().PMIx_Initialized()) return;
-    hash_ = offered != nullptr && std::string_view(offered) == wanted;
-    if (setting == "launcher" || offered == nullptr) return;
-    if (setting == "auto" && !small_step()) return;
-    std::string_view rest = offered;
-    bool listed = false;
-    while (!rest.empty() && !listed) {
-      const auto comma = rest.find(',');
-      listed = rest.substr(0, comma) == wanted;
-      rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
-    }
-    if (!listed || hash_) return;
-    original_ = offered;
-    ::setenv(name, std::string(wanted).c_str(), 1);
-    hash_ = true;
-  }
-  /// Whether this PMIx_Init asks the server for the hash store.
-  bool hash() const noexcept { return hash_; }
-  static constexpr long small_step_ranks = 16;
-  /// Leaves the variable as PMIx_Init found it: a PMIx_Init still running on another thread may
-  /// read it, and setenv must not race with its getenv.
-  void keep() noexcept { original_.reset(); }
-  ~gds_choice() {
-    if (original_) ::setenv("PMIX_GDS_MODULE", original_->c_str(), 1);
-  }
-  gds_choice(const gds_choice&) = delete;
-  gds_choice& operator=(const gds_choice&) = delete;
-
- private:
-  /// Whether Slurm says this step has at most small_step_ranks ranks (unknown, or mpirun: no).
-  static bool small_step() {
-    if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return false;  // mpirun's, whatever Slurm says
-    for (const char* variable : {"SLURM_STEP_NUM_TASKS"}) {
-      const char* value = std::getenv(variable);
-      if (value == nullptr) continue;
-      long ranks = 0;
-      const std::string_view text = value;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ranks);
-      return ec == std::errc{} && end == text.data() + text.size() && ranks >= 1 && ranks <= small_step_ranks;
-    }
-    return false;
-  }
-
-  std::optional<std::string> original_;
-  bool hash_ = false;
-};
-
 }  // namespace
 
 std::string pmix_status_text(pmix_status_t status) {
@@ -141,16 +69,6 @@ namespace {
 /// Set once a PMIx_Init ran past its deadline: that call still holds PMIx's locks and its
 /// connection, so no PMIx call may follow in this process (PMIx_Initialized included).
 std::atomic<bool> init_abandoned{false};
-
-/// One PMIx_Init on a thread of its own. The thread owns a reference to this state, so a
-/// PMIx_Init that returns after its caller gave up writes here and nowhere else.
-struct init_call {
-  std::mutex mutex;
-  std::condition_variable finished;
-  bool done = false;
-  pmix_status_t status = PMIX_ERR_TIMEOUT;
-  pmix_proc_t proc{};
-};
 
 std::string init_timeout_message(std::chrono::milliseconds timeout) {
   const auto versions = pmix_versions(process_environment());
@@ -184,30 +102,25 @@ pmix_session::pmix_session() {
                 "never returned");
   }
   const auto timeout = pmix_init_timeout();
-  auto call = std::make_shared<init_call>();
   pmix_status_t status = PMIX_SUCCESS;
   {
     gds_choice choice;
-    std::thread([call] {
+    // On a thread of its own, which holds the call's state: a PMIx_Init that returns after its
+    // caller gave up writes there and nowhere else.
+    bounded_call init([] {
       pmix_proc_t proc;
       std::memset(&proc, 0, sizeof proc);
       const pmix_status_t result = pmix_api().PMIx_Init(&proc, nullptr, 0);
-      {
-        std::lock_guard lock(call->mutex);
-        call->status = result;
-        call->proc = proc;
-        call->done = true;
-      }
-      call->finished.notify_all();
-    }).detach();
-    std::unique_lock lock(call->mutex);
-    if (!call->finished.wait_for(lock, timeout, [&] { return call->done; })) {
+      return std::pair{result, proc};
+    });
+    const auto done = init.wait(std::chrono::steady_clock::now() + timeout);
+    if (!done) {
       init_abandoned = true;
       choice.keep();
       throw timeout_error(init_timeout_message(timeout), PMIX_ERR_TIMEOUT);
     }
-    status = call->status;
-    self_ = call->proc;
+    status = done->first;
+    self_ = done->second;
     hash_store_ = choice.hash();
   }
   if (status != PMIX_SUCCESS) {
@@ -292,7 +205,7 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(wait->mutex);
-  wait_checking(
+  checked_wait(
       lock, wait->done_signal, deadline, [&] { return wait->done; }, while_waiting);
   // PMIX_TIMEOUT carries this same deadline, so the launcher may report it first; before the
   // deadline, a timeout is the launcher's own (for Slurm: SLURM_PMIX_TIMEOUT).
@@ -405,7 +318,7 @@ gets get_each(const char* nspace, const std::string& key, const std::vector<int>
     }
   }
   std::unique_lock lock(wait->mutex);
-  wait_checking(
+  checked_wait(
       lock, wait->answered, until, [&] { return wait->pending == 0; }, while_waiting);
   // A late answer writes only its own rank's entries, which are still empty: the others can move.
   gets found{wait->status, {}, {}};
@@ -511,7 +424,7 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
                                            const std::function<void()>& while_waiting) {
   const auto start = std::chrono::steady_clock::now();
   const auto until = start + timeout;
-  auto pause = std::chrono::milliseconds(5);
+  backoff pauses(std::chrono::milliseconds(5), std::chrono::milliseconds(100));
   while (true) {
     // The server holds the read for the time left (a node-mate slow to its first collective, e.g.
     // a long import, is waited for), not its 2 s default.
@@ -520,10 +433,9 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
     const auto i = static_cast<std::size_t>(rank);
     const auto status = found.status[i];
     const auto now = std::chrono::steady_clock::now();
-    if (!found.bytes[i] && status == PMIX_ERR_NOT_FOUND && now + pause < until) {
+    if (const auto pause = pauses.next(); !found.bytes[i] && status == PMIX_ERR_NOT_FOUND && now + pause < until) {
       if (while_waiting) while_waiting();
       std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(100));
       continue;
     }
     // Slurm ends a direct get that its owner has not answered after SLURM_PMIX_TIMEOUT (measured

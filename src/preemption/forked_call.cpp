@@ -17,6 +17,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/backoff.hpp"
 #include "core/posix_io.hpp"
 
 namespace jobkit::detail {
@@ -46,17 +47,6 @@ int above_stdio(int fd) {
   if (fd > 2) return fd;
   const int moved = ::fcntl(fd, F_DUPFD, 3);
   return moved >= 0 ? moved : fd;
-}
-
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t done = ::write(fd, data, size);
-    if (done < 0 && errno == EINTR) continue;
-    if (done <= 0) return false;
-    data += done;
-    size -= static_cast<std::size_t>(done);
-  }
-  return true;
 }
 
 [[noreturn]] void child_main(forked_work work, const void* context, char* report, std::size_t report_size,
@@ -92,7 +82,7 @@ bool write_all(int fd, const char* data, std::size_t size) {
   } else {
     work(context, report);
   }
-  ::_exit(write_all(report_fd, report, report_size) ? 0 : 126);
+  ::_exit(write_file_all(report_fd, report, report_size) == 0 ? 0 : 126);
 }
 
 /// Reads what is there without waiting; false at end of stream or on an error.
@@ -149,7 +139,8 @@ bool try_reap(pid_t pid, forked_result& result) {
 /// True when it had to be killed.
 bool reap(pid_t pid, int pidfd, clock::time_point until, forked_result& result) {
   bool killed = false;
-  for (auto pause = std::chrono::microseconds(100);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
+  backoff pauses(std::chrono::microseconds(100), std::chrono::microseconds(20000));
+  while (true) {
     if (try_reap(pid, result)) return killed;
     if (clock::now() >= until) {
       if (killed) break;
@@ -157,7 +148,7 @@ bool reap(pid_t pid, int pidfd, clock::time_point until, forked_result& result) 
       killed = true;
       until = clock::now() + std::chrono::seconds(1);
     }
-    std::this_thread::sleep_for(pause);
+    std::this_thread::sleep_for(pauses.next());
   }
   try {
     std::thread([pid] {

@@ -50,7 +50,7 @@ enum class slurm_call { remaining_seconds, requeue };
 struct slurm_request {
   slurm_call call;
   std::uint32_t job_id;
-  std::vector<std::string> candidates;
+  library_request library;
   std::string tried;  ///< the candidates, for a message
   bool chosen;        ///< the one candidate is JOBKIT_LIBSLURM
 };
@@ -63,7 +63,9 @@ struct slurm_report {
   char text[768];
 };
 
-// ---- In the child: no locks but malloc's and the loader's, nothing logged, no exceptions. ----
+// ---- In the child: no locks but malloc's and the loader's, nothing logged, no exceptions. The
+// shared-library opener allocates (malloc's lock) and throws nothing but std::bad_alloc, which
+// would end the child (SIGABRT: the parent reports it). ----
 
 template <class... T>
 void say(slurm_report& report, const char* format, T... args) noexcept {
@@ -101,22 +103,20 @@ int libslurm_number(const char* soname) noexcept {
 void call_in_child(const void* context, void* out) noexcept {
   const auto& request = *static_cast<const slurm_request*>(context);
   auto& report = *static_cast<slurm_report*>(out);
-  void* library = nullptr;
-  for (const auto& name : request.candidates) {
-    // Global: Slurm's plugins (auth/munge, ...) resolve libslurm's symbols when it loads them.
-    if ((library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL))) break;
+  std::vector<library_failure> failures;
+  const auto opened = try_open_shared_library(request.library, failures);
+  if (!opened && request.chosen) {
+    return say(report, "JOBKIT_LIBSLURM='%s' could not be loaded: %s", request.tried.c_str(),
+               failures.empty() ? "?" : failures.back().why.c_str());
   }
-  if (!library && request.chosen) {
-    const char* why = ::dlerror();
-    return say(report, "JOBKIT_LIBSLURM='%s' could not be loaded: %s", request.tried.c_str(), why ? why : "?");
-  }
-  if (!library) {
+  if (!opened) {
     return say(report, "no libslurm could be loaded (tried %s; set JOBKIT_LIBSLURM to its path)",
                request.tried.c_str());
   }
+  void* library = opened->handle;
   link_map* map = nullptr;
   ::dlinfo(library, RTLD_DI_LINKMAP, &map);
-  const char* path = map && map->l_name && *map->l_name ? map->l_name : request.candidates.front().c_str();
+  const char* path = map && map->l_name && *map->l_name ? map->l_name : request.library.soname.c_str();
   const char* soname = soname_of(map);
   if (!soname) {
     return say(report, "'%s' has no soname, so its Slurm release and ABI are unknown (jobkit needs libslurm.so.N)",
@@ -189,8 +189,10 @@ std::string no_answer(const forked_result& result, std::chrono::milliseconds dea
 
 slurm_answer call_libslurm(slurm_call call, std::uint32_t job_id, std::chrono::milliseconds deadline) {
   slurm_request request{call, job_id, {}, {}, false};
-  request.candidates = libslurm_candidates(&request.chosen);
-  for (const auto& name : request.candidates) request.tried += (request.tried.empty() ? "" : ", ") + name;
+  request.library = libslurm_request(&request.chosen);
+  for (const auto& name : library_candidates(request.library)) {
+    request.tried += (request.tried.empty() ? "" : ", ") + name;
+  }
   const auto result = run_forked(call_in_child, &request, sizeof(slurm_report), deadline);
   if (!result.start_error.empty()) {
     return {false, 0, fmt::format("no process could be started for libslurm ({})", result.start_error)};
@@ -249,17 +251,19 @@ std::optional<std::chrono::system_clock::time_point> slurm_job_end_time() {
   return std::chrono::system_clock::time_point(std::chrono::seconds(seconds));
 }
 
-std::vector<std::string> libslurm_candidates(bool* chosen) {
+library_request libslurm_request(bool* chosen) {
   if (chosen) *chosen = false;
+  library_request request{
+      "libslurm.so", "slurm_get_rem_time", "", RTLD_NOW | RTLD_GLOBAL, errc::invalid_environment, "", "", {}};
   if (const char* name = std::getenv("JOBKIT_LIBSLURM"); name && *name) {
     if (chosen) *chosen = true;
-    return {name};
+    request.soname = name;
+    return request;
   }
-  std::vector<std::string> names{"libslurm.so"};
   for (int soname = newest_known_libslurm; soname >= oldest_known_libslurm; --soname) {
-    names.push_back(fmt::format("libslurm.so.{}", soname));
+    request.also.push_back(fmt::format("libslurm.so.{}", soname));
   }
-  return names;
+  return request;
 }
 
 }  // namespace jobkit::detail

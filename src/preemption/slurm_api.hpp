@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/shared_library.hpp"
+
 namespace jobkit::detail {
 
 // The two calls of Slurm's C API jobkit makes (slurm_get_rem_time, slurm_requeue), from the
@@ -28,9 +30,11 @@ inline constexpr std::chrono::seconds slurm_call_deadline{10};
 inline constexpr int newest_known_libslurm = 45;
 inline constexpr int oldest_known_libslurm = 37;
 
-/// The libraries tried for libslurm, in order: JOBKIT_LIBSLURM alone when it is set (then *chosen
-/// is true), else the development link and the known sonames, newest first.
-std::vector<std::string> libslurm_candidates(bool* chosen = nullptr);
+/// libslurm for the shared-library opener (core/shared_library.hpp; library_candidates lists the
+/// names, in order): JOBKIT_LIBSLURM alone when it is set (then *chosen is true), else the
+/// development link and the known sonames, newest first; RTLD_NOW | RTLD_GLOBAL (Slurm's plugins,
+/// auth/munge and others, resolve libslurm's symbols when it loads them).
+library_request libslurm_request(bool* chosen = nullptr);
 
 /// What one libslurm call gave.
 struct slurm_answer {

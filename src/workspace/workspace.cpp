@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "core/backoff.hpp"
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "core/names.hpp"
@@ -73,11 +74,10 @@ void refresh_directory(const std::filesystem::path& directory) {
   if (DIR* d = ::opendir(directory.c_str())) ::closedir(d);
 }
 
-/// Sleeps until the next poll: 1 ms, doubling up to 50 ms, never past the deadline.
-void pause_before_retry(std::chrono::milliseconds& pause, clock::time_point deadline) {
+/// Sleeps until the next poll (the pauses' next), never past the deadline.
+void pause_before_retry(detail::backoff& pauses, clock::time_point deadline) {
   detail::interruption_point();
-  std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
-  pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::min<clock::duration>(pauses.next(), deadline - clock::now()));
 }
 
 }  // namespace
@@ -102,7 +102,7 @@ workspace::workspace(std::string_view purpose, std::filesystem::path root, group
       0, options, site);
   const auto timeout = detail::timeout_of(options.timeout, "workspace");
   const auto deadline = clock::now() + timeout;
-  auto pause = std::chrono::milliseconds(1);
+  detail::backoff pauses(std::chrono::milliseconds(1), std::chrono::milliseconds(50));
   std::error_code ec;
   while (!std::filesystem::is_directory(directory_, ec)) {
     if (clock::now() >= deadline) {
@@ -113,7 +113,7 @@ workspace::workspace(std::string_view purpose, std::filesystem::path root, group
       throw timeout_error(message);
     }
     refresh_directory(directory_.parent_path());
-    pause_before_retry(pause, deadline);
+    pause_before_retry(pauses, deadline);
   }
   members_.barrier(options, site);
 }
@@ -172,7 +172,7 @@ rank_state workspace::read(int rank, call_options options) const {
   const auto path = path_of(rank);
   const auto timeout = detail::timeout_of(options.timeout, "workspace");
   const auto deadline = clock::now() + timeout;
-  auto pause = std::chrono::milliseconds(1);
+  detail::backoff pauses(std::chrono::milliseconds(1), std::chrono::milliseconds(50));
   const auto fail = [&](const std::string& why, int error_number) {
     throw error(errc::io,
                 fmt::format("workspace: the state of {} at {} cannot be read on {}: {}", describe(rank), path.string(),
@@ -187,7 +187,7 @@ rank_state workspace::read(int rank, call_options options) const {
                                       describe(rank), path.string(), timeout.count(), describe(members_.rank())));
     }
     refresh_directory(directory_);
-    pause_before_retry(pause, deadline);
+    pause_before_retry(pauses, deadline);
   }
   detail::descriptor fd(fd_number);
   struct stat info {};

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/bounded_call.hpp"
 #include "jobkit/error.hpp"
 
 namespace test_support {
@@ -32,7 +33,7 @@ void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::func
   }
   bool fenced = false;
   try {
-    fenced = jobkit::detail::wait_checking(
+    fenced = jobkit::detail::checked_wait(
         lock, s.fenced_, deadline, [&] { return s.generation_ != generation; }, while_waiting);
   } catch (...) {
     if (!lock.owns_lock()) lock.lock();
@@ -102,8 +103,8 @@ std::vector<std::byte> memory_rendezvous::await(int rank, const std::string& key
   auto& s = *store_;
   std::unique_lock lock(s.mutex_);
   const auto there = [&] { return s.visible_.count({rank, key}) != 0; };
-  if (!jobkit::detail::wait_checking(lock, s.committed_, std::chrono::steady_clock::now() + timeout, there,
-                                     while_waiting)) {
+  if (!jobkit::detail::checked_wait(lock, s.committed_, std::chrono::steady_clock::now() + timeout, there,
+                                    while_waiting)) {
     throw jobkit::timeout_error(
         fmt::format("rank {}: key '{}' of rank {} was not committed within {} ms", rank_, key, rank, timeout.count()));
   }
