@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "core/backoff.hpp"
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "jobkit/error.hpp"
@@ -122,6 +123,7 @@ std::optional<int> connector::attempt(const endpoint& e, int peer, const std::st
 
 int connector::connect(const endpoint& e, int peer, const std::string& key, steady_clock::time_point deadline) {
   std::vector<std::string> failures;
+  backoff pauses(std::chrono::milliseconds(50), std::chrono::milliseconds(1000), backoff::jitter::half_to_one_and_a_half);
   for (int tried = 1;; ++tried) {
     failures.clear();
     bool retry = true;  // only when every address failed in a way that another try may mend
@@ -136,16 +138,11 @@ int connector::connect(const endpoint& e, int peer, const std::string& key, stea
     if (!retry || tried >= max_attempts) break;
     // A refused or reset connection: the listener had no room yet (a burst of connections
     // beyond its backlog, its file limit). Backoff with jitter, so that a burst spreads out.
-    std::array<std::byte, 2> noise{};
-    fill_random(noise);
-    const auto jitter =
-        0.5 + static_cast<double>(std::to_integer<int>(noise[0]) * 256 + std::to_integer<int>(noise[1])) / 65536.0;
-    const auto backoff = std::chrono::milliseconds(
-        static_cast<long long>(jitter * static_cast<double>(std::min<long long>(1000, 50LL << (tried - 1)))));
-    if (steady_clock::now() + backoff >= deadline) break;
+    const auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(pauses.next());
+    if (steady_clock::now() + pause >= deadline) break;
     log_.debug("data path: cannot connect to {} yet ({}); attempt {} of {} in {} ms", rank_label(peer, e.host),
-               fmt::join(failures, "; "), tried + 1, max_attempts, backoff.count());
-    sleep_until(steady_clock::now() + backoff);
+               fmt::join(failures, "; "), tried + 1, max_attempts, pause.count());
+    sleep_until(steady_clock::now() + pause);
   }
   const auto message =
       fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host), fmt::join(failures, "; "));

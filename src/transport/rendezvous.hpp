@@ -1,10 +1,8 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -68,13 +66,5 @@ class rendezvous {
   };
   virtual roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) = 0;
 };
-
-/// The one wait of every rendezvous call that may run a check meanwhile: waits on `signal` (under
-/// `lock`) until `done()` or `deadline`, running `while_waiting` (when set) every 50 ms with the
-/// lock released. Returns done(). An exception from while_waiting ends the wait and leaves `lock`
-/// released.
-bool wait_checking(std::unique_lock<std::mutex>& lock, std::condition_variable& signal,
-                   std::chrono::steady_clock::time_point deadline, const std::function<bool()>& done,
-                   const std::function<void()>& while_waiting);
 
 }  // namespace jobkit::detail
