@@ -24,7 +24,7 @@
 #include "cli.hpp"
 #include "core/environment.hpp"
 #include "jobkit/jobkit.hpp"
-#include "transport/fabric.hpp"
+#include "network/fabric.hpp"
 
 namespace jobkit::cli {
 namespace {

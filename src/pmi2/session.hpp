@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pmi2/facts.hpp"
-#include "transport/rendezvous.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace jobkit::detail {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "pmix/facts.hpp"
-#include "transport/rendezvous.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace jobkit::detail {
 

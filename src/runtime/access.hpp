@@ -1,7 +1,7 @@
 #pragma once
 
 #include "jobkit/runtime.hpp"
-#include "transport/rendezvous.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace jobkit::detail {
 

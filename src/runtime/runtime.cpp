@@ -12,10 +12,10 @@
 #include "core/timeout.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
+#include "network/fabric.hpp"
 #include "pmi2/session.hpp"
 #include "pmix/session.hpp"
 #include "runtime/access.hpp"
-#include "transport/fabric.hpp"
 #include "transport/inprocess.hpp"
 #include "transport/tree.hpp"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/fabric.hpp"
+#include "network/fabric.hpp"
 #include "transport/transport.hpp"
 #include "transport/tree_context.hpp"
 #include "transport/tree_links.hpp"

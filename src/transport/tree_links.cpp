@@ -20,9 +20,9 @@
 
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
+#include "core/lost_node.hpp"
 #include "core/timeout.hpp"
 #include "transport/frame.hpp"
-#include "transport/lost_node.hpp"
 #include "transport/node_segment.hpp"
 
 namespace jobkit::detail {

@@ -11,7 +11,7 @@
 #include "core/environment.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
-#include "transport/fabric.hpp"
+#include "network/fabric.hpp"
 
 using namespace jobkit::detail;
 

@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "jobkit/error.hpp"
-#include "transport/addresses.hpp"
+#include "network/addresses.hpp"
+#include "network/handshake.hpp"
 #include "transport/frame.hpp"
-#include "transport/handshake.hpp"
 #include "transport/tree_node.hpp"
 
 using namespace jobkit::detail;

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/rendezvous.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace test_support {
 

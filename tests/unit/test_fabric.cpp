@@ -16,15 +16,15 @@
 #include <fmt/format.h>
 
 #include "../catch.hpp"
+#include "core/lost_node.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
 #include "memory_rendezvous.hpp"
-#include "transport/acceptor.hpp"
-#include "transport/connector.hpp"
-#include "transport/dial.hpp"
-#include "transport/endpoint_directory.hpp"
-#include "transport/lost_node.hpp"
+#include "network/acceptor.hpp"
+#include "network/connector.hpp"
+#include "network/dial.hpp"
+#include "rendezvous/endpoint_directory.hpp"
 
 using namespace jobkit::detail;
 using namespace std::chrono_literals;

@@ -14,8 +14,8 @@
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
 #include "jobkit/log.hpp"
-#include "transport/handshake.hpp"
-#include "transport/rendezvous.hpp"
+#include "rendezvous/endpoint.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace jobkit::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/sha256.hpp"
+#include "core/sha256.hpp"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "transport/connector.hpp"
+#include "network/connector.hpp"
 
 #include <poll.h>
 #include <sys/uio.h>
@@ -14,10 +14,10 @@
 #include "core/backoff.hpp"
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
+#include "core/lost_node.hpp"
+#include "core/sha256.hpp"
 #include "jobkit/error.hpp"
-#include "transport/dial.hpp"
-#include "transport/lost_node.hpp"
-#include "transport/sha256.hpp"
+#include "network/dial.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -123,7 +123,8 @@ std::optional<int> connector::attempt(const endpoint& e, int peer, const std::st
 
 int connector::connect(const endpoint& e, int peer, const std::string& key, steady_clock::time_point deadline) {
   std::vector<std::string> failures;
-  backoff pauses(std::chrono::milliseconds(50), std::chrono::milliseconds(1000), backoff::jitter::half_to_one_and_a_half);
+  backoff pauses(std::chrono::milliseconds(50), std::chrono::milliseconds(1000),
+                 backoff::jitter::half_to_one_and_a_half);
   for (int tried = 1;; ++tried) {
     failures.clear();
     bool retry = true;  // only when every address failed in a way that another try may mend

@@ -1,4 +1,4 @@
-#include "transport/rendezvous.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 #include <algorithm>
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/posix_io.hpp"
-#include "transport/handshake.hpp"
+#include "network/handshake.hpp"
 
 namespace jobkit::detail {
 

@@ -14,13 +14,13 @@
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
 #include "jobkit/log.hpp"
-#include "transport/acceptor.hpp"
-#include "transport/addresses.hpp"
-#include "transport/connector.hpp"
-#include "transport/endpoint_directory.hpp"
-#include "transport/handshake.hpp"
-#include "transport/host_watch.hpp"
-#include "transport/rendezvous.hpp"
+#include "network/acceptor.hpp"
+#include "network/addresses.hpp"
+#include "network/connector.hpp"
+#include "network/handshake.hpp"
+#include "network/host_watch.hpp"
+#include "rendezvous/endpoint_directory.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace jobkit::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/addresses.hpp"
+#include "network/addresses.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,4 +1,4 @@
-#include "transport/dial.hpp"
+#include "network/dial.hpp"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -18,7 +18,7 @@
 
 #include "core/posix_io.hpp"
 #include "jobkit/log.hpp"
-#include "transport/handshake.hpp"
+#include "network/handshake.hpp"
 
 namespace jobkit::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/lost_node.hpp"
+#include "core/lost_node.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,12 +1,10 @@
 #pragma once
 
-// How a connection proves it comes from a rank of the same step, and the endpoint each rank
-// publishes through the rendezvous. Each rank draws a fresh secret and publishes it with its
-// endpoint: rendezvous data is visible only to the step's processes. The listener sends a
-// challenge (a nonce); the connecting rank answers with its rank, the group it joins and an
-// HMAC-SHA-256 of both nonces under the listener's secret; the listener answers with its own
-// HMAC, so the connecting rank knows it reached the rank it meant. No secret ever travels.
-// Integers travel in the host's byte order: every rank of a step runs on one architecture.
+// How a connection proves it comes from a rank of the same step. Each rank draws a fresh secret and publishes it with
+// its endpoint: rendezvous data is visible only to the step's processes. The listener sends a challenge (a nonce); the
+// connecting rank answers with its rank, the group it joins and an HMAC-SHA-256 of both nonces under the listener's
+// secret; the listener answers with its own HMAC, so the connecting rank knows it reached the rank it meant. No secret
+// ever travels. Integers travel in the host's byte order: every rank of a step runs on one architecture.
 
 #include <array>
 #include <cstddef>
@@ -17,18 +15,14 @@
 #include <string_view>
 #include <vector>
 
+#include "rendezvous/endpoint.hpp"
+
 namespace jobkit::detail {
 
-/// Bumped whenever frames or handshake messages change: ranks of different jobkit builds then
-/// fail with a clear message instead of misreading each other.
-constexpr std::uint32_t protocol_version = 4;
-
-constexpr std::size_t secret_size = 32;
 constexpr std::size_t nonce_size = 16;
 constexpr std::size_t mac_size = 32;
 constexpr std::size_t max_group_key_size = 128;
 
-using secret_bytes = std::array<std::byte, secret_size>;
 using nonce_bytes = std::array<std::byte, nonce_size>;
 using mac_bytes = std::array<std::byte, mac_size>;
 
@@ -69,23 +63,5 @@ mac_bytes welcome_mac(const secret_bytes& listener_secret, const nonce_bytes& li
                       const nonce_bytes& connector_nonce, std::uint32_t world_rank, std::string_view group_key);
 std::array<std::byte, welcome_size> encode_welcome(const mac_bytes& mac);
 std::optional<mac_bytes> decode_welcome(std::span<const std::byte, welcome_size> bytes);
-
-/// Where a rank listens and how to prove membership to it, learnt once through the rendezvous.
-struct endpoint {
-  int node = 0;
-  int local_rank = 0;
-  int port = 0;
-  std::string host;                    ///< hostname, for messages only
-  std::vector<std::string> addresses;  ///< numeric, tried in order
-  secret_bytes secret{};
-};
-
-constexpr std::size_t max_endpoint_record_size = 4096;
-constexpr std::size_t max_endpoint_addresses = 16;
-
-std::string encode_endpoint(int world_rank, const endpoint& e);
-/// @throws jobkit::error naming the rank (never the secret) when the record is malformed, was
-/// published for another rank, or comes from a jobkit build with another protocol version
-endpoint decode_endpoint(std::span<const std::byte> record, int world_rank);
 
 }  // namespace jobkit::detail

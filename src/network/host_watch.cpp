@@ -1,4 +1,4 @@
-#include "transport/host_watch.hpp"
+#include "network/host_watch.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "transport/dial.hpp"
-#include "transport/lost_node.hpp"
+#include "core/lost_node.hpp"
+#include "network/dial.hpp"
 
 namespace jobkit::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/acceptor.hpp"
+#include "network/acceptor.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -13,8 +13,8 @@
 #include <cerrno>
 
 #include "core/embedder.hpp"
+#include "core/sha256.hpp"
 #include "jobkit/error.hpp"
-#include "transport/sha256.hpp"
 
 namespace jobkit::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "transport/fabric.hpp"
+#include "network/fabric.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,12 +8,11 @@
 
 #include "core/environment.hpp"
 #include "core/failure.hpp"
+#include "core/lost_node.hpp"
 #include "core/names.hpp"
+#include "core/sha256.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
-#include "transport/frame.hpp"
-#include "transport/lost_node.hpp"
-#include "transport/sha256.hpp"
 
 namespace jobkit::detail {
 namespace {
@@ -68,7 +67,7 @@ tcp_fabric::~tcp_fabric() = default;
 std::string tcp_fabric::next_group_key(const std::vector<int>& members) {
   const auto list = fmt::format("{}", fmt::join(members, ","));
   sha256 h;
-  h.update(as_bytes(list));
+  h.update(std::as_bytes(std::span(list.data(), list.size())));
   const auto digest = h.finish();
   std::uint64_t short_hash = 0;
   std::memcpy(&short_hash, digest.data(), sizeof short_hash);

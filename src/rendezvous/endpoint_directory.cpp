@@ -1,4 +1,4 @@
-#include "transport/endpoint_directory.hpp"
+#include "rendezvous/endpoint_directory.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,8 +6,7 @@
 #include <charconv>
 
 #include "core/failure.hpp"
-#include "transport/frame.hpp"
-#include "transport/lost_node.hpp"
+#include "core/lost_node.hpp"
 
 namespace jobkit::detail {
 
@@ -56,7 +55,8 @@ endpoint_directory::endpoint_directory(rendezvous& rv, const identity& self, end
                                        std::chrono::milliseconds timeout, std::chrono::milliseconds silence_limit,
                                        const logger& log)
     : rv_(rv), rank_(self.rank), key_(std::move(key)), silence_limit_(silence_limit) {
-  rv.put(key_, as_bytes(encode_endpoint(self.rank, mine)));
+  const auto record = encode_endpoint(self.rank, mine);
+  rv.put(key_, std::as_bytes(std::span(record.data(), record.size())));
   const auto asked = steady_clock::now();
   auto placed = rv.placement();
   const auto placement_us = std::chrono::duration_cast<std::chrono::microseconds>(steady_clock::now() - asked);
