@@ -23,9 +23,7 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   context_.members = members;
   context_.rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
   for (const int w : members) context_.hosts.push_back(fabric.host_of(w));
-  context_.spread_abort = [this](const std::string& message, int origin, errc code) {
-    spread_abort(message, origin, code);
-  };
+  context_.spreader = this;
   const int rank = context_.rank;
 
   std::vector<int> nodes;
@@ -100,7 +98,7 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
 }
 
 void tcp_tree::settle_after_first_exchange(tcp_fabric& fabric) {
-  if (!fabric.settled()) settle_ = [&fabric] { fabric.settle(); };
+  if (!fabric.settled()) settling_ = &fabric;
 }
 
 void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noexcept {
@@ -133,20 +131,13 @@ void tcp_tree::begin_exchange(const exchange& ex) {
   ++context_.sequence;
 }
 
-tree_node::link_watch tcp_tree::watch_links(const exchange& ex, time_point deadline, tree_links::child_wait& wait) {
-  return {[this, &ex, deadline, &wait] { links_->check_links(ex, deadline, wait); },
-          [this, &ex, deadline, &wait](std::vector<int> missing) {
-            links_->node_timed_out(ex, deadline, wait, std::move(missing));
-          }};
-}
-
 std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
   const auto deadline = clock::now() + ex.timeout;
   std::vector<rank_bytes> entries;
   if (ex.mine) entries.push_back(rank_bytes{context_.rank, {ex.mine->begin(), ex.mine->end()}});
-  auto wait = links_->start_gather([&](std::size_t i) { return links_->receive_child(i, ex, deadline, entries); });
+  tree_links::gather wait(*links_, ex, deadline, entries);
   if (node_leader()) {
-    const auto used = node_->await_mates(ex, deadline, watch_links(ex, deadline, wait));
+    const auto used = node_->await_mates(ex, deadline, wait);
     const auto& mates = node_->mates();
     for (std::size_t i = 1; i < mates.size(); ++i) {
       if (node_->slot(static_cast<int>(i)).has_payload == 0) continue;
@@ -154,7 +145,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
       entries.push_back(rank_bytes{mates[i], {bytes.begin(), bytes.end()}});
     }
   }
-  links_->await_children(ex, deadline, wait);
+  wait.finish();
   return entries;
 }
 
@@ -189,9 +180,9 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
 
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   auto entries = run_exchange(ex);
-  if (settle_ && ex.source < 0) {  // every member took part: every one had published its endpoint
-    settle_();
-    settle_ = nullptr;
+  if (settling_ && ex.source < 0) {  // every member took part: every one had published its endpoint
+    settling_->settle();
+    settling_ = nullptr;
   }
   return entries;
 }

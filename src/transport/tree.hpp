@@ -20,7 +20,7 @@ namespace jobkit::detail {
 /// connections under group rank 0 (tree_links). Every wait has a deadline; a closed connection, a
 /// node-mate whose process ended (seen through its pidfd) or an abort from any member fails the
 /// exchange on every member. One exchange at a time, in the same order on every member.
-class tcp_tree final : public transport {
+class tcp_tree final : public transport, private abort_spreader {
  public:
   /// members: world ranks in group-rank order; the calling rank must be one of them.
   /// @throws jobkit::error when a connection fails or times out
@@ -48,8 +48,6 @@ class tcp_tree final : public transport {
   void begin_exchange(const exchange& ex);
   /// A leader's contributions: its own, its node-mates' and its children's.
   std::vector<rank_bytes> gather_up(const exchange& ex);
-  /// What a leader waiting for its node-mates watches on its links meanwhile.
-  tree_node::link_watch watch_links(const exchange& ex, time_point deadline, tree_links::child_wait& wait);
   /// A broadcast from group rank 0 of a group that spans nodes, one way: the root sends its bytes
   /// down and goes on; each leader sends a receipt up, posts the bytes as its node's mail and
   /// passes them on to its children. Empty when they are too large for mail: every member then
@@ -58,13 +56,13 @@ class tcp_tree final : public transport {
   /// The group ranks whose bulk pieces this leader's buffer holds once its subtree came in.
   std::vector<int> bulk_pieces(const bulk_exchange& bx) const;
   /// Marks the tree unusable and tells every member, on both media.
-  void spread_abort(const std::string& message, int origin, errc code) noexcept;
+  void spread_abort(const std::string& message, int origin, errc code) noexcept override;
 
   /// run() without settling.
   std::vector<rank_bytes> run_exchange(const exchange& ex);
 
   tree_context context_;
-  std::function<void()> settle_;       // see settle_after_first_exchange
+  tcp_fabric* settling_ = nullptr;     // see settle_after_first_exchange
   std::unique_ptr<tree_node> node_;    // empty when alone on its node
   std::unique_ptr<tree_links> links_;  // empty on a node-mate (not its node's leader)
 };

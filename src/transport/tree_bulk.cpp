@@ -32,9 +32,9 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
   begin_exchange(ex);
   if (node_mate()) return node_->bulk_as_mate(bx);
   const auto deadline = steady_clock::now() + ex.timeout;
-  auto wait = links_->start_gather([&](std::size_t i) { return links_->receive_child_bulk(i, bx, deadline); });
+  tree_links::gather wait(*links_, bx, deadline);
   if (node_leader()) {
-    const auto used = node_->await_mates(ex, deadline, watch_links(ex, deadline, wait));
+    const auto used = node_->await_mates(ex, deadline, wait);
     const auto& mates = node_->mates();
     for (std::size_t i = 1; i < mates.size(); ++i) {
       const int index = static_cast<int>(i);
@@ -53,7 +53,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
       if (!piece.empty()) std::memcpy(bx.buffer.data() + bx.offset(mates[i]), piece.data(), piece.size());
     }
   }
-  links_->await_children(ex, deadline, wait);
+  wait.finish();
   if (!links_->root()) links_->send_up_bulk(bx, deadline, bulk_pieces(bx));
   links_->pass_down_bulk(bx, deadline);
   if (node_leader()) node_->publish_buffer(ex, bx.buffer);

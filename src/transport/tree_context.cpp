@@ -17,12 +17,12 @@ std::string tree_context::describe(int group_rank) const {
 }
 
 void tree_context::fail(const std::string& message, int origin, errc code) {
-  spread_abort(message, origin, code);
+  spreader->spread_abort(message, origin, code);
   raise(code, message);
 }
 
 void tree_context::passed_on(const std::string& reason, int origin, errc code, const exchange& ex) {
-  spread_abort(reason, origin, code);
+  spreader->spread_abort(reason, origin, code);
   raise(code, in_call(ex.name, ex.site, reason));
 }
 
@@ -73,12 +73,12 @@ void tree_context::step_failed(const exchange& ex, const std::exception_ptr& e) 
     std::rethrow_exception(e);
   } catch (const std::exception& x) {
     const auto* known = dynamic_cast<const error*>(&x);
-    spread_abort(fmt::format("{} at {} failed on {}: {}", ex.name, ex.site, describe(rank), x.what()), rank,
-                 known ? known->code() : errc::peer_failure);
+    spreader->spread_abort(fmt::format("{} at {} failed on {}: {}", ex.name, ex.site, describe(rank), x.what()), rank,
+                           known ? known->code() : errc::peer_failure);
   } catch (...) {
-    spread_abort(fmt::format("{} at {} failed on {}: an exception that is not a std::exception", ex.name, ex.site,
-                             describe(rank)),
-                 rank, errc::peer_failure);
+    spreader->spread_abort(fmt::format("{} at {} failed on {}: an exception that is not a std::exception", ex.name,
+                                       ex.site, describe(rank)),
+                           rank, errc::peer_failure);
   }
 }
 

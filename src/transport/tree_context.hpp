@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +26,32 @@ struct call_site {
   std::string_view site;
 };
 
+/// Tells every member of a failure, on both media: what the halves call when they fail
+/// (tree_context::fail); tcp_tree implements it over its node segment and its links.
+class abort_spreader {
+ public:
+  /// Must not throw.
+  virtual void spread_abort(const std::string& message, int origin, errc code) noexcept = 0;
+
+ protected:
+  ~abort_spreader() = default;
+};
+
+/// What the on-node half (tree_node) watches on the across-node half (tree_links) while a node
+/// leader waits for its node-mates: tree_links::gather implements it.
+class link_watch {
+ public:
+  /// At every look at the node: fails on an abort or a closed link, takes the children's
+  /// contributions already waiting.
+  virtual void tick() = 0;
+  /// At the deadline: names the missing node-mates (world ranks) and the children whose
+  /// contribution has not come.
+  [[noreturn]] virtual void timed_out(std::vector<int> missing) = 0;
+
+ protected:
+  ~link_watch() = default;
+};
+
 struct tree_context {
   using time_point = steady_clock::time_point;
 
@@ -36,8 +61,8 @@ struct tree_context {
   std::uint64_t sequence = 0;      // the current exchange's number
   errc broken_code = errc::peer_failure;
   std::string broken;  // set once the tree failed
-  /// Tells every member on both media (set by tcp_tree); must not throw.
-  std::function<void(const std::string& message, int origin, errc code)> spread_abort;
+  /// Tells every member on both media (tcp_tree; the unit tests' stand-ins).
+  abort_spreader* spreader = nullptr;
 
   std::string describe(int group_rank) const;
   /// Spreads the abort, then throws it.

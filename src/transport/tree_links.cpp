@@ -139,18 +139,39 @@ void tree_links::check_silence(const exchange& ex) {
   if (parent_ && parent_->fd >= 0 && link_silence(parent_->fd, limit)) went_silent(*parent_, ex);
 }
 
-tree_links::child_wait tree_links::start_gather(std::function<bool(std::size_t)> take) const {
-  return child_wait{std::vector<bool>(children_.size(), false), children_.size(), std::move(take)};
+tree_links::gather::gather(tree_links& links, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries)
+    : links_(links),
+      ex_(ex),
+      deadline_(deadline),
+      entries_(&entries),
+      done_(links.children_.size(), false),
+      pending_(links.children_.size()) {}
+
+tree_links::gather::gather(tree_links& links, const bulk_exchange& bx, time_point deadline)
+    : links_(links),
+      ex_(bx.base),
+      deadline_(deadline),
+      bulk_(&bx),
+      done_(links.children_.size(), false),
+      pending_(links.children_.size()) {}
+
+bool tree_links::gather::take(std::size_t i) {
+  return bulk_ ? links_.receive_child_bulk(i, *bulk_, deadline_) : links_.receive_child(i, ex_, deadline_, *entries_);
 }
 
-void tree_links::node_timed_out(const exchange& ex, time_point deadline, const child_wait& wait,
-                                std::vector<int> missing) {
-  std::vector<bool> arrived = wait.done;
+void tree_links::gather::tick() { links_.check_links(*this); }
+
+void tree_links::gather::timed_out(std::vector<int> missing) { links_.node_timed_out(*this, std::move(missing)); }
+
+void tree_links::gather::finish() { links_.await_children(*this); }
+
+void tree_links::node_timed_out(const gather& wait, std::vector<int> missing) {
+  std::vector<bool> arrived = wait.done_;
   for (std::size_t i = 0; i < children_.size(); ++i) {
-    const auto next = arrived[i] ? std::nullopt : skip_receipts(i, ex, deadline);
+    const auto next = arrived[i] ? std::nullopt : skip_receipts(i, wait.ex_, wait.deadline_);
     arrived[i] = arrived[i] || (next && !is(*next, frame_type::receipt));
   }
-  time_out(ex, arrived, std::move(missing));
+  time_out(wait.ex_, arrived, std::move(missing));
 }
 
 std::vector<rank_bytes> tree_links::up_and_back(const exchange& ex, time_point deadline,
@@ -454,8 +475,11 @@ void tree_links::check_from_parent(const frame& f, const exchange& ex) {
                        {source, f.name, f.header.sequence, f.site});
 }
 
-void tree_links::check_links(const exchange& ex, time_point deadline, child_wait& wait) {
-  auto& [done, pending, take] = wait;
+void tree_links::check_links(gather& wait) {
+  const auto& ex = wait.ex_;
+  const auto deadline = wait.deadline_;
+  auto& done = wait.done_;
+  auto& pending = wait.pending_;
   std::vector<pollfd> fds;
   for (std::size_t i = 0; i < children_.size(); ++i)
     fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN | POLLRDHUP, 0});
@@ -467,14 +491,17 @@ void tree_links::check_links(const exchange& ex, time_point deadline, child_wait
   if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
   for (std::size_t i = 0; i < children_.size(); ++i) {
     // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
-    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0 || !take(i)) continue;
+    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0 || !wait.take(i)) continue;
     done[i] = true;
     --pending;
   }
 }
 
-void tree_links::await_children(const exchange& ex, time_point deadline, child_wait& wait) {
-  auto& [done, pending, take] = wait;
+void tree_links::await_children(gather& wait) {
+  const auto& ex = wait.ex_;
+  const auto deadline = wait.deadline_;
+  auto& done = wait.done_;
+  auto& pending = wait.pending_;
   std::vector<pollfd> fds;
   while (pending > 0) {
     fds.clear();
@@ -482,8 +509,8 @@ void tree_links::await_children(const exchange& ex, time_point deadline, child_w
     // The parent sends nothing before it has this rank's contribution, except an abort or its
     // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
     if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
-    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(silence_check_interval.count()));
-    const int ready = ::poll(fds.data(), fds.size(), wait);
+    const auto slice = std::min<int>(remaining_ms(deadline), static_cast<int>(silence_check_interval.count()));
+    const int ready = ::poll(fds.data(), fds.size(), slice);
     if (ready < 0 && errno == EINTR) {
       interruption_point();
       continue;
@@ -496,7 +523,7 @@ void tree_links::await_children(const exchange& ex, time_point deadline, child_w
     }
     if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
     for (std::size_t i = 0; i < children_.size(); ++i) {
-      if (done[i] || fds[i].revents == 0 || !take(i)) continue;
+      if (done[i] || fds[i].revents == 0 || !wait.take(i)) continue;
       done[i] = true;
       --pending;
     }

@@ -27,12 +27,29 @@ class tree_links {
     int fd = -1;
     int peer = -1;  // group rank
   };
-  /// The children not heard from yet in a gather; take(i) receives child i's contribution, false
-  /// when only receipts were waiting.
-  struct child_wait {
-    std::vector<bool> done;
-    std::size_t pending = 0;
-    std::function<bool(std::size_t)> take;
+  /// A leader's wait for its children's contributions to one exchange (into `entries`) or bulk
+  /// exchange (into its buffer); the wait for the node's members watches it meanwhile (link_watch).
+  class gather final : public link_watch {
+   public:
+    gather(tree_links& links, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
+    gather(tree_links& links, const bulk_exchange& bx, time_point deadline);
+    void tick() override;
+    [[noreturn]] void timed_out(std::vector<int> missing) override;
+    /// Waits for the children not heard from yet, taking each contribution as it arrives.
+    void finish();
+
+   private:
+    friend class tree_links;
+    /// Child i's contribution taken; false when only receipts were waiting.
+    bool take(std::size_t i);
+
+    tree_links& links_;
+    const exchange& ex_;
+    time_point deadline_;
+    std::vector<rank_bytes>* entries_ = nullptr;  // an exchange's
+    const bulk_exchange* bulk_ = nullptr;         // or a bulk exchange's
+    std::vector<bool> done_;
+    std::size_t pending_;
   };
   /// A one-way broadcast as it came to this leader: entries (empty when it was too large for
   /// mail, and goes the ordinary way), the frame to pass on, and the source's call site.
@@ -62,18 +79,8 @@ class tree_links {
   /// Fails when a link went silent.
   void check_silence(const exchange& ex);
 
-  child_wait start_gather(std::function<bool(std::size_t)> take) const;
   /// Child i's contribution, appended to entries; false when only receipts were waiting.
   bool receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
-  /// Between node waits: fails on an abort from the parent or a child that closed; takes the
-  /// contributions of the children that have one waiting.
-  void check_links(const exchange& ex, time_point deadline, child_wait& wait);
-  /// Waits for the children not done yet, and takes each contribution as it arrives.
-  void await_children(const exchange& ex, time_point deadline, child_wait& wait);
-  /// At the deadline of a wait for the node: names the node-mates missing and the children whose
-  /// contribution has not arrived.
-  [[noreturn]] void node_timed_out(const exchange& ex, time_point deadline, const child_wait& wait,
-                                   std::vector<int> missing);
   /// Sends this subtree's entries up and returns the parent's result (with its frame's payload
   /// in `everyone` when the result goes to every member).
   std::vector<rank_bytes> up_and_back(const exchange& ex, time_point deadline, const std::vector<rank_bytes>& entries,
@@ -104,6 +111,13 @@ class tree_links {
   struct child_link : link {
     std::deque<unconfirmed_broadcast> unconfirmed;
   };
+  /// gather::tick: fails on an abort from the parent or a child that closed; takes the
+  /// contributions of the children that have one waiting.
+  void check_links(gather& wait);
+  /// gather::finish.
+  void await_children(gather& wait);
+  /// gather::timed_out.
+  [[noreturn]] void node_timed_out(const gather& wait, std::vector<int> missing);
   std::optional<frame> next_from_child(std::size_t i, const exchange& ex, time_point deadline);
   void confirm(std::size_t i, const frame& receipt, const exchange& ex);
   std::optional<frame_header> skip_receipts(std::size_t i, const exchange& ex, time_point deadline);

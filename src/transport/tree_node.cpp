@@ -315,9 +315,9 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
       // fail() and user_step() have told the others; anything else (no memory, an interruption)
       // must too, or they would wait for this rank's result until their deadline.
       if (context_.broken.empty()) {
-        context_.spread_abort(fmt::format("{} at {} failed on {}, which was finishing it for its node", ex.name,
-                                          ex.site, context_.describe(context_.rank)),
-                              context_.rank, errc::peer_failure);
+        context_.spreader->spread_abort(fmt::format("{} at {} failed on {}, which was finishing it for its node",
+                                                    ex.name, ex.site, context_.describe(context_.rank)),
+                                        context_.rank, errc::peer_failure);
       }
       throw;
     }
@@ -457,7 +457,7 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   return entries;
 }
 
-std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, const link_watch& links) {
+std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link_watch& links) {
   using bell = node_segment::bell;
   auto& segment = *segment_;
   const auto seq = low_bits(context_.sequence);

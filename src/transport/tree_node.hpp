@@ -40,13 +40,6 @@ leader_answer read_leader_answer(int fd, tree_context::time_point deadline);
 class tree_node {
  public:
   using time_point = tree_context::time_point;
-  /// What a leader waiting for its node-mates watches besides them (its TCP links): tick runs at
-  /// every check, timed_out (must throw) at the deadline with the world ranks of the missing mates.
-  struct link_watch {
-    std::function<void()> tick;
-    std::function<void(std::vector<int>)> timed_out;
-  };
-
   /// mates: the group ranks on this node, leader first (two or more); this rank is mates[index].
   tree_node(tree_context& context, std::vector<int> mates, int index);
   /// Tells the node-mates this member left (the leader: also when its setup failed), so that none
@@ -99,7 +92,7 @@ class tree_node {
 
   /// The leader's wait for its node-mates' contributions; returns the bytes of the data region
   /// in use by large ones.
-  std::size_t await_mates(const exchange& ex, time_point deadline, const link_watch& links);
+  std::size_t await_mates(const exchange& ex, time_point deadline, link_watch& links);
   /// Node-mate `index`'s contribution, in its slot or in the data region.
   std::span<const std::byte> contribution(int index, std::size_t used);
   /// The leader: the result for its node-mates (`everyone` when it goes to every member).

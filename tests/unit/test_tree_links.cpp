@@ -50,9 +50,14 @@ std::pair<int, int> loopback_pair() {
 }
 
 /// One leader: its share of the group's context and its links.
-struct leader {
+/// One node leader: its links, and what tcp_tree would do with an abort (its links' only).
+struct leader final : abort_spreader {
   tree_context context;
   std::unique_ptr<tree_links> links;
+  void spread_abort(const std::string& message, int origin, jobkit::errc code) noexcept override {
+    if (context.broken.empty()) context.broken = message;
+    if (links) links->spread_abort(message, origin, code);
+  }
 };
 
 /// Runs fn(leader) on three threads: group rank 0 over ranks 1 and 2, each on its own node.
@@ -69,10 +74,7 @@ std::vector<outcome<T>> on_leaders(F fn) {
       l.context.members = {0, 1, 2};
       l.context.hosts = {"n0", "n1", "n2"};
       l.context.rank = r;
-      l.context.spread_abort = [&l](const std::string& message, int origin, jobkit::errc code) {
-        if (l.context.broken.empty()) l.context.broken = message;
-        if (l.links) l.links->spread_abort(message, origin, code);
-      };
+      l.context.spreader = &l;
       if (r == 0) {
         l.links =
             std::make_unique<tree_links>(l.context, std::nullopt, std::vector<tree_links::link>{{to_1, 1}, {to_2, 2}},
@@ -112,8 +114,8 @@ std::string text(const rank_bytes& e) {
 std::vector<std::string> gather_and_return(leader& l, const exchange& ex) {
   const auto deadline = steady_clock::now() + ex.timeout;
   std::vector<rank_bytes> entries{rank_bytes{l.context.rank, {ex.mine->begin(), ex.mine->end()}}};
-  auto wait = l.links->start_gather([&](std::size_t i) { return l.links->receive_child(i, ex, deadline, entries); });
-  l.links->await_children(ex, deadline, wait);
+  tree_links::gather wait(*l.links, ex, deadline, entries);
+  wait.finish();
   std::vector<std::byte> everyone;
   if (!l.links->root()) {
     entries = l.links->up_and_back(ex, deadline, entries, everyone);

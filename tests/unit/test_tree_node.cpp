@@ -31,9 +31,14 @@ using test_support::outcome;
 namespace {
 
 /// One member: its share of the group's context and its tree_node.
-struct member {
+/// One member: its half of the protocol, and what tcp_tree would do with an abort (its node's only).
+struct member final : abort_spreader {
   tree_context context;
   std::unique_ptr<tree_node> node;
+  void spread_abort(const std::string& message, int origin, jobkit::errc code) noexcept override {
+    if (context.broken.empty()) context.broken = message;
+    node->post_abort(origin, code, message);
+  }
 };
 
 std::string segment_name(int test) { return fmt::format("/jobkit-test-tree-node-{}-{}", ::getpid(), test); }
@@ -53,10 +58,7 @@ std::vector<outcome<T>> on_node(int size, const std::string& name, F fn) {
       std::iota(m.context.members.begin(), m.context.members.end(), 0);
       m.context.hosts.assign(static_cast<std::size_t>(size), "n0");
       m.context.rank = r;
-      m.context.spread_abort = [&m](const std::string& message, int origin, jobkit::errc code) {
-        if (m.context.broken.empty()) m.context.broken = message;
-        m.node->post_abort(origin, code, message);
-      };
+      m.context.spreader = &m;
       m.node = std::make_unique<tree_node>(m.context, m.context.members, r);
       try {
         if (r == 0) {
@@ -172,8 +174,14 @@ TEST_CASE("tree_node: a leader gathers for a group that spans nodes and publishe
       if (m.context.rank == late) std::this_thread::sleep_for(1500ms);
       if (!m.node->leader()) return m.node->run_as_mate(ex);
       int ticks = 0;
-      const tree_node::link_watch links{[&] { ++ticks; },
-                                        [&](std::vector<int> missing) { m.context.never_arrived(ex, missing); }};
+      struct no_links final : link_watch {
+        int& ticks;
+        member& m;
+        const exchange& ex;
+        no_links(int& t, member& mm, const exchange& e) : ticks(t), m(mm), ex(e) {}
+        void tick() override { ++ticks; }
+        [[noreturn]] void timed_out(std::vector<int> missing) override { m.context.never_arrived(ex, missing); }
+      } links(ticks, m, ex);
       std::vector<rank_bytes> entries{rank_bytes{0, mine}};
       const auto used = m.node->await_mates(ex, steady_clock::now() + ex.timeout, links);
       for (int i = 1; i < 3; ++i) {
