@@ -197,7 +197,7 @@ void group::setup(call_options options, std::source_location site) {
 
 void group::barrier(call_options options, std::source_location site) {
   auto ex = make_exchange("barrier", options.timeout, site);
-  ex.synchronize_only = true;
+  ex.kind = detail::exchange_kind::barrier;
   run(ex);
 }
 
@@ -206,6 +206,7 @@ void group::reduce_into(std::span<std::byte> data,
                         call_options options, std::source_location site) {
   auto ex = make_exchange(detail::signed_name("reduce_into", options.signature), options.timeout, site);
   ex.mine = std::span<const std::byte>(data);
+  ex.kind = detail::exchange_kind::all_reduce;
   // Folded in place into the lowest rank's bytes, in rank order: every member gets the same bits.
   ex.fold = [&](std::vector<detail::rank_bytes>& entries) {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });

@@ -101,10 +101,7 @@ class hub {
     for (auto& result : results_) result.clear();
     for (std::size_t r = 0; r < results_.size(); ++r) {
       for (const auto& entry : entries) {
-        const bool wanted = root.to == delivery::everyone ||
-                            (root.to == delivery::one_rank && root.target == static_cast<int>(r)) ||
-                            (root.to == delivery::each_own && entry.rank == static_cast<int>(r));
-        if (wanted) results_[r].push_back(entry);
+        if (root.receives(static_cast<int>(r), entry.rank)) results_[r].push_back(entry);
       }
     }
     std::fill(arrivals_.begin(), arrivals_.end(), nullptr);

@@ -27,6 +27,12 @@ struct bulk_exchange {
   std::size_t piece_size() const noexcept { return root < 0 ? piece : buffer.size(); }
 };
 
+/// The entries of a result that `member` receives (exchange::receives), in their order.
+inline std::vector<rank_bytes> received(const exchange& ex, int member, std::vector<rank_bytes> entries) {
+  std::erase_if(entries, [&](const rank_bytes& e) { return !ex.receives(member, e.rank); });
+  return entries;
+}
+
 /// How the ranks of a group reach each other: over TCP between processes (tcp_tree), or inside
 /// one process (the in-process transport, for a single rank and for unit tests).
 class transport {

@@ -178,9 +178,27 @@ std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const ex
   return std::move(b.entries);
 }
 
+tcp_tree::route tcp_tree::route_of(const exchange& ex) const {
+  const auto size = context_.members.size();
+  const bool one_node = node_ && node_->mates().size() == size;
+  switch (ex.kind) {
+    case exchange_kind::broadcast:
+      if (one_node) return route::node_broadcast;
+      return ex.root == 0 && size > 1 ? route::one_way_broadcast : route::tree;
+    case exchange_kind::barrier:
+    case exchange_kind::all_gather:
+    case exchange_kind::all_reduce: return one_node ? route::node_exchange : route::tree;
+    case exchange_kind::gather:
+    case exchange_kind::scatter:
+    case exchange_kind::reduce_and_broadcast: return route::tree;
+  }
+  return route::tree;
+}
+
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
   auto entries = run_exchange(ex);
-  if (settling_ && ex.source < 0) {  // every member took part: every one had published its endpoint
+  if (settling_ &&
+      ex.kind != exchange_kind::broadcast) {  // every member took part: every one had published its endpoint
     settling_->settle();
     settling_ = nullptr;
   }
@@ -189,15 +207,15 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
 
 std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
   begin_exchange(ex);
-  const auto size = context_.members.size();
-  if (node_ && node_->mates().size() == size) {
-    if (ex.source >= 0) {
+  switch (route_of(ex)) {
+    case route::node_broadcast:
       if (auto entries = node_->broadcast_on_node(ex)) return std::move(*entries);
-    } else if (ex.synchronize_only || (ex.to == delivery::everyone && !ex.finish)) {
-      return node_->exchange_on_node(ex);
-    }
-  } else if (ex.source == 0 && size > 1 && ex.to == delivery::everyone && !ex.fold && !ex.finish) {
-    if (auto entries = broadcast_across_nodes(ex)) return std::move(*entries);
+      break;  // too large for mail: the tree
+    case route::node_exchange: return node_->exchange_on_node(ex);
+    case route::one_way_broadcast:
+      if (auto entries = broadcast_across_nodes(ex)) return std::move(*entries);
+      break;  // too large for one way: the tree
+    case route::tree: break;
   }
   if (node_mate()) return node_->run_as_mate(ex);
   auto entries = gather_up(ex);
@@ -211,16 +229,12 @@ std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
   } else {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     if (ex.finish) entries = context_.user_step(ex, [&] { return ex.finish(entries); });
-    if (ex.to == delivery::everyone && (links_->children() > 0 || node_leader())) everyone = all_entries(entries);
+    if (ex.to_everyone() && (links_->children() > 0 || node_leader())) everyone = all_entries(entries);
   }
   if (node_leader()) node_->publish(ex, entries, everyone);
   links_->send_down(ex, deadline, entries, everyone);
 
-  if (ex.to == delivery::one_rank && ex.target != context_.rank) return {};
-  if (ex.to == delivery::each_own) {
-    std::erase_if(entries, [&](const rank_bytes& e) { return e.rank != context_.rank; });
-  }
-  return entries;
+  return received(ex, context_.rank, std::move(entries));
 }
 
 group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout,

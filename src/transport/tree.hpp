@@ -42,6 +42,14 @@ class tcp_tree final : public transport, private abort_spreader {
 
  private:
   using time_point = tree_context::time_point;
+  /// Which way an exchange takes, by its kind and the group's shape; the one place that decides.
+  /// node_broadcast: every member on one node, the root's bytes as mail (one way);
+  /// node_exchange: every member on one node, the last to arrive finishes (no leader);
+  /// one_way_broadcast: a broadcast from group rank 0 down the leaders' tree (one way);
+  /// tree: contributions up to group rank 0 (through node leaders), the result back down. Both
+  /// one-way routes fall back to the tree for bytes too large for them.
+  enum class route { node_broadcast, node_exchange, one_way_broadcast, tree };
+  route route_of(const exchange& ex) const;
   bool node_leader() const noexcept { return node_ && node_->leader(); }
   bool node_mate() const noexcept { return node_ && !node_->leader(); }
   /// Fails on a group that failed before; else starts the next exchange (its sequence number).

@@ -188,7 +188,7 @@ std::vector<rank_bytes> tree_links::up_and_back(const exchange& ex, time_point d
     frame f = receive_frame(parent.fd, deadline);
     check_from_parent(f, ex);
     auto result = parse_entries(f.payload, static_cast<int>(context_.members.size()));
-    if (ex.to == delivery::everyone) everyone = std::move(f.payload);
+    if (ex.to_everyone()) everyone = std::move(f.payload);
     return result;
   } catch (...) {
     result_failed(parent, ex);
@@ -200,11 +200,11 @@ void tree_links::send_down(const exchange& ex, time_point deadline, const std::v
   std::vector<std::byte> selected;
   for (std::size_t i = 0; i < children_.size(); ++i) {
     const auto below = [&](const rank_bytes& e) {
-      const int rank = ex.to == delivery::one_rank ? ex.target : e.rank;
+      const int rank = ex.receiver_of(e.rank);
       return rank >= 0 && rank < static_cast<int>(child_of_.size()) &&
              child_of_[static_cast<std::size_t>(rank)] == static_cast<int>(i);
     };
-    if (ex.to != delivery::everyone) {
+    if (!ex.to_everyone()) {
       std::vector<const rank_bytes*> down;
       for (const auto& e : entries) {
         if (below(e)) down.push_back(&e);
@@ -213,7 +213,7 @@ void tree_links::send_down(const exchange& ex, time_point deadline, const std::v
       append_entries(selected, down);
     }
     const auto& child = children_[i];
-    const auto down = ex.to == delivery::everyone ? everyone : std::span<const std::byte>(selected);
+    const auto down = ex.to_everyone() ? everyone : std::span<const std::byte>(selected);
     context_.check_size(down.size(), ex);
     try {
       send_frame(child.fd, frame_type::down, context_.sequence, context_.rank, ex.name, ex.site, down, deadline);

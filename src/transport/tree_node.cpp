@@ -349,7 +349,7 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
       },
       stalled);
   if (finished) return std::move(*finished);
-  if (ex.synchronize_only) return {};
+  if (ex.kind == exchange_kind::barrier) return {};
   return read_result(ex);
 }
 
@@ -450,11 +450,7 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   } catch (const error& e) {
     segment_failed(ex, e);
   }
-  if (ex.to == delivery::one_rank && ex.target != context_.rank) return {};
-  if (ex.to == delivery::each_own) {
-    std::erase_if(entries, [&](const rank_bytes& e) { return e.rank != context_.rank; });
-  }
-  return entries;
+  return received(ex, context_.rank, std::move(entries));
 }
 
 std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link_watch& links) {
@@ -516,10 +512,10 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link
 void tree_node::publish(const exchange& ex, const std::vector<rank_bytes>& entries,
                         std::span<const std::byte> everyone) {
   std::vector<std::byte> selected;
-  if (ex.to != delivery::everyone) {
+  if (!ex.to_everyone()) {
     std::vector<const rank_bytes*> down;
     for (const auto& e : entries) {
-      const int r = ex.to == delivery::one_rank ? ex.target : e.rank;
+      const int r = ex.receiver_of(e.rank);
       if (r != context_.rank && std::find(mates_.begin(), mates_.end(), r) != mates_.end()) down.push_back(&e);
     }
     append_entries(selected, down);

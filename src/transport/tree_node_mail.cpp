@@ -37,7 +37,7 @@ std::optional<std::vector<rank_bytes>> tree_node::broadcast_on_node(const exchan
   const auto deadline = clock::now() + ex.timeout;
   // A source that posted its last broadcast may have left the group already: the others look
   // for the mail before they look at the node.
-  if (ex.source != context_.rank) return take_mail(ex, deadline);
+  if (ex.source() != context_.rank) return take_mail(ex, deadline);
   check(ex, false);
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
   if (!post_mail(ex, deadline, mine, mine.size() <= node_segment::inline_capacity, ex.site)) return std::nullopt;
@@ -72,7 +72,7 @@ bool tree_node::post_mail(const exchange& ex, time_point deadline, std::span<con
     context_.out_of_step(mail.source, std::string_view(mail.name, mail.name_size), context_.sequence,
                          std::string_view(mail.site, mail.site_size), ex);
   }
-  mail.source = ex.source;
+  mail.source = ex.source();
   mail.too_large = fits ? 0 : 1;
   mail.size = fits ? bytes.size() : 0;
   copy_text(mail.name, mail.name_size, ex.name);
@@ -106,7 +106,7 @@ void tree_node::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
 std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, time_point deadline) {
   auto& segment = *segment_;
   auto& mail = segment.mail_for(context_.sequence);
-  const int source = mail_poster(ex.source);
+  const int source = mail_poster(ex.source());
   const auto& source_slot = segment.member(source);
   wait_in_segment(
       node_segment::bell::down, ex, deadline,
@@ -120,16 +120,16 @@ std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, 
         // The source may be waiting for a member that has not taken an earlier broadcast.
         if (segment.load(mail.claimed) < context_.sequence && segment.load(mail.readers_left) != 0)
           mail_not_taken(ex, mail);
-        if (mates_[static_cast<std::size_t>(source)] != ex.source) {
+        if (mates_[static_cast<std::size_t>(source)] != ex.source()) {
           context_.fail(
               fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}, which {} passes on "
                           "to this node: rank {} or a rank between never arrived",
                           ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                          context_.describe(ex.source), context_.describe(mates_.front()),
-                          context_.members[static_cast<std::size_t>(ex.source)]),
+                          context_.describe(ex.source()), context_.describe(mates_.front()),
+                          context_.members[static_cast<std::size_t>(ex.source())]),
               context_.rank, errc::timeout);
         }
-        context_.never_arrived(ex, {context_.members[static_cast<std::size_t>(ex.source)]});
+        context_.never_arrived(ex, {context_.members[static_cast<std::size_t>(ex.source())]});
       });
   const std::string_view name(mail.name, mail.name_size);
   if (name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {

@@ -97,7 +97,7 @@ exchange barrier_at(const std::string& site, std::chrono::milliseconds t) {
   ex.name = "barrier";
   ex.site = site;
   ex.timeout = t;
-  ex.synchronize_only = true;
+  ex.kind = exchange_kind::barrier;
   return ex;
 }
 
@@ -140,7 +140,8 @@ TEST_CASE("tree_node: a broadcast goes one way as mail; collectives out of step 
     m.context.sequence = 1;
     const std::string text = "from rank 1";
     exchange ex = contributing("broadcast", as_bytes(text));
-    ex.source = 1;
+    ex.kind = exchange_kind::broadcast;
+    ex.root = 1;
     if (m.context.rank != 1) ex.mine.reset();
     const auto entries = m.node->broadcast_on_node(ex);
     if (entries && entries->size() == 1) {

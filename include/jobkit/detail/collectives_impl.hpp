@@ -80,7 +80,8 @@ T group::broadcast(const T& value, rooted_options options, std::source_location 
   auto ex =
       make_exchange(detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
                     options.timeout, site);
-  ex.source = options.root;
+  ex.kind = detail::exchange_kind::broadcast;
+  ex.root = options.root;
   std::vector<std::byte> bytes;
   if (rank() == options.root) {
     bytes = to_bytes(value);
@@ -98,8 +99,8 @@ std::vector<T> group::gather(const T& value, rooted_options options, std::source
                           options.timeout, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
-  ex.to = detail::delivery::one_rank;
-  ex.target = options.root;
+  ex.kind = detail::exchange_kind::gather;
+  ex.root = options.root;
   return decode_all<T>(ex, run(ex));
 }
 
@@ -115,6 +116,7 @@ template <class T, class Combine>
 T group::fold_in_rank_order(detail::exchange& ex, const T& value, Combine combine) {
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
+  ex.kind = detail::exchange_kind::all_reduce;
   // Entries are folded in rank order, so every rank receives the same bits.
   ex.fold = [this, &ex, &combine](std::vector<detail::rank_bytes>& entries) {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
@@ -191,7 +193,8 @@ T group::scatter(const std::vector<T>& values, rooted_options options, std::sour
     bytes = to_bytes(parts);
     ex.mine = bytes;
   }
-  ex.to = detail::delivery::each_own;
+  ex.kind = detail::exchange_kind::scatter;
+  ex.root = root;
   const int members = size();
   ex.finish = [this, &ex, members, root](std::vector<detail::rank_bytes>& entries) {
     auto parts = decode<std::vector<std::vector<std::byte>>>(ex, entries.at(0));
@@ -208,7 +211,8 @@ requires sendable<R> R group::compute_and_broadcast(F&& fn, rooted_options optio
   const int root = options.root;
   check_root("compute_and_broadcast", root);
   auto ex = make_exchange("compute_and_broadcast(root " + std::to_string(root) + ")", options.timeout, site);
-  ex.source = root;
+  ex.kind = detail::exchange_kind::broadcast;
+  ex.root = root;
   // Connected first: while fn runs, the others then wait in jobkit's data path with its deadline,
   // not in the setup's PMIx fence (bounded by the launcher's own timeout).
   connect(ex);
@@ -234,8 +238,8 @@ requires sendable<R> std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_
   connect(ex);
   const auto bytes = encode_result(fn, ex);
   ex.mine = bytes;
-  ex.to = detail::delivery::one_rank;
-  ex.target = options.root;
+  ex.kind = detail::exchange_kind::gather;
+  ex.root = options.root;
   return decode_all<R>(ex, run(ex));
 }
 
@@ -246,6 +250,7 @@ requires sendable<M> && sendable<R> R group::reduce_and_broadcast(Map&& map, Red
   connect(ex);
   const auto bytes = encode_result(map, ex);
   ex.mine = bytes;
+  ex.kind = detail::exchange_kind::reduce_and_broadcast;
   ex.finish = [this, &ex, &reduce](std::vector<detail::rank_bytes>& entries) {
     return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(decode_all<M>(ex, entries)))}};
   };

@@ -19,31 +19,42 @@ struct rank_bytes {
   std::vector<std::byte> bytes;
 };
 
-/// Who receives the result of an exchange.
-enum class delivery {
-  everyone,  ///< every rank receives every entry
-  one_rank,  ///< only `target` receives the entries; the others receive nothing
-  each_own,  ///< each rank receives the entries whose rank is its own
+/// What an exchange is: who contributes, who receives what (receives()), and which way the
+/// transport takes (tcp_tree::route_of). Each collective names its kind; nothing is inferred.
+enum class exchange_kind {
+  barrier,               ///< nothing contributed, nothing received
+  broadcast,             ///< `root` contributes; every member receives its bytes as they are
+  all_gather,            ///< every member contributes; every member receives every entry
+  all_reduce,            ///< every member contributes; `fold` combines them; every member receives the result
+  gather,                ///< every member contributes; `root` alone receives every entry
+  scatter,               ///< `root` contributes; `finish` splits it; each member receives its own entry
+  reduce_and_broadcast,  ///< every member contributes; `finish` on group rank 0; every member receives its result
 };
 
-/// The one primitive every collective is made of. Each rank contributes bytes (or nothing); the
-/// contributions travel to the group's rank 0, combined on the way by `fold` when it is set; rank
-/// 0 applies `finish` and the result travels back to the ranks named by `to`. Ranks compare
-/// `name`, so a different collective or a different root on one rank is an error, not a pairing.
+/// The one primitive every collective is made of. The contributions travel to the group's rank 0,
+/// combined on the way by `fold` (all_reduce); rank 0 applies `finish` (scatter,
+/// reduce_and_broadcast) and the result travels back to the members that receive it. Ranks
+/// compare `name`, so a different collective or a different root on one rank is an error, not a
+/// pairing.
 struct exchange {
   std::string name;
   std::string site;  ///< "file.cpp:42"
   std::chrono::milliseconds timeout;
+  exchange_kind kind = exchange_kind::all_gather;
+  int root = 0;  ///< broadcast, gather, scatter: the member that contributes or receives
   std::optional<std::span<const std::byte>> mine;
   std::function<rank_bytes(std::vector<rank_bytes>&)> fold;
   std::function<std::vector<rank_bytes>(std::vector<rank_bytes>&)> finish;
-  delivery to = delivery::everyone;
-  int target = 0;
-  /// No member contributes and none receives anything: a barrier.
-  bool synchronize_only = false;
-  /// A broadcast: only this rank contributes and every rank receives its bytes as they are, so the
-  /// transport may let it go on without waiting for the others, as MPI_Bcast does. -1: none.
-  int source = -1;
+
+  /// Every member receives every entry of the result (all but gather and scatter).
+  bool to_everyone() const noexcept { return kind != exchange_kind::gather && kind != exchange_kind::scatter; }
+  /// Gather and scatter: the member that receives the entry of group rank `entry`.
+  int receiver_of(int entry) const noexcept { return kind == exchange_kind::gather ? root : entry; }
+  /// The receive rule: whether `member` receives the entry of group rank `entry`.
+  bool receives(int member, int entry) const noexcept { return to_everyone() || receiver_of(entry) == member; }
+  /// A broadcast's source: the one member that contributes and may go on without waiting, as
+  /// MPI_Bcast does. -1 for every other kind.
+  int source() const noexcept { return kind == exchange_kind::broadcast ? root : -1; }
 };
 
 struct group_state;
