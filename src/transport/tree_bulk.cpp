@@ -44,6 +44,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
       const auto piece = node_->contribution(index, used);
       if (slot.has_payload == 0 || piece.size() != bx.piece_size()) {
         context_.fail(
+            ex,
             fmt::format("{} found a piece of {} bytes from {} in the node's shared memory during {} at {}, where {} "
                         "were due: a bug, memory corruption, or two jobkit builds in one step",
                         context_.describe(context_.rank), piece.size(), context_.describe(mates[i]), ex.name, ex.site,

@@ -16,7 +16,11 @@ std::string tree_context::describe(int group_rank) const {
   return rank_label(members[g], hosts[g]);
 }
 
-void tree_context::fail(const std::string& message, int origin, errc code) {
+void tree_context::fail(const exchange& ex, const std::string& message, int origin, errc code) {
+  spread_and_raise(in_call(ex.name, ex.site, message), origin, code);
+}
+
+void tree_context::spread_and_raise(const std::string& message, int origin, errc code) {
   spreader->spread_abort(message, origin, code);
   raise(code, message);
 }
@@ -27,10 +31,11 @@ void tree_context::passed_on(const std::string& reason, int origin, errc code, c
 }
 
 void tree_context::out_of_step(const call_site& one, const call_site& other) {
-  fail(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
-                   describe(one.group_rank), one.name, one.sequence, one.site, describe(other.group_rank), other.name,
-                   other.sequence, other.site),
-       rank);
+  // Both calls named, this rank's among them: the message needs no other name.
+  spread_and_raise(fmt::format("collectives out of step: {} is in {} #{} at {} while {} is in {} #{} at {}",
+                               describe(one.group_rank), one.name, one.sequence, one.site, describe(other.group_rank),
+                               other.name, other.sequence, other.site),
+                   rank, errc::peer_failure);
 }
 
 void tree_context::out_of_step(int group_rank, std::string_view name, std::uint64_t seq, std::string_view site,
@@ -39,14 +44,16 @@ void tree_context::out_of_step(int group_rank, std::string_view name, std::uint6
 }
 
 void tree_context::never_arrived(const exchange& ex, const std::vector<int>& missing) {
-  fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
+  fail(ex,
+       fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
                    "is late, stuck or in another collective)",
                    ex.name, ex.site, ex.timeout.count(), describe(rank), fmt::join(missing, ", ")),
        rank, errc::timeout);
 }
 
 void tree_context::sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine) {
-  fail(fmt::format("{} at {}: {} passed a buffer of {} bytes but {} one of {} bytes: every member must pass the "
+  fail(ex,
+       fmt::format("{} at {}: {} passed a buffer of {} bytes but {} one of {} bytes: every member must pass the "
                    "same size",
                    ex.name, ex.site, describe(group_rank), theirs, describe(rank), mine),
        rank, errc::invalid_argument);
@@ -54,7 +61,8 @@ void tree_context::sizes_differ(const exchange& ex, int group_rank, std::uint64_
 
 void tree_context::check_size(std::uint64_t size, const exchange& ex) {
   if (size <= max_payload_size) return;
-  fail(fmt::format("{} at {}: {} bytes would cross one link of the data path on {}, more than its limit of {} "
+  fail(ex,
+       fmt::format("{} at {}: {} bytes would cross one link of the data path on {}, more than its limit of {} "
                    "bytes per collective (move bulk data with NCCL, or in pieces)",
                    ex.name, ex.site, size, describe(rank), max_payload_size),
        rank, errc::invalid_argument);

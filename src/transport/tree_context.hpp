@@ -65,8 +65,10 @@ struct tree_context {
   abort_spreader* spreader = nullptr;
 
   std::string describe(int group_rank) const;
-  /// Spreads the abort, then throws it.
-  [[noreturn]] void fail(const std::string& message, int origin, errc code = errc::peer_failure);
+  /// The one way the tree fails an exchange: the message, named with this rank's call
+  /// (core/failure.hpp in_call: unchanged when it names the call already), goes to every member
+  /// as an abort, then is thrown here.
+  [[noreturn]] void fail(const exchange& ex, const std::string& message, int origin, errc code = errc::peer_failure);
   /// An abort that another member sent (its reason, its origin): passes it on unchanged, and
   /// throws it here named with this rank's own call (core/failure.hpp in_call).
   [[noreturn]] void passed_on(const std::string& reason, int origin, errc code, const exchange& ex);
@@ -90,6 +92,7 @@ struct tree_context {
   }
 
  private:
+  [[noreturn]] void spread_and_raise(const std::string& message, int origin, errc code);
   void step_failed(const exchange& ex, const std::exception_ptr& e) noexcept;
 };
 

@@ -275,7 +275,8 @@ void tree_links::parent_spoke(const exchange& ex, time_point deadline) {
   try {
     const frame f = receive_frame(parent.fd, deadline);
     check_from_parent(f, ex);
-    context_.fail(fmt::format("{} sent {} #{} before {} had contributed to {} #{}", context_.describe(parent.peer),
+    context_.fail(ex,
+                  fmt::format("{} sent {} #{} before {} had contributed to {} #{}", context_.describe(parent.peer),
                               f.name, f.header.sequence, context_.describe(context_.rank), ex.name, context_.sequence),
                   context_.rank, errc::internal);
   } catch (...) {
@@ -460,6 +461,7 @@ frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const
     check_silence(ex);
     if (clock::now() >= deadline) {
       context_.fail(
+          ex,
           fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}: rank {} or a rank "
                       "between never arrived",
                       ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
@@ -581,7 +583,7 @@ void tree_links::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
         lost(parent, e.why, ex, e.error_number);
       } catch (const socket_timeout&) {
         context_.fail(
-            fmt::format("{} stalled mid-message during {} at {}", context_.describe(parent.peer), ex.name, ex.site),
+            ex, fmt::format("{} stalled mid-message during {} at {}", context_.describe(parent.peer), ex.name, ex.site),
             parent.peer);
       }
     }

@@ -32,7 +32,8 @@ void tree_links::lost(const link& l, const std::string& why, const exchange& ex,
     }
   }
   if (error_number == ETIMEDOUT) went_silent(l, ex);
-  context_.fail(fmt::format("{} closed its connection ({}) during {}{}: the process died or exited",
+  context_.fail(ex,
+                fmt::format("{} closed its connection ({}) during {}{}: the process died or exited",
                             context_.describe(l.peer), why, ex.name, ex.site.empty() ? "" : " at " + ex.site),
                 l.peer);
 }
@@ -46,13 +47,15 @@ void tree_links::went_silent(const link& l, const exchange& ex) {
                                        .seen_from = here,
                                        .ranks = ranks_on_node(context_.members, context_.hosts, host),
                                        .detail = {}});
-  context_.fail(fmt::format("{} went silent during {}{} while {} waited on it: {}", context_.describe(l.peer), ex.name,
+  context_.fail(ex,
+                fmt::format("{} went silent during {}{} while {} waited on it: {}", context_.describe(l.peer), ex.name,
                             ex.site.empty() ? "" : " at " + ex.site, context_.describe(context_.rank), lost),
                 l.peer);
 }
 
 void tree_links::broke_protocol(const link& l, const protocol_violation& v, const exchange& ex) {
-  context_.fail(fmt::format("{} sent {} during {}{}: the connection breaks jobkit's data path protocol (a bug, memory "
+  context_.fail(ex,
+                fmt::format("{} sent {} during {}{}: the connection breaks jobkit's data path protocol (a bug, memory "
                             "corruption, or two jobkit builds in one step)",
                             context_.describe(l.peer), v.what, ex.name, ex.site.empty() ? "" : " at " + ex.site),
                 context_.rank, errc::internal);
@@ -75,8 +78,8 @@ void tree_links::message_failed(const link& l, const exchange& ex) {
   } catch (const socket_closed& e) {
     lost(l, e.why, ex, e.error_number);
   } catch (const socket_timeout&) {
-    context_.fail(fmt::format("{} stalled mid-message during {} at {}", context_.describe(l.peer), ex.name, ex.site),
-                  l.peer);
+    context_.fail(
+        ex, fmt::format("{} stalled mid-message during {} at {}", context_.describe(l.peer), ex.name, ex.site), l.peer);
   }
 }
 
@@ -86,7 +89,7 @@ void tree_links::send_failed(const link& l, const exchange& ex) {
   } catch (const socket_closed& e) {
     lost(l, e.why, ex, e.error_number);
   } catch (const socket_timeout&) {
-    context_.fail(fmt::format("{} stopped reading during {} at {}", context_.describe(l.peer), ex.name, ex.site),
+    context_.fail(ex, fmt::format("{} stopped reading during {} at {}", context_.describe(l.peer), ex.name, ex.site),
                   l.peer);
   }
 }
@@ -95,7 +98,8 @@ void tree_links::result_failed(const link& parent, const exchange& ex) {
   try {
     throw;
   } catch (const socket_timeout&) {
-    context_.fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+    context_.fail(ex,
+                  fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
                               "this rank's subtree never arrived",
                               ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
                               context_.describe(parent.peer)),

@@ -178,7 +178,7 @@ void tree_node::post_abort(int origin, errc code, const std::string& message) no
 }
 
 void tree_node::segment_failed(const exchange& ex, const error& e) {
-  context_.fail(fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), context_.rank, e.code());
+  context_.fail(ex, fmt::format("{} at {}: {}", ex.name, ex.site, e.what()), context_.rank, e.code());
 }
 
 void tree_node::check(const exchange& ex, bool deaths, const std::function<bool()>& excused) {
@@ -201,11 +201,13 @@ void tree_node::check_members(const exchange& ex, bool deaths, const std::functi
     // A member that left because of an abort posted after the look above: the abort is the cause.
     aborted();
     if (left) {
-      context_.fail(fmt::format("{} left the group {}: it destroyed the group or its process is exiting",
+      context_.fail(ex,
+                    fmt::format("{} left the group {}: it destroyed the group or its process is exiting",
                                 context_.describe(g), during()),
                     g);
     }
-    context_.fail(fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)",
+    context_.fail(ex,
+                  fmt::format("{} exited {}: the process died or exited (its pidfd reported the end)",
                               context_.describe(g), during()),
                   g);
   }
@@ -214,7 +216,8 @@ void tree_node::check_members(const exchange& ex, bool deaths, const std::functi
 void tree_node::wait_for_leader(const exchange& ex, time_point deadline, const std::function<bool()>& ready) {
   wait_in_segment(node_segment::bell::down, ex, deadline, ready, [&] {
     if (const auto missing = not_arrived(); !missing.empty()) context_.never_arrived(ex, missing);
-    context_.fail(fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
+    context_.fail(ex,
+                  fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
                               "this rank's node never arrived",
                               ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
                               context_.describe(mates_.front())),
@@ -365,7 +368,8 @@ std::vector<int> tree_node::unfilled(int finisher) {
 }
 
 void tree_node::pieces_not_filled(const exchange& ex, const std::vector<int>& ranks) {
-  context_.fail(fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} arrived but never copied in their "
+  context_.fail(ex,
+                fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} arrived but never copied in their "
                             "contribution past {} bytes (stuck, or stopped)",
                             ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
                             fmt::join(ranks, ", "), node_segment::inline_capacity),
@@ -390,7 +394,8 @@ void tree_node::finish_stalled(const exchange& ex) {
     if (const auto ranks = unfilled(finisher); !ranks.empty()) pieces_not_filled(ex, ranks);
   }
   const auto who = finisher >= 0 ? context_.describe(mates_[static_cast<std::size_t>(finisher)]) : "no rank";
-  context_.fail(fmt::format("{} at {} timed out after {} ms on {}: every rank arrived, but {}, which arrived last and "
+  context_.fail(ex,
+                fmt::format("{} at {} timed out after {} ms on {}: every rank arrived, but {}, which arrived last and "
                             "finishes the exchange, did not publish the result (a slow operation, or stopped)",
                             ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), who),
                 context_.rank, errc::timeout);
@@ -443,6 +448,7 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
                             static_cast<int>(context_.members.size()));
   } catch (const protocol_violation& v) {
     context_.fail(
+        ex,
         fmt::format("{} found {} in the node's shared memory during {} at {}: a bug, memory corruption, or two "
                     "jobkit builds in one step",
                     context_.describe(context_.rank), v.what, ex.name, ex.site),
@@ -567,6 +573,7 @@ void tree_node::bulk_as_mate(const bulk_exchange& bx) {
   const auto size = segment.result_size();
   if (size != bx.buffer.size()) {
     context_.fail(
+        ex,
         fmt::format("{} found a result of {} bytes in the node's shared memory during {} at {}, where {} were "
                     "due: a bug, memory corruption, or two jobkit builds in one step",
                     context_.describe(context_.rank), size, ex.name, ex.site, bx.buffer.size()),

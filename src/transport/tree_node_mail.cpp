@@ -64,6 +64,7 @@ bool tree_node::post_mail(const exchange& ex, time_point deadline, std::span<con
         [&] { return segment.load(mail.posted) == low_bits(context_.sequence); },
         [&] {
           context_.fail(
+              ex,
               fmt::format("{} at {} timed out after {} ms on {}: another rank claimed #{} for a broadcast and never "
                           "posted it",
                           ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), context_.sequence),
@@ -95,6 +96,7 @@ void tree_node::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
       missing.push_back(context_.members[static_cast<std::size_t>(mates_[i])]);
   }
   context_.fail(
+      ex,
       fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never took {} #{} at {}, whose mailbox {} "
                   "needs for #{} (at least one of them is late, stuck or in another collective)",
                   ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), fmt::join(missing, ", "),
@@ -122,6 +124,7 @@ std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, 
           mail_not_taken(ex, mail);
         if (mates_[static_cast<std::size_t>(source)] != ex.source()) {
           context_.fail(
+              ex,
               fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}, which {} passes on "
                           "to this node: rank {} or a rank between never arrived",
                           ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
@@ -139,6 +142,7 @@ std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, 
   if (mail.too_large == 0) {
     if (mail.size > node_segment::inline_capacity) {
       context_.fail(
+          ex,
           fmt::format("{} found a broadcast of {} bytes in the node's shared memory during {} at {}: a bug, memory "
                       "corruption, or two jobkit builds in one step",
                       context_.describe(context_.rank), mail.size, ex.name, ex.site),

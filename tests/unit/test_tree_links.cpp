@@ -182,15 +182,18 @@ TEST_CASE("tree_links: an abort from one leader and a closed link reach the othe
   SECTION("leader 2 aborts while the others wait") {
     const auto results = on_leaders([](leader& l) {
       l.context.sequence = 1;
-      if (l.context.rank == 2) l.context.fail("leader 2 gave up", 2);
       const auto mine = std::to_string(l.context.rank);
-      return gather_and_return(l, named("all_gather", as_bytes(mine)));
+      const auto ex = named("all_gather", as_bytes(mine));
+      if (l.context.rank == 2) l.context.fail(ex, "leader 2 gave up", 2);
+      return gather_and_return(l, ex);
     });
     for (const auto& o : results) {
       INFO(o.error);
       CHECK_FALSE(o.value);
       CHECK(o.code == jobkit::errc::peer_failure);
-      CHECK(contains(o.error, "leader 2 gave up"));
+      // Named with each leader's own call, once.
+      CHECK(contains(o.error, "all_gather at test_tree_links.cpp:1: leader 2 gave up"));
+      CHECK_FALSE(contains(o.error, "test_tree_links.cpp:1: all_gather at"));
     }
   }
   SECTION("leader 1 closes its link without a word") {
