@@ -10,9 +10,9 @@ std::string rank_label(int world_rank, std::string_view host) {
 }
 
 std::string in_call(std::string_view name, std::string_view site, std::string_view what) {
-  const auto call = site.empty() ? std::string(name) : fmt::format("{} at {}", name, site);
-  if (what.find(call) != std::string_view::npos) return std::string(what);
-  return fmt::format("{}: {}", call, what);
+  if (what.find(site.empty() ? name : site) != std::string_view::npos) return std::string(what);
+  if (site.empty()) return fmt::format("{}: {}", name, what);
+  return fmt::format("{} at {}: {}", name, site, what);
 }
 
 void raise(errc code, const std::string& message, int native_status) {
