@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -163,7 +164,13 @@ std::string site_text(const std::source_location& site) {
   if (const auto* text = current_call_site_override()) return *text;
   std::string_view file = site.file_name();
   if (const auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
-  return fmt::format("{}:{}", file, site.line());
+  // Built by hand, not by fmt: every collective names its call site.
+  char line[16];
+  const auto end = std::to_chars(line, line + sizeof line, site.line()).ptr;
+  std::string text;
+  text.reserve(file.size() + 1 + static_cast<std::size_t>(end - line));
+  text.append(file).append(1, ':').append(line, end);
+  return text;
 }
 
 }  // namespace detail

@@ -78,7 +78,7 @@ std::chrono::microseconds shm_spin_time() {
 }
 
 node_segment::node_segment(const std::string& name, int members, const std::string& who)
-    : name_(name), owner_(true), spin_(shm_spin_time()) {
+    : name_(name), who_(who), owner_(true), spin_(shm_spin_time()) {
   if (::shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
     io_failure(who, "cannot remove the shared memory segment " + name + " left by an earlier attempt", errno);
   }
@@ -93,7 +93,7 @@ node_segment::node_segment(const std::string& name, int members, const std::stri
                              fixed_size_ + initial_data),
                  rc);
     }
-    map_fixed(who);
+    map_fixed();
     head().magic = segment_magic;
     head().members = static_cast<std::uint32_t>(members);
     head().data_capacity = initial_data;
@@ -106,7 +106,7 @@ node_segment::node_segment(const std::string& name, int members, const std::stri
 }
 
 node_segment::node_segment(attach_t, const std::string& name, int members, const std::string& who)
-    : name_(name), spin_(shm_spin_time()) {
+    : name_(name), who_(who), spin_(shm_spin_time()) {
   fd_ = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd_ < 0) io_failure(who, "cannot open the shared memory segment " + name + " of its node's leader", errno);
   try {
@@ -118,7 +118,7 @@ node_segment::node_segment(attach_t, const std::string& name, int members, const
                                               "members: two jobkit builds in one step?",
                                               who, name, info.st_size, fixed_size_, members));
     }
-    map_fixed(who);
+    map_fixed();
     if (head().magic != segment_magic || head().members != static_cast<std::uint32_t>(members)) {
       throw error(errc::internal,
                   fmt::format("{}: the shared memory segment {} is not one of {} members of this jobkit build", who,
@@ -138,18 +138,18 @@ node_segment::~node_segment() {
   ::close(fd_);
 }
 
-void node_segment::map_fixed(const std::string& who) {
+void node_segment::map_fixed() {
   void* p = ::mmap(nullptr, fixed_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) io_failure(who, "cannot map the shared memory segment " + name_, errno);
+  if (p == MAP_FAILED) io_failure(who_, "cannot map the shared memory segment " + name_, errno);
   fixed_ = static_cast<std::byte*>(p);
 }
 
-void node_segment::map_data(std::size_t size, const std::string& who) {
+void node_segment::map_data(std::size_t size) {
   if (data_) ::munmap(data_, data_mapped_);
   data_ = nullptr;
   data_mapped_ = 0;
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(fixed_size_));
-  if (p == MAP_FAILED) io_failure(who, fmt::format("cannot map {} bytes of the segment {}", size, name_), errno);
+  if (p == MAP_FAILED) io_failure(who_, fmt::format("cannot map {} bytes of the segment {}", size, name_), errno);
   data_ = static_cast<std::byte*>(p);
   data_mapped_ = size;
 }
@@ -258,23 +258,23 @@ std::optional<node_segment::notice> node_segment::abort_notice() const {
   return notice{h.abort_origin, static_cast<errc>(h.abort_code), std::string(h.abort_text, h.abort_size)};
 }
 
-void node_segment::reserve(std::size_t size, const std::string& who) {
+void node_segment::reserve(std::size_t size) {
   auto& capacity = head().data_capacity;
   if (size > capacity) {
     const auto grown = round_up(std::max(size, static_cast<std::size_t>(capacity) * 2), page);
     if (const int rc = ::posix_fallocate(fd_, static_cast<off_t>(fixed_size_), static_cast<off_t>(grown)); rc != 0) {
-      io_failure(who,
+      io_failure(who_,
                  fmt::format("cannot grow the shared memory segment {} to {} bytes (is /dev/shm full?)", name_,
                              fixed_size_ + grown),
                  rc);
     }
     capacity = grown;  // published to the members by the release store of the grant or the result
   }
-  if (data_mapped_ < size) map_data(static_cast<std::size_t>(capacity), who);
+  if (data_mapped_ < size) map_data(static_cast<std::size_t>(capacity));
 }
 
-std::span<std::byte> node_segment::data(std::size_t size, const std::string& who) {
-  if (data_mapped_ < size) map_data(std::max(size, static_cast<std::size_t>(head().data_capacity)), who);
+std::span<std::byte> node_segment::data(std::size_t size) {
+  if (data_mapped_ < size) map_data(std::max(size, static_cast<std::size_t>(head().data_capacity)));
   return {data_, data_mapped_};
 }
 

@@ -123,9 +123,9 @@ class node_segment {
 
   /// Makes the data region hold at least size bytes (the member that finishes the exchange: the
   /// leader, or the last to arrive on a node that holds the whole group). @throws jobkit::error (io)
-  void reserve(std::size_t size, const std::string& who);
+  void reserve(std::size_t size);
   /// The data region, at least size bytes of it as reserved. @throws jobkit::error (io)
-  std::span<std::byte> data(std::size_t size, const std::string& who);
+  std::span<std::byte> data(std::size_t size);
   void set_result_size(std::uint64_t size) noexcept;
   std::uint64_t result_size() const noexcept;
   std::uint32_t& result_word() noexcept;
@@ -136,10 +136,11 @@ class node_segment {
   header& head() const noexcept;
   /// Bytes of the header, the mailboxes and the slots, in whole pages.
   static std::size_t fixed_size(int members);
-  void map_fixed(const std::string& who);
-  void map_data(std::size_t size, const std::string& who);
+  void map_fixed();
+  void map_data(std::size_t size);
 
   std::string name_;
+  std::string who_;  // the member that maps it, as its errors name it
   int fd_ = -1;
   std::size_t fixed_size_ = 0;
   std::byte* fixed_ = nullptr;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <vector>
 
 #include "transport/tree.hpp"
 
@@ -33,8 +34,10 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
   if (node_mate()) return node_->bulk_as_mate(bx);
   const auto deadline = steady_clock::now() + ex.timeout;
   tree_links::gather wait(*links_, bx, deadline);
+  std::vector<int> pieces;  // node indexes of the node-mates whose pieces are in the segment
+  std::size_t used = 0;     // the bytes of the segment's data region they use
   if (node_leader()) {
-    const auto used = node_->await_mates(ex, deadline, wait);
+    used = node_->await_mates(ex, deadline, wait, &bx);
     const auto& mates = node_->mates();
     for (std::size_t i = 1; i < mates.size(); ++i) {
       const int index = static_cast<int>(i);
@@ -51,13 +54,25 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
                         bx.piece_size()),
             context_.rank, errc::internal);
       }
-      if (!piece.empty()) std::memcpy(bx.buffer.data() + bx.offset(mates[i]), piece.data(), piece.size());
+      if (!piece.empty()) pieces.push_back(index);
     }
   }
+  const auto take_pieces = [&] {
+    for (const int index : pieces) {
+      const auto piece = node_->contribution(index, used);
+      std::memcpy(bx.buffer.data() + bx.offset(node_->mates()[static_cast<std::size_t>(index)]), piece.data(),
+                  piece.size());
+    }
+  };
+  // A group on one node whose pieces are in place in the segment: its result is there once they
+  // are in, so the node-mates may take it while the leader takes their pieces.
+  const bool publish_first = node_leader() && node_->pieces_in_place() && links_->root() && links_->subtrees().empty();
+  if (!publish_first) take_pieces();
   wait.finish();
   if (!links_->root()) links_->send_up_bulk(bx, deadline, bulk_pieces(bx));
   links_->pass_down_bulk(bx, deadline);
-  if (node_leader()) node_->publish_buffer(ex, bx.buffer);
+  if (node_leader()) node_->publish_buffer(bx);
+  if (publish_first) take_pieces();
 }
 
 }  // namespace jobkit::detail

@@ -264,7 +264,7 @@ void tree_node::fill_granted(const exchange& ex, std::span<const std::byte> mine
   auto& slot = segment.member(index_);
   try {
     std::memcpy(
-        segment.data(slot.data_offset + mine.size(), context_.describe(context_.rank)).data() + slot.data_offset,
+        segment.data(slot.data_offset + mine.size()).data() + slot.data_offset,
         mine.data(), mine.size());
   } catch (const error& e) {
     segment_failed(ex, e);
@@ -273,18 +273,34 @@ void tree_node::fill_granted(const exchange& ex, std::span<const std::byte> mine
   segment.ring(node_segment::bell::up);
 }
 
-std::size_t tree_node::grant_places(const exchange& ex, int finisher) {
+bool tree_node::pieces_fit_in_place(const bulk_exchange& bx) {
+  if (bx.root >= 0) return false;
+  for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
+    const auto& slot = segment_->member(i);
+    if (in_data_region(slot) && (slot.bulk_size != bx.buffer.size() || slot.size != bx.piece_size())) return false;
+  }
+  return true;
+}
+
+std::size_t tree_node::grant_places(const exchange& ex, int finisher, const bulk_exchange* bulk) {
   auto& segment = *segment_;
+  pieces_in_place_ = bulk && pieces_fit_in_place(*bulk);
   std::size_t total = 0;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
     auto& slot = segment.member(i);
     if (i == finisher || !in_data_region(slot)) continue;
-    slot.data_offset = total;
-    total += (slot.size + 63) / 64 * 64;
+    if (pieces_in_place_) {
+      slot.data_offset = bulk->offset(mates_[static_cast<std::size_t>(i)]);
+      total = bulk->buffer.size();
+    } else {
+      slot.data_offset = total;
+      total += (slot.size + 63) / 64 * 64;
+    }
   }
+  pieces_in_place_ = pieces_in_place_ && total > 0;
   if (total == 0) return 0;
   try {
-    segment.reserve(total, context_.describe(context_.rank));
+    segment.reserve(total);
   } catch (const error& e) {
     segment_failed(ex, e);
   }
@@ -296,7 +312,7 @@ std::size_t tree_node::grant_places(const exchange& ex, int finisher) {
 std::span<const std::byte> tree_node::contribution(int index, std::size_t used) {
   auto& slot = segment_->member(index);
   if (slot.size <= node_segment::inline_capacity) return {slot.payload, static_cast<std::size_t>(slot.size)};
-  return segment_->data(used, context_.describe(context_.rank)).subspan(slot.data_offset, slot.size);
+  return segment_->data(used).subspan(slot.data_offset, slot.size);
 }
 
 std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
@@ -444,7 +460,7 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   const auto size = static_cast<std::size_t>(segment.result_size());
   std::vector<rank_bytes> entries;
   try {
-    entries = parse_entries(segment.data(size, context_.describe(context_.rank)).first(size),
+    entries = parse_entries(segment.data(size).first(size),
                             static_cast<int>(context_.members.size()));
   } catch (const protocol_violation& v) {
     context_.fail(
@@ -459,7 +475,8 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   return received(ex, context_.rank, std::move(entries));
 }
 
-std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link_watch& links) {
+std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link_watch& links,
+                                   const bulk_exchange* bulk) {
   using bell = node_segment::bell;
   auto& segment = *segment_;
   const auto seq = low_bits(context_.sequence);
@@ -507,7 +524,12 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link
   wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; }, in);
 
   // Large contributions: the leader says where each goes in the data region, then waits for them.
-  const auto total = grant_places(ex, 0);
+  const auto total = grant_places(ex, 0, bulk);
+  if (pieces_in_place_ && bulk->contributes(context_.rank)) {  // its own piece too, while they copy theirs
+    const auto offset = bulk->offset(context_.rank);
+    std::memcpy(segment.data(total).data() + offset, bulk->buffer.data() + offset,
+                bulk->piece_size());
+  }
   if (total > 0) {
     for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(segment.member(static_cast<int>(i)));
     wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
@@ -529,12 +551,12 @@ void tree_node::publish(const exchange& ex, const std::vector<rank_bytes>& entri
   }
   context_.check_size(everyone.size(), ex);
   try {
-    segment_->reserve(everyone.size(), context_.describe(context_.rank));
+    segment_->reserve(everyone.size());
   } catch (const error& e) {
     segment_failed(ex, e);
   }
   if (!everyone.empty()) {
-    std::memcpy(segment_->data(everyone.size(), context_.describe(context_.rank)).data(), everyone.data(),
+    std::memcpy(segment_->data(everyone.size()).data(), everyone.data(),
                 everyone.size());
   }
   segment_->set_result_size(everyone.size());
@@ -582,18 +604,38 @@ void tree_node::bulk_as_mate(const bulk_exchange& bx) {
   if (size == 0) return;
   std::span<std::byte> result;
   try {
-    result = segment.data(size, context_.describe(context_.rank));
+    result = segment.data(size);
   } catch (const error& e) {
     segment_failed(ex, e);
   }
-  std::memcpy(bx.buffer.data(), result.data(), size);
+  // Its own piece of an all_gather is in its buffer already (all_gather_into put it there).
+  const auto skip_from = contributes && bx.root < 0 ? bx.offset(context_.rank) : size;
+  const auto skip_to = std::min<std::size_t>(size, skip_from + bx.piece_size());
+  std::memcpy(bx.buffer.data(), result.data(), skip_from);
+  if (size > skip_to) std::memcpy(bx.buffer.data() + skip_to, result.data() + skip_to, size - skip_to);
 }
 
-void tree_node::publish_buffer(const exchange& ex, std::span<const std::byte> buffer) {
-  const auto size = buffer.size();
+void tree_node::publish_buffer(const bulk_exchange& bx) {
+  const auto& ex = bx.base;
+  const auto size = bx.buffer.size();
   try {
-    segment_->reserve(size, context_.describe(context_.rank));
-    if (size > 0) std::memcpy(segment_->data(size, context_.describe(context_.rank)).data(), buffer.data(), size);
+    segment_->reserve(size);
+    if (size > 0) {
+      auto region = segment_->data(size).first(size);
+      if (!pieces_in_place_) {
+        std::memcpy(region.data(), bx.buffer.data(), size);
+      } else {  // the node's pieces are there: copy the others' (from other nodes), between them
+        std::vector<std::size_t> here;
+        for (const int g : mates_) here.push_back(bx.offset(g));
+        std::sort(here.begin(), here.end());
+        std::size_t from = 0;
+        for (const auto offset : here) {
+          if (offset > from) std::memcpy(region.data() + from, bx.buffer.data() + from, offset - from);
+          from = offset + bx.piece_size();
+        }
+        if (size > from) std::memcpy(region.data() + from, bx.buffer.data() + from, size - from);
+      }
+    }
   } catch (const error& e) {
     segment_failed(ex, e);
   }

@@ -91,14 +91,20 @@ class tree_node {
   std::optional<std::vector<rank_bytes>> take_mail(const exchange& ex, time_point deadline);
 
   /// The leader's wait for its node-mates' contributions; returns the bytes of the data region
-  /// in use by large ones.
-  std::size_t await_mates(const exchange& ex, time_point deadline, link_watch& links);
+  /// in use by large ones. For a bulk all_gather (`bulk`, every member contributing a piece of one
+  /// size) the large pieces go where they belong in the result, the leader's own included, so that
+  /// the region holds the node's part of the result once they are in (pieces_in_place()).
+  std::size_t await_mates(const exchange& ex, time_point deadline, link_watch& links,
+                          const bulk_exchange* bulk = nullptr);
+  /// Whether the last await_mates placed the node's pieces where they belong in the result.
+  bool pieces_in_place() const noexcept { return pieces_in_place_; }
   /// Node-mate `index`'s contribution, in its slot or in the data region.
   std::span<const std::byte> contribution(int index, std::size_t used);
   /// The leader: the result for its node-mates (`everyone` when it goes to every member).
   void publish(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
-  /// The leader: a bulk exchange's whole buffer for its node-mates.
-  void publish_buffer(const exchange& ex, std::span<const std::byte> buffer);
+  /// The leader: a bulk exchange's whole buffer for its node-mates (past the node's pieces when
+  /// they are in place already).
+  void publish_buffer(const bulk_exchange& bx);
 
  private:
   /// The mail of the broadcast numbered `sequence`, once its source posted it; else null.
@@ -119,8 +125,12 @@ class tree_node {
   /// publishes the result; returns this member's entries. `mine` is this member's contribution.
   std::vector<rank_bytes> finish_on_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
   /// Gives each large contribution but the finisher's own (node index) a place in the data region,
-  /// sized for all of them, and grants them; returns the bytes of the region in use (0: none).
-  std::size_t grant_places(const exchange& ex, int finisher);
+  /// sized for all of them (a bulk all_gather's: where each belongs in the result), and grants
+  /// them; returns the bytes of the region in use (0: none).
+  std::size_t grant_places(const exchange& ex, int finisher, const bulk_exchange* bulk = nullptr);
+  /// Whether every large piece of a bulk all_gather on this node has the size that its place in
+  /// the result has: then each can be copied straight to that place.
+  bool pieces_fit_in_place(const bulk_exchange& bx);
   /// Copies a large contribution where the finisher granted it a place, and says so.
   void fill_granted(const exchange& ex, std::span<const std::byte> mine);
   /// World ranks of the node-mates (this rank included) that have not arrived at this exchange.
@@ -157,6 +167,7 @@ class tree_node {
   std::unique_ptr<node_segment> segment_;
   std::vector<process_watch> watched_;  // the leader: its node-mates; a node-mate: its leader
   std::vector<int> watched_members_;    // node indexes of watched_
+  bool pieces_in_place_ = false;        // see pieces_in_place
 };
 
 template <class Ready, class TimedOut>
