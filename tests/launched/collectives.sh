@@ -11,7 +11,7 @@
 #   checked), setup-stress-mpirun (the same under mpirun, one host)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes setup-stress setup-stress-mpirun stress groups bulk bulk-sizes die-kill-broadcast_into late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
+declare_modes setup-stress setup-stress-mpirun stress groups bulk bulk-sizes bulk-sizes-gather die-kill-broadcast_into late mismatch timeout throw die-exit-barrier die-kill-broadcast die-abort-all_gather die-term-barrier die-kill-all_gather die-exit-broadcast slow-and-dead node-death-mate node-death-leader idle-node idle-nodes
 mode=$1
 binary=$2
 
@@ -66,6 +66,7 @@ case $mode in
   groups) run_step timeout 60 srun --mpi=pmix -N3 -n7 "$binary" groups ;;  # 5+1+1 ranks
   bulk) run_step timeout 120 srun --mpi=pmix -N3 -n9 --distribution=cyclic "$binary" bulk ;;
   bulk-sizes) run_step "${step[@]}" "$binary" bulk-sizes ;;
+  bulk-sizes-gather) run_step timeout 60 srun --mpi=pmix -N3 --ntasks-per-node=3 --distribution=cyclic "$binary" bulk-sizes-gather ;;
   late) run_step "${step[@]}" "$binary" late 3 ;;
   die-*)
     how=${mode#die-}
@@ -131,6 +132,13 @@ case $mode in
     (($(count 'rank error: broadcast_into(root 0) at collectives_check.cpp:[0-9]*: rank 8 (c3) passed a buffer of 8008 bytes but rank [0-9]* ([^)]*) one of 8000 bytes') >= 1)) ||
       fail "no error names rank 8 and both sizes"
     (($(count 'rank error: broadcast_into(root 0) at collectives_check.cpp:[0-9]*: ') == 9)) ||
+      fail "not every rank failed with the call site" ;;
+  bulk-sizes-gather)
+    ((status != 0)) || fail "the step succeeded"
+    (($(count 'passed silently') == 0)) || fail "a rank passed the all_gather_into"
+    (($(count 'rank error: all_gather_into at collectives_check.cpp:[0-9]*: rank [678] (c[123]) passed a buffer of 48024 bytes but rank [0-9]* ([^)]*) one of 48000 bytes') >= 3)) ||
+      fail "no error on each node names its last rank and both sizes"
+    (($(count 'rank error: all_gather_into at collectives_check.cpp:[0-9]*: ') == 9)) ||
       fail "not every rank failed with the call site" ;;
   mismatch)
     ((status != 0)) || fail "the step succeeded"

@@ -20,6 +20,8 @@
 //                    root, on the world, the node groups, node leaders and the even ranks; every
 //                    byte is checked, and the buffers are reused from call to call
 //   bulk-sizes       the last rank passes one element more to broadcast_into
+//   bulk-sizes-gather the last rank of each node passes one element more (past a slot: 16 KB) to
+//                    all_gather_into on its node group
 //   groups           node groups, node leaders and explicit lists match the real layout
 //   setup N          the data path's setup (endpoints read on demand), then N groups of varying
 //                    members (each rank in about 3 of 4), each checked by an all_gather and an
@@ -372,6 +374,14 @@ int main(int argc, char** argv) {
     if (mode == "bulk-sizes") {
       std::vector<double> values(me == last ? 1001 : 1000, 1.0);
       jobkit::broadcast_into(values, 0);
+      std::printf("rank %d: different sizes passed silently\n", me);
+      return 0;
+    }
+    if (mode == "bulk-sizes-gather") {
+      const auto& id = jobkit::current_identity();
+      const std::size_t count = id.local_rank == id.local_world_size - 1 ? 2001 : 2000;
+      std::vector<double> mine(count, 1.0), all(count * static_cast<std::size_t>(id.local_world_size));
+      jobkit::node_group().all_gather_into(mine, all);
       std::printf("rank %d: different sizes passed silently\n", me);
       return 0;
     }
