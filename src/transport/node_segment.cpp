@@ -29,7 +29,9 @@ namespace jobkit::detail {
 
 namespace {
 
-constexpr std::uint64_t segment_magic = 0x6a6f626b69747368;  // "jobkitsh"
+// Changes with the layout (the slots' two parts since 2026-11-28), so that two builds of
+// different layouts in one step are told apart.
+constexpr std::uint64_t segment_magic = 0x6a6f626b73683032;  // "jobksh02"
 constexpr std::size_t page = 4096;
 constexpr std::size_t initial_data = 64 * 1024;
 
@@ -175,6 +177,11 @@ node_segment::slot& node_segment::member(int index) noexcept {
                                  round_up(sizeof(mail) * mailboxes, page))[index];
 }
 
+const node_segment::part& node_segment::latest_part(int index) noexcept {
+  const auto& parts = member(index).parts;
+  return parts[0].sequence > parts[1].sequence ? parts[0] : parts[1];
+}
+
 std::uint32_t node_segment::load(const std::uint32_t& word) const noexcept {
   return std::atomic_ref<std::uint32_t>(const_cast<std::uint32_t&>(word)).load(std::memory_order_acquire);
 }
@@ -216,11 +223,15 @@ bool node_segment::wait(bell b, std::uint32_t seen, steady_clock::time_point unt
   auto& word = b == bell::up ? head().up_bell : head().down_bell;
   auto& sleepers = b == bell::up ? head().up_sleepers : head().down_sleepers;
   std::atomic_ref<std::uint32_t> bell_ref(word);
-  const auto spin_end = std::min(until, steady_clock::now() + (spin ? spin_ : std::chrono::microseconds(0)));
-  // Spinning yields the core: on an oversubscribed node the rank that rings may need it.
-  while (steady_clock::now() < spin_end) {
-    if (bell_ref.load(std::memory_order_acquire) != seen) return false;
-    ::sched_yield();
+  if (spin) {
+    const auto spin_end = std::min(until, steady_clock::now() + spin_);
+    // Spinning yields the core: on an oversubscribed node the rank that rings may need it. The
+    // clock is read every few turns only: the bell is what a turn is for.
+    for (unsigned turn = 1;; ++turn) {
+      if (bell_ref.load(std::memory_order_acquire) != seen) return false;
+      if (turn % 8 == 0 && steady_clock::now() >= spin_end) break;
+      ::sched_yield();
+    }
   }
   std::atomic_ref<std::uint32_t> sleeping(sleepers);
   sleeping.fetch_add(1, std::memory_order_seq_cst);

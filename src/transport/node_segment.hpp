@@ -30,22 +30,30 @@ class node_segment {
   static constexpr std::size_t inline_capacity = 7 * 1024;
   static constexpr std::size_t text_capacity = 256;
 
-  /// One member's slot; member 0 is the leader. Words used with atomic_ref.
-  struct slot {
-    std::uint32_t pid;
-    std::uint32_t left;         // set once the member destroyed its group
-    std::uint32_t arrived;      // low 32 bits of the sequence number of its last contribution
-    std::uint32_t filled;       // same, once a large contribution is in the data region
-    std::uint64_t sequence;     // its full sequence number, for messages
-    std::uint64_t size;         // contribution bytes
-    std::uint64_t data_offset;  // where the finisher (see reserve) wants a large contribution
-    std::uint64_t bulk_size;    // a bulk exchange's buffer size on this member
-    std::uint64_t taken;        // sequence number of the last mail it took
+  /// What a member signs for one exchange that every member signs (all but one-way broadcasts):
+  /// two per slot, in turn, so that a member may sign the next such exchange while the others
+  /// still read this one (an exchange on one node whose members read each other's parts:
+  /// tree_node::exchange_on_node). No member can sign the one after next before every member
+  /// arrived at the next, which it does only once it read this one.
+  struct alignas(64) part {
+    std::uint64_t sequence;  // the exchange's full sequence number
+    std::uint64_t size;      // contribution bytes
     std::uint32_t has_payload;
     std::uint32_t name_size, site_size;
     char name[text_capacity];
     char site[text_capacity];
     std::byte payload[inline_capacity];
+  };
+  /// One member's slot; member 0 is the leader. Words used with atomic_ref.
+  struct slot {
+    std::uint32_t pid;
+    std::uint32_t left;                  // set once the member destroyed its group
+    alignas(64) std::uint32_t arrived;  // low 32 bits of the sequence number of its last contribution
+    std::uint32_t filled;       // same, once a large contribution is in the data region
+    std::uint64_t data_offset;  // where the finisher (see reserve) wants a large contribution
+    std::uint64_t bulk_size;    // a bulk exchange's buffer size on this member
+    std::uint64_t taken;        // sequence number of the last mail it took
+    part parts[2];              // in turn (part_of)
   };
   /// A broadcast's bytes, posted by its source for the other members to take (see mail_for).
   struct mail {
@@ -84,6 +92,10 @@ class node_segment {
   void unlink() noexcept;
 
   slot& member(int index) noexcept;
+  /// The part member `index` signs as its `count`th (from 1).
+  part& part_of(int index, std::uint64_t count) noexcept { return member(index).parts[count & 1]; }
+  /// What member `index` signed last.
+  const part& latest_part(int index) noexcept;
   std::uint32_t load(const std::uint32_t& word) const noexcept;
   void store(std::uint32_t& word, std::uint32_t value) noexcept;
   /// Wakes whoever waits on this bell.

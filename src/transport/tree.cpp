@@ -140,7 +140,7 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
     const auto used = node_->await_mates(ex, deadline, wait);
     const auto& mates = node_->mates();
     for (std::size_t i = 1; i < mates.size(); ++i) {
-      if (node_->slot(static_cast<int>(i)).has_payload == 0) continue;
+      if (node_->part(static_cast<int>(i)).has_payload == 0) continue;
       const auto bytes = node_->contribution(static_cast<int>(i), used);
       entries.push_back(rank_bytes{mates[i], {bytes.begin(), bytes.end()}});
     }

@@ -45,7 +45,7 @@ void tcp_tree::run_bulk(const bulk_exchange& bx) {
       if (slot.bulk_size != bx.buffer.size()) context_.sizes_differ(ex, mates[i], slot.bulk_size, bx.buffer.size());
       if (!bx.contributes(mates[i])) continue;
       const auto piece = node_->contribution(index, used);
-      if (slot.has_payload == 0 || piece.size() != bx.piece_size()) {
+      if (node_->part(index).has_payload == 0 || piece.size() != bx.piece_size()) {
         context_.fail(
             ex,
             fmt::format("{} found a piece of {} bytes from {} in the node's shared memory during {} at {}, where {} "

@@ -26,8 +26,8 @@ namespace {
 using clock = steady_clock;
 
 /// Whether a member's contribution goes through the data region (past its slot) rather than in place.
-bool in_data_region(const node_segment::slot& slot) {
-  return slot.has_payload != 0 && slot.size > node_segment::inline_capacity;
+bool in_data_region(const node_segment::part& part) {
+  return part.has_payload != 0 && part.size > node_segment::inline_capacity;
 }
 
 }  // namespace
@@ -233,14 +233,16 @@ void tree_node::wait_for_result(const exchange& ex, time_point deadline) {
 void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload,
                           std::uint64_t bulk_size) {
   auto& slot = segment_->member(index_);
-  slot.sequence = context_.sequence;
-  slot.size = mine.size();
-  slot.has_payload = has_payload ? 1 : 0;
+  ++signed_;
+  auto& mine_part = part(index_);
+  mine_part.sequence = context_.sequence;
+  mine_part.size = mine.size();
+  mine_part.has_payload = has_payload ? 1 : 0;
   slot.bulk_size = bulk_size;
-  copy_text(slot.name, slot.name_size, ex.name);
-  copy_text(slot.site, slot.site_size, ex.site);
+  copy_text(mine_part.name, mine_part.name_size, ex.name);
+  copy_text(mine_part.site, mine_part.site_size, ex.site);
   if (!mine.empty() && mine.size() <= node_segment::inline_capacity) {
-    std::memcpy(slot.payload, mine.data(), mine.size());
+    std::memcpy(mine_part.payload, mine.data(), mine.size());
   }
   segment_->store(slot.arrived, low_bits(context_.sequence));
 }
@@ -276,8 +278,9 @@ void tree_node::fill_granted(const exchange& ex, std::span<const std::byte> mine
 bool tree_node::pieces_fit_in_place(const bulk_exchange& bx) {
   if (bx.root >= 0) return false;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
-    const auto& slot = segment_->member(i);
-    if (in_data_region(slot) && (slot.bulk_size != bx.buffer.size() || slot.size != bx.piece_size())) return false;
+    const auto& p = part(i);
+    if (in_data_region(p) && (segment_->member(i).bulk_size != bx.buffer.size() || p.size != bx.piece_size()))
+      return false;
   }
   return true;
 }
@@ -288,13 +291,13 @@ std::size_t tree_node::grant_places(const exchange& ex, int finisher, const bulk
   std::size_t total = 0;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
     auto& slot = segment.member(i);
-    if (i == finisher || !in_data_region(slot)) continue;
+    if (i == finisher || !in_data_region(part(i))) continue;
     if (pieces_in_place_) {
       slot.data_offset = bulk->offset(mates_[static_cast<std::size_t>(i)]);
       total = bulk->buffer.size();
     } else {
       slot.data_offset = total;
-      total += (slot.size + 63) / 64 * 64;
+      total += (part(i).size + 63) / 64 * 64;
     }
   }
   pieces_in_place_ = pieces_in_place_ && total > 0;
@@ -310,9 +313,9 @@ std::size_t tree_node::grant_places(const exchange& ex, int finisher, const bulk
 }
 
 std::span<const std::byte> tree_node::contribution(int index, std::size_t used) {
-  auto& slot = segment_->member(index);
-  if (slot.size <= node_segment::inline_capacity) return {slot.payload, static_cast<std::size_t>(slot.size)};
-  return segment_->data(used).subspan(slot.data_offset, slot.size);
+  const auto& p = part(index);
+  if (p.size <= node_segment::inline_capacity) return {p.payload, static_cast<std::size_t>(p.size)};
+  return segment_->data(used).subspan(segment_->member(index).data_offset, p.size);
 }
 
 std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
@@ -324,8 +327,24 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
   if (ex.mine) context_.check_size(mine.size(), ex);
   sign_slot(ex, mine, ex.mine.has_value(), 0);
+  const auto stalled = [&] { finish_stalled(ex); };
+  // The last to arrive wakes the others. A node-mate in another collective (a bulk one) may be
+  // the last and ring only the leader's bell: the others find every arrival at their next look.
+  const bool last = segment.arrive() == target;
+  if (last) {
+    segment.ring(node_segment::bell::down);
+  } else {
+    wait_in_segment(node_segment::bell::down, ex, deadline, [&] { return segment.arrivals() >= target; }, stalled);
+  }
+  check_parts_in_step(ex);
+  const auto count = static_cast<int>(mates_.size());
+  bool large = false;
+  for (int i = 0; i < count && !large; ++i) large = in_data_region(part(i));
+  if (!large) return read_parts(ex);
+
+  // A contribution past its part: the last to arrive gathers them in the data region and
+  // publishes the result; the others wait for it.
   std::optional<std::vector<rank_bytes>> finished;
-  // One member finishes (the claim), before anyone can leave and sign its slot anew.
   const auto try_finish = [&] {
     if (finished || !segment.claim(seq, index_)) return;
     try {
@@ -342,42 +361,46 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
     }
   };
   const auto published = [&] { return segment.load(segment.result_word()) == seq; };
-  // A node-mate in another collective may be the last: it rings only the leader's bell, so the
-  // leader, which looks again at least every segment_check_interval, finds that out.
-  const auto leader_looks = [&] {
-    if (index_ == 0 && !published() && segment.arrivals() >= target) try_finish();
-  };
-  const auto stalled = [&] { finish_stalled(ex); };
-  if (segment.arrive() == target) try_finish();
+  if (last) try_finish();
   if (mine.size() > node_segment::inline_capacity && !finished) {
     wait_in_segment(
-        node_segment::bell::down, ex, deadline,
-        [&] {
-          leader_looks();
-          return finished || segment.load(segment.grant_word()) == seq;
-        },
-        stalled);
-    if (!finished) fill_granted(ex, mine);
+        node_segment::bell::down, ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; }, stalled);
+    fill_granted(ex, mine);
   }
   if (finished) return std::move(*finished);
-  wait_in_segment(
-      node_segment::bell::down, ex, deadline,
-      [&] {
-        leader_looks();
-        return finished || published();
-      },
-      stalled);
-  if (finished) return std::move(*finished);
-  if (ex.kind == exchange_kind::barrier) return {};
+  wait_in_segment(node_segment::bell::down, ex, deadline, published, stalled);
   return read_result(ex);
+}
+
+void tree_node::check_parts_in_step(const exchange& ex) {
+  check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
+  const std::string_view name = std::string_view(ex.name).substr(0, node_segment::text_capacity);
+  for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
+    const auto& p = part(i);
+    if (p.sequence != context_.sequence || std::string_view(p.name, p.name_size) != name) check_slot_in_step(i, ex);
+  }
+}
+
+std::vector<rank_bytes> tree_node::read_parts(const exchange& ex) {
+  const auto count = static_cast<int>(mates_.size());
+  std::vector<rank_bytes> entries;
+  if (ex.kind == exchange_kind::barrier) return entries;
+  entries.reserve(mates_.size());
+  for (int i = 0; i < count; ++i) {
+    const auto& p = part(i);
+    if (p.has_payload != 0) entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {p.payload, p.payload + p.size}});
+  }
+  if (ex.fold && !entries.empty()) {
+    entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
+  }
+  return entries;
 }
 
 std::vector<int> tree_node::unfilled(int finisher) {
   auto& segment = *segment_;
   std::vector<int> ranks;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
-    const auto& slot = segment.member(i);
-    if (i != finisher && in_data_region(slot) && segment.load(slot.filled) != low_bits(context_.sequence))
+    if (i != finisher && in_data_region(part(i)) && segment.load(segment.member(i).filled) != low_bits(context_.sequence))
       ranks.push_back(context_.members[static_cast<std::size_t>(mates_[static_cast<std::size_t>(i)])]);
   }
   return ranks;
@@ -431,7 +454,7 @@ std::vector<rank_bytes> tree_node::finish_on_node(const exchange& ex, time_point
   }
   std::vector<rank_bytes> entries;
   for (int i = 0; i < count; ++i) {
-    if (segment.member(i).has_payload == 0) continue;
+    if (part(i).has_payload == 0) continue;
     const auto bytes = i == index_ ? mine : contribution(i, total);
     entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {bytes.begin(), bytes.end()}});
   }
@@ -531,7 +554,7 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link
                 bulk->piece_size());
   }
   if (total > 0) {
-    for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(segment.member(static_cast<int>(i)));
+    for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(part(static_cast<int>(i)));
     wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.filled; }, in);
   }
   return total;
@@ -565,7 +588,8 @@ void tree_node::publish(const exchange& ex, const std::vector<rank_bytes>& entri
 }
 
 void tree_node::check_slot_in_step(int index, const exchange& ex) {
-  const auto& slot = segment_->member(index);
+  // What it signed last: this exchange's part, or the one before when it is behind.
+  const auto& slot = segment_->latest_part(index);
   const std::string_view name(slot.name, slot.name_size);
   if (slot.sequence != context_.sequence || name != std::string_view(ex.name).substr(0, node_segment::text_capacity)) {
     const call_site member{mates_[static_cast<std::size_t>(index)], name, slot.sequence,

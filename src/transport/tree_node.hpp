@@ -67,8 +67,9 @@ class tree_node {
 
   bool leader() const noexcept { return index_ == 0; }
   const std::vector<int>& mates() const noexcept { return mates_; }
-  /// Node-mate `index`'s slot, as it signed it for the current exchange.
+  /// Node-mate `index`'s slot, and what it signed for the current exchange.
   const node_segment::slot& slot(int index) const { return segment_->member(index); }
+  node_segment::part& part(int index) const { return segment_->part_of(index, signed_); }
   void post_abort(int origin, errc code, const std::string& message) noexcept;
 
   /// Fails on an abort in the segment, a node-mate that left or (deaths) ended, or the mail of a
@@ -77,7 +78,9 @@ class tree_node {
   /// check without the mail: outside an exchange, or across nodes.
   void check_members(const exchange& ex, bool deaths, const std::function<bool()>& excused = {});
 
-  /// A barrier, all_gather or all_reduce of a group on one node: the last to arrive finishes.
+  /// A barrier, all_gather or all_reduce of a group on one node: once every member arrived, each
+  /// reads the others' parts and folds them itself (in rank order: the same bits on every member);
+  /// when a contribution is too large for its part, one member gathers and publishes the result.
   std::vector<rank_bytes> exchange_on_node(const exchange& ex);
   /// A broadcast of a group on one node: the source posts mail and goes on. Empty when too large
   /// for mail: every member then runs the ordinary exchange.
@@ -141,6 +144,10 @@ class tree_node {
   /// The deadline of a member waiting in exchange_on_node: names who never arrived, whose large
   /// contribution never came, or the member that took on finishing and never published.
   [[noreturn]] void finish_stalled(const exchange& ex);
+  /// Fails unless every member signed its part for this exchange (number and name).
+  void check_parts_in_step(const exchange& ex);
+  /// exchange_on_node's result from the members' parts, folded here for all_reduce.
+  std::vector<rank_bytes> read_parts(const exchange& ex);
   /// A node-mate's entries of the result its leader (or the finisher) published.
   std::vector<rank_bytes> read_result(const exchange& ex);
   /// A node-mate's contribution into its slot (large ones into the data region once granted).
@@ -168,6 +175,7 @@ class tree_node {
   std::vector<process_watch> watched_;  // the leader: its node-mates; a node-mate: its leader
   std::vector<int> watched_members_;    // node indexes of watched_
   bool pieces_in_place_ = false;        // see pieces_in_place
+  std::uint64_t signed_ = 0;            // the parts this member signed: as many as each member in step
 };
 
 template <class Ready, class TimedOut>

@@ -807,8 +807,8 @@ TEST_CASE("a barrier on one node: the last to arrive releases the others; mismat
 }
 
 TEST_CASE(
-    "all_gather and all_reduce on one node: the last to arrive finishes; large pieces, a throwing op, "
-    "mismatch and lateness named",
+    "all_gather and all_reduce on one node: each member reads the others' parts, the last to arrive "
+    "finishes past a part; large pieces, a throwing op, mismatch and lateness named",
     "[transport]") {
   const auto results = on_tcp_ranks({0, 0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
     const auto piece = [](int r, int i) {
@@ -843,8 +843,29 @@ TEST_CASE(
   // still to leave the barrier before it, in a loaded CI run (rank 0 applied the op, not rank 3);
   // a second leaves room for TSan on a loaded machine.
   static constexpr auto last_by = 1s;
-  // The last to arrive applies the op: the leader, or a node-mate. 150 KB pieces from every rank
-  // make that member grow the data region too (it starts at 64 KiB).
+  // Contributions that fit in a part: every member applies the op itself, in rank order.
+  {
+    std::atomic<int> applications{0};
+    const auto each = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+      return g.all_reduce(g.rank(), [&](int a, int b) {
+        ++applications;
+        return a + b;
+      });
+    });
+    for (const auto& o : each) {
+      INFO(o.error);
+      REQUIRE(o.value);
+      CHECK(*o.value == 6);
+    }
+    CHECK(applications == 4 * 3);
+  }
+  // Past a part, the last to arrive applies the op: the leader, or a node-mate. 150 KB pieces
+  // from every rank make that member grow the data region too (it starts at 64 KiB).
+  const auto past_a_part = [](int r) { return std::vector<int>(3000, r); };  // 12 KB
+  const auto add = [](std::vector<int> a, const std::vector<int>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+    return a;
+  };
   for (const int last : {0, 2, 3}) {
     std::atomic<int> applied_by{-1};
     const auto finished = on_tcp_ranks({0, 0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
@@ -858,11 +879,11 @@ TEST_CASE(
       for (int r = 0; right && r < 4; ++r) right = all[static_cast<std::size_t>(r)] == big(r);
       g.barrier();
       if (g.rank() == last) std::this_thread::sleep_for(last_by);
-      const int sum = g.all_reduce(g.rank(), [&](int a, int b) {
+      const auto sum = g.all_reduce(past_a_part(g.rank()), [&](std::vector<int> a, const std::vector<int>& b) {
         applied_by = g.rank();
-        return a + b;
+        return add(std::move(a), b);
       });
-      return right && sum == 6;
+      return right && sum == std::vector<int>(3000, 6);
     });
     for (const auto& o : finished) {
       INFO("last " << last << ": " << o.error);
@@ -872,39 +893,49 @@ TEST_CASE(
     CHECK(applied_by == last);
   }
 
-  // The rank that applies the op (the last, rank 2) gets its exception back; the others a
-  // jobkit::error naming it.
-  const auto thrown = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
-    try {
-      g.barrier();
-      if (g.rank() == 2) std::this_thread::sleep_for(last_by);
-      g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("overflow"); });
-    } catch (const jobkit::error& e) {
-      return std::string(e.what());
-    } catch (const std::runtime_error& e) {
-      return std::string("own: ") + e.what();
+  // The rank that applies the op gets its exception back; the others a jobkit::error naming it.
+  // Within a part every member applies it (each gets its own); past one, the last (rank 2).
+  for (const bool past : {false, true}) {
+    const auto thrown = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
+      try {
+        g.barrier();
+        if (g.rank() == 2) std::this_thread::sleep_for(last_by);
+        if (past) {
+          g.all_reduce(past_a_part(g.rank()),
+                       [](std::vector<int>, const std::vector<int>&) -> std::vector<int> {
+                         throw std::runtime_error("overflow");
+                       });
+        } else {
+          g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("overflow"); });
+        }
+      } catch (const jobkit::error& e) {
+        return std::string(e.what());
+      } catch (const std::runtime_error& e) {
+        return std::string("own: ") + e.what();
+      }
+      return std::string();
+    });
+    int own = 0;
+    for (const auto& o : thrown) {
+      REQUIRE(o.value);
+      INFO(*o.value);
+      own += o.value->starts_with("own: ");
+      CHECK(contains(*o.value, "overflow"));
     }
-    return std::string();
-  });
-  int own = 0;
-  for (const auto& o : thrown) {
-    REQUIRE(o.value);
-    INFO(*o.value);
-    own += o.value->starts_with("own: ");
-    CHECK(contains(*o.value, "overflow"));
+    CHECK(own == (past ? 1 : 3));
+    CHECK(thrown[2].value->starts_with("own: "));
   }
-  CHECK(own == 1);
-  CHECK(thrown[2].value->starts_with("own: "));
 
-  // Everyone arrived, but the finisher's operation outlasts the others' deadline: they name it,
-  // and it fails as they did instead of publishing. Rank 2 comes last but well within the deadline.
-  const auto slow = on_tcp_ranks({0, 0, 0}, [](tcp_fabric&, jobkit::group& g) {
+  // Everyone arrived, but the finisher's operation (past a part) outlasts the others' deadline:
+  // they name it, and it fails as they did instead of publishing. Rank 2 comes last but well
+  // within the deadline.
+  const auto slow = on_tcp_ranks({0, 0, 0}, [&](tcp_fabric&, jobkit::group& g) {
     g.barrier();
     if (g.rank() == 2) std::this_thread::sleep_for(300ms);
-    return g.all_reduce(g.rank(),
-                        [](int a, int b) {
+    return g.all_reduce(past_a_part(g.rank()),
+                        [&](std::vector<int> a, const std::vector<int>& b) {
                           std::this_thread::sleep_for(3s);
-                          return a + b;
+                          return add(std::move(a), b);
                         },
                         {.timeout = 2s});
   });
