@@ -47,13 +47,13 @@ class node_segment {
   /// One member's slot; member 0 is the leader. Words used with atomic_ref.
   struct slot {
     std::uint32_t pid;
-    std::uint32_t left;                  // set once the member destroyed its group
+    std::uint32_t left;                 // set once the member destroyed its group
     alignas(64) std::uint32_t arrived;  // low 32 bits of the sequence number of its last contribution
-    std::uint32_t filled;       // same, once a large contribution is in the data region
-    std::uint64_t data_offset;  // where the finisher (see reserve) wants a large contribution
-    std::uint64_t bulk_size;    // a bulk exchange's buffer size on this member
-    std::uint64_t taken;        // sequence number of the last mail it took
-    part parts[2];              // in turn (part_of)
+    std::uint32_t filled;               // same, once a large contribution is in the data region
+    std::uint64_t data_offset;          // where the finisher (see reserve) wants a large contribution
+    std::uint64_t bulk_size;            // a bulk exchange's buffer size on this member
+    std::uint64_t taken;                // sequence number of the last mail it took
+    part parts[2];                      // in turn (part_of)
   };
   /// A broadcast's bytes, posted by its source for the other members to take (see mail_for).
   struct mail {

@@ -1,19 +1,17 @@
-// The on-node half of the tree protocol (tree_node): slots, the last arriver finishing, the
-// leader gathering and publishing for a group that spans nodes, one-way broadcasts as mail, and
-// every wait on the segment's futexes with the node-mates' pidfds looked at in between. The
-// segment itself (its layout, futexes, pidfd watches) is node_segment.
+// The on-node half of the tree protocol (tree_node): slots and their parts, members reading each
+// other's parts (or the last arriver finishing, past a part), the leader gathering and
+// publishing for a group that spans nodes, and every wait on the segment's futexes with the
+// node-mates' pidfds looked at in between. Its setup is tree_node_setup.cpp, its one-way
+// broadcasts tree_node_mail.cpp; the segment itself (its layout, futexes, pidfd watches) is
+// node_segment.
 
 #include "transport/tree_node.hpp"
-
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
@@ -40,132 +38,6 @@ tree_node::~tree_node() {
   segment_->store(segment_->member(index_).left, 1);
   segment_->ring(node_segment::bell::up);
   segment_->ring(node_segment::bell::down);
-}
-
-void tree_node::create(const std::string& name) {
-  segment_ = std::make_unique<node_segment>(name, static_cast<int>(mates_.size()), context_.describe(context_.rank));
-  segment_->store(segment_->member(0).pid, static_cast<std::uint32_t>(::getpid()));
-}
-
-void tree_node::attach(const std::string& name) {
-  segment_ = std::make_unique<node_segment>(node_segment::attach, name, static_cast<int>(mates_.size()),
-                                            context_.describe(context_.rank));
-  segment_->store(segment_->member(index_).pid, static_cast<std::uint32_t>(::getpid()));
-}
-
-void tree_node::start_watching() {
-  if (!leader()) {
-    watched_.emplace_back(static_cast<pid_t>(segment_->load(segment_->member(0).pid)));
-    watched_members_.push_back(0);
-    return;
-  }
-  segment_->unlink();  // every node-mate has it mapped: from now on no exit can leave it behind
-  for (std::size_t i = 1; i < mates_.size(); ++i) {
-    watched_.emplace_back(static_cast<pid_t>(segment_->load(segment_->member(static_cast<int>(i)).pid)));
-    watched_members_.push_back(static_cast<int>(i));
-  }
-}
-
-leader_answer read_leader_answer(int fd, tree_context::time_point deadline) {
-  leader_answer answer;
-  std::uint32_t size = 0;
-  receive_all(fd, &size, sizeof size, deadline);
-  if (size == 0) {  // refused: the leader's reason follows
-    std::uint32_t length = 0;
-    receive_all(fd, &length, sizeof length, deadline);
-    answer.refusal.emplace(std::min<std::size_t>(length, max_refusal_size), '\0');
-    receive_all(fd, answer.refusal->data(), answer.refusal->size(), deadline);
-    return answer;
-  }
-  if (size > max_segment_name_size) {
-    throw error(errc::internal,
-                fmt::format("a {}-byte segment name announced (at most {})", size, max_segment_name_size));
-  }
-  answer.name.resize(size);
-  receive_all(fd, answer.name.data(), size, deadline);
-  return answer;
-}
-
-void tree_node::join(int fd, time_point deadline) {
-  const auto began = steady_clock::now();
-  const int leader = mates_.front();
-  const auto who = context_.describe(context_.rank);
-  try {
-    leader_answer answer;
-    try {
-      answer = read_leader_answer(fd, deadline);
-    } catch (const error& e) {
-      throw error(e.code(), fmt::format("data path setup: {} to {}: {}", context_.describe(leader), who, e.what()));
-    }
-    if (answer.refusal) throw error(errc::peer_failure, *answer.refusal);
-    attach(answer.name);
-    const char mapped = 1;
-    iovec part{const_cast<char*>(&mapped), 1};
-    send_all(fd, &part, 1, deadline);
-  } catch (const socket_closed& e) {
-    throw error(errc::peer_failure,
-                fmt::format("data path setup: {} closed its connection ({}) before {} mapped their node's shared "
-                            "memory: the process died or exited",
-                            context_.describe(leader), e.why, who));
-  } catch (const socket_timeout&) {
-    throw timeout_error(
-        fmt::format("data path setup timed out after {} ms: {} waited in vain for {} to share their node's shared "
-                    "memory (a leader shares it once every node-mate and every child on another node connected)",
-                    std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - began).count(), who,
-                    context_.describe(leader)));
-  }
-  start_watching();
-}
-
-void tree_node::refuse(int fd, const std::string& why, time_point deadline) noexcept {
-  const std::uint32_t none = 0;
-  const auto length = static_cast<std::uint32_t>(std::min<std::size_t>(why.size(), max_refusal_size));
-  iovec parts[3] = {{const_cast<std::uint32_t*>(&none), sizeof none},
-                    {const_cast<std::uint32_t*>(&length), sizeof length},
-                    {const_cast<char*>(why.data()), length}};
-  try {
-    send_all(fd, parts, 3, deadline);
-  } catch (...) {
-  }
-}
-
-void tree_node::share(const std::vector<int>& fds, time_point deadline) {
-  std::deque<descriptor> setup;  // closed on return: they were only for the setup
-  for (const int fd : fds) setup.emplace_back(fd);
-  const auto& name = segment_->name();
-  const auto size = static_cast<std::uint32_t>(name.size());
-  for (std::size_t i = 0; i < setup.size(); ++i) {
-    const auto mate = context_.describe(mates_[i + 1]);
-    try {
-      iovec parts[2] = {{const_cast<std::uint32_t*>(&size), sizeof size}, {const_cast<char*>(name.data()), size}};
-      send_all(setup[i].get(), parts, 2, deadline);
-    } catch (const socket_closed& e) {
-      throw error(errc::peer_failure, fmt::format("data path setup: {} closed its connection ({}) before it mapped "
-                                                  "the node's shared memory: the process died or exited",
-                                                  mate, e.why));
-    } catch (const socket_timeout&) {
-      throw timeout_error(
-          fmt::format("data path setup: {} did not take the name of the node's shared memory "
-                      "from {} in time",
-                      mate, context_.describe(context_.rank)));
-    }
-  }
-  for (std::size_t i = 0; i < setup.size(); ++i) {
-    const auto mate = context_.describe(mates_[i + 1]);
-    try {
-      char mapped = 0;
-      receive_all(setup[i].get(), &mapped, 1, deadline);
-    } catch (const socket_closed& e) {
-      throw error(errc::peer_failure,
-                  fmt::format("data path setup: {} could not map the node's shared memory segment {} ({}); its own "
-                              "error says why",
-                              mate, name, e.why));
-    } catch (const socket_timeout&) {
-      throw timeout_error(
-          fmt::format("data path setup: {} did not map the node's shared memory segment {} in time", mate, name));
-    }
-  }
-  start_watching();
 }
 
 void tree_node::copy_text(char (&to)[node_segment::text_capacity], std::uint32_t& size, std::string_view text) {
@@ -265,9 +137,7 @@ void tree_node::fill_granted(const exchange& ex, std::span<const std::byte> mine
   auto& segment = *segment_;
   auto& slot = segment.member(index_);
   try {
-    std::memcpy(
-        segment.data(slot.data_offset + mine.size()).data() + slot.data_offset,
-        mine.data(), mine.size());
+    std::memcpy(segment.data(slot.data_offset + mine.size()).data() + slot.data_offset, mine.data(), mine.size());
   } catch (const error& e) {
     segment_failed(ex, e);
   }
@@ -334,7 +204,8 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
   if (last) {
     segment.ring(node_segment::bell::down);
   } else {
-    wait_in_segment(node_segment::bell::down, ex, deadline, [&] { return segment.arrivals() >= target; }, stalled);
+    wait_in_segment(
+        node_segment::bell::down, ex, deadline, [&] { return segment.arrivals() >= target; }, stalled);
   }
   check_parts_in_step(ex);
   const auto count = static_cast<int>(mates_.size());
@@ -388,7 +259,8 @@ std::vector<rank_bytes> tree_node::read_parts(const exchange& ex) {
   entries.reserve(mates_.size());
   for (int i = 0; i < count; ++i) {
     const auto& p = part(i);
-    if (p.has_payload != 0) entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {p.payload, p.payload + p.size}});
+    if (p.has_payload != 0)
+      entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {p.payload, p.payload + p.size}});
   }
   if (ex.fold && !entries.empty()) {
     entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
@@ -400,7 +272,8 @@ std::vector<int> tree_node::unfilled(int finisher) {
   auto& segment = *segment_;
   std::vector<int> ranks;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
-    if (i != finisher && in_data_region(part(i)) && segment.load(segment.member(i).filled) != low_bits(context_.sequence))
+    if (i != finisher && in_data_region(part(i)) &&
+        segment.load(segment.member(i).filled) != low_bits(context_.sequence))
       ranks.push_back(context_.members[static_cast<std::size_t>(mates_[static_cast<std::size_t>(i)])]);
   }
   return ranks;
@@ -442,10 +315,7 @@ void tree_node::finish_stalled(const exchange& ex) {
 
 std::vector<rank_bytes> tree_node::finish_on_node(const exchange& ex, time_point deadline,
                                                   std::span<const std::byte> mine) {
-  auto& segment = *segment_;
-  const auto count = static_cast<int>(mates_.size());
-  check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
-  for (int i = 0; i < count; ++i) check_slot_in_step(i, ex);
+  const auto count = static_cast<int>(mates_.size());  // every part checked: exchange_on_node
   const auto total = grant_places(ex, index_);
   if (total > 0) {
     wait_in_segment(
@@ -483,8 +353,7 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   const auto size = static_cast<std::size_t>(segment.result_size());
   std::vector<rank_bytes> entries;
   try {
-    entries = parse_entries(segment.data(size).first(size),
-                            static_cast<int>(context_.members.size()));
+    entries = parse_entries(segment.data(size).first(size), static_cast<int>(context_.members.size()));
   } catch (const protocol_violation& v) {
     context_.fail(
         ex,
@@ -550,8 +419,7 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link
   const auto total = grant_places(ex, 0, bulk);
   if (pieces_in_place_ && bulk->contributes(context_.rank)) {  // its own piece too, while they copy theirs
     const auto offset = bulk->offset(context_.rank);
-    std::memcpy(segment.data(total).data() + offset, bulk->buffer.data() + offset,
-                bulk->piece_size());
+    std::memcpy(segment.data(total).data() + offset, bulk->buffer.data() + offset, bulk->piece_size());
   }
   if (total > 0) {
     for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(part(static_cast<int>(i)));
@@ -579,8 +447,7 @@ void tree_node::publish(const exchange& ex, const std::vector<rank_bytes>& entri
     segment_failed(ex, e);
   }
   if (!everyone.empty()) {
-    std::memcpy(segment_->data(everyone.size()).data(), everyone.data(),
-                everyone.size());
+    std::memcpy(segment_->data(everyone.size()).data(), everyone.data(), everyone.size());
   }
   segment_->set_result_size(everyone.size());
   segment_->store(segment_->result_word(), low_bits(context_.sequence));

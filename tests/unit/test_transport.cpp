@@ -901,10 +901,9 @@ TEST_CASE(
         g.barrier();
         if (g.rank() == 2) std::this_thread::sleep_for(last_by);
         if (past) {
-          g.all_reduce(past_a_part(g.rank()),
-                       [](std::vector<int>, const std::vector<int>&) -> std::vector<int> {
-                         throw std::runtime_error("overflow");
-                       });
+          g.all_reduce(past_a_part(g.rank()), [](std::vector<int>, const std::vector<int>&) -> std::vector<int> {
+            throw std::runtime_error("overflow");
+          });
         } else {
           g.all_reduce(g.rank(), [](int, int) -> int { throw std::runtime_error("overflow"); });
         }
