@@ -117,8 +117,10 @@ class group {
 
   /// The reduction of every rank's value by a user operation, applied in rank order
   /// (op(op(v0, v1), v2)...), so every rank gets the same result for any op, associative or not.
-  /// op runs on whichever rank combines (as an MPI_Op does), so it must do the same on every rank;
-  /// if it throws there, that rank rethrows it and every other rank throws a jobkit::error naming it.
+  /// op runs on whichever rank combines (as an MPI_Op does: on a group within one node, every
+  /// member combines the values itself when each fits in 7 KiB), so it must do the same on every
+  /// rank; where it throws, that rank rethrows it and every other rank throws a jobkit::error
+  /// naming the first that failed.
   template <sendable T, binary_operation_of<T> Op>
   T all_reduce(const T& value, Op op, call_options options = {},
                std::source_location site = std::source_location::current());

@@ -107,7 +107,7 @@ std::vector<std::byte> filled(std::size_t size, int rank) {
 
 }  // namespace
 
-TEST_CASE("tree_node: the last to arrive finishes for everyone, small and large contributions; no name left",
+TEST_CASE("tree_node: each member reads the others' parts, or past a part the last to arrive finishes; no name left",
           "[transport]") {
   const auto name = segment_name(1);
   for (const std::size_t size : {std::size_t{16}, node_segment::inline_capacity + 1000}) {
