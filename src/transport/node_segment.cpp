@@ -177,6 +177,12 @@ node_segment::slot& node_segment::member(int index) noexcept {
                                  round_up(sizeof(mail) * mailboxes, page))[index];
 }
 
+std::uint64_t node_segment::name_hash(std::string_view name) noexcept {
+  std::uint64_t hash = 0xcbf29ce484222325;
+  for (const char c : name.substr(0, text_capacity)) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3;
+  return hash;
+}
+
 const node_segment::part& node_segment::latest_part(int index) noexcept {
   const auto& parts = member(index).parts;
   return parts[0].sequence > parts[1].sequence ? parts[0] : parts[1];

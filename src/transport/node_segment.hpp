@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/posix_io.hpp"
@@ -35,15 +36,20 @@ class node_segment {
   /// still read this one (an exchange on one node whose members read each other's parts:
   /// tree_node::exchange_on_node). No member can sign the one after next before every member
   /// arrived at the next, which it does only once it read this one.
+  /// The words the others read first share a cache line with the payload's first bytes; the
+  /// name and call site, read whole only for a message, come last.
   struct alignas(64) part {
-    std::uint64_t sequence;  // the exchange's full sequence number
-    std::uint64_t size;      // contribution bytes
+    std::uint64_t sequence;   // the exchange's full sequence number
+    std::uint64_t name_hash;  // name_hash(name): the others compare it, and the size, to their own
+    std::uint64_t size;       // contribution bytes
     std::uint32_t has_payload;
     std::uint32_t name_size, site_size;
+    std::byte payload[inline_capacity];
     char name[text_capacity];
     char site[text_capacity];
-    std::byte payload[inline_capacity];
   };
+  /// FNV-1a of a collective's name as a part holds it (its first text_capacity bytes).
+  static std::uint64_t name_hash(std::string_view name) noexcept;
   /// One member's slot; member 0 is the leader. Words used with atomic_ref.
   struct slot {
     std::uint32_t pid;

@@ -108,6 +108,7 @@ void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, b
   ++signed_;
   auto& mine_part = part(index_);
   mine_part.sequence = context_.sequence;
+  mine_part.name_hash = name_hash_of(ex);
   mine_part.size = mine.size();
   mine_part.has_payload = has_payload ? 1 : 0;
   slot.bulk_size = bulk_size;
@@ -243,12 +244,22 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
   return read_result(ex);
 }
 
+std::uint64_t tree_node::name_hash_of(const exchange& ex) {
+  if (hashed_ != context_.sequence) {
+    hash_ = node_segment::name_hash(ex.name);
+    hashed_ = context_.sequence;
+  }
+  return hash_;
+}
+
 void tree_node::check_parts_in_step(const exchange& ex) {
   check_mail_in_step(ex);  // a broadcast's source went on: name its broadcast, not its next collective
-  const std::string_view name = std::string_view(ex.name).substr(0, node_segment::text_capacity);
+  // The number and the name's hash and size: the line each reads first (its text, for the message).
+  const auto hash = name_hash_of(ex);
+  const auto size = std::min(ex.name.size(), node_segment::text_capacity);
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
     const auto& p = part(i);
-    if (p.sequence != context_.sequence || std::string_view(p.name, p.name_size) != name) check_slot_in_step(i, ex);
+    if (p.sequence != context_.sequence || p.name_hash != hash || p.name_size != size) check_slot_in_step(i, ex);
   }
 }
 

@@ -146,6 +146,8 @@ class tree_node {
   [[noreturn]] void finish_stalled(const exchange& ex);
   /// Fails unless every member signed its part for this exchange (number and name).
   void check_parts_in_step(const exchange& ex);
+  /// node_segment::name_hash of the exchange's name, computed once per exchange.
+  std::uint64_t name_hash_of(const exchange& ex);
   /// exchange_on_node's result from the members' parts, folded here for all_reduce.
   std::vector<rank_bytes> read_parts(const exchange& ex);
   /// A node-mate's entries of the result its leader (or the finisher) published.
@@ -176,6 +178,8 @@ class tree_node {
   std::vector<int> watched_members_;    // node indexes of watched_
   bool pieces_in_place_ = false;        // see pieces_in_place
   std::uint64_t signed_ = 0;            // the parts this member signed: as many as each member in step
+  std::uint64_t hashed_ = 0;            // the exchange whose name hash_ is the hash of
+  std::uint64_t hash_ = 0;
 };
 
 template <class Ready, class TimedOut>

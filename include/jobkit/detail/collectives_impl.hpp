@@ -117,8 +117,9 @@ T group::fold_in_rank_order(detail::exchange& ex, const T& value, Combine combin
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
   ex.kind = detail::exchange_kind::all_reduce;
-  // Entries are folded in rank order, so every rank receives the same bits.
-  ex.fold = [this, &ex, &combine](std::vector<detail::rank_bytes>& entries) {
+  // Entries are folded in rank order, so every rank receives the same bits. The fold refers to
+  // one local, so that std::function holds it without an allocation.
+  const auto fold = [this, &ex, &combine](std::vector<detail::rank_bytes>& entries) {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     T total = decode<T>(ex, entries.front());
     for (std::size_t i = 1; i < entries.size(); ++i) {
@@ -126,6 +127,7 @@ T group::fold_in_rank_order(detail::exchange& ex, const T& value, Combine combin
     }
     return detail::rank_bytes{entries.front().rank, to_bytes(total)};
   };
+  ex.fold = [&fold](std::vector<detail::rank_bytes>& entries) { return fold(entries); };
   return decode<T>(ex, run(ex).at(0));
 }
 
