@@ -35,6 +35,7 @@ constexpr std::string_view main_usage =
     "             run a command on some ranks while the others wait\n"
     "  exec       run a command with RANK, WORLD_SIZE, MASTER_ADDR, ... set (torch env://)\n"
     "  env        print those variables as export lines\n"
+    "  fold       print a step's output with what many ranks said once, under their ranks\n"
     "  doctor     preflight: identity, GPUs, CPU affinity, NCCL, per rank\n"
     "  checkpoint latest, begin, commit, part: a checkpoint directory never half-written\n"
     "  requeue    ask Slurm to requeue this job (this task of an array job)\n"
@@ -191,6 +192,7 @@ int run(const std::vector<std::string_view>& args) {
     return jobkit::cli::run_step_helper(command, rest);
   }
   if (command == "exec" || command == "env") return jobkit::cli::run_exec(command, rest);
+  if (command == "fold") return jobkit::cli::run_fold(rest);
   if (command == "doctor") return jobkit::cli::run_doctor(rest);
   if (command == "checkpoint") return jobkit::cli::run_checkpoint(rest);
   if (command == "requeue") return jobkit::cli::run_requeue(rest);

@@ -1,0 +1,45 @@
+#include "core/rank_set.hpp"
+
+#include <algorithm>
+
+namespace jobkit::detail {
+
+void rank_set::insert(int rank) {
+  // The first range that ends at or after rank - 1 is the only one rank can join.
+  auto it = std::lower_bound(ranges_.begin(), ranges_.end(), rank - 1,
+                             [](const range& r, int value) { return r.last < value; });
+  if (it != ranges_.end() && it->first <= rank && rank <= it->last) return;
+  ++count_;
+  if (it != ranges_.end() && it->last == rank - 1) {
+    it->last = rank;
+    const auto next = it + 1;
+    if (next != ranges_.end() && next->first == rank + 1) {
+      it->last = next->last;
+      ranges_.erase(next);
+    }
+    return;
+  }
+  if (it != ranges_.end() && it->first == rank + 1) {
+    it->first = rank;
+    return;
+  }
+  ranges_.insert(it, range{rank, rank});
+}
+
+bool rank_set::contains(int rank) const {
+  const auto it = std::lower_bound(ranges_.begin(), ranges_.end(), rank,
+                                   [](const range& r, int value) { return r.last < value; });
+  return it != ranges_.end() && it->first <= rank;
+}
+
+std::string rank_set::to_string() const {
+  std::string text;
+  for (const auto& r : ranges_) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(r.first);
+    if (r.last != r.first) text += '-' + std::to_string(r.last);
+  }
+  return text;
+}
+
+}  // namespace jobkit::detail

@@ -1,0 +1,238 @@
+#include "fold/folder.hpp"
+
+#include <algorithm>
+
+#include "fold/labels.hpp"
+
+namespace jobkit::fold {
+namespace {
+
+constexpr std::size_t block_overhead = 400;  // bytes counted per held block: its queue entry, its entry
+constexpr std::size_t longest_line = std::size_t{1} << 20;  // a longer line is cut here, into lines
+constexpr std::string_view traceback_start = "Traceback (most recent call last):";
+
+bool indented(std::string_view text) { return !text.empty() && (text.front() == ' ' || text.front() == '\t'); }
+
+}  // namespace
+
+folder::folder(options opts) : options_(opts) {}
+
+void folder::add(std::string_view bytes, clock::time_point now) {
+  while (!bytes.empty()) {
+    const auto end = bytes.find('\n');
+    const auto piece = bytes.substr(0, end);
+    if (end == std::string_view::npos && partial_.size() + piece.size() < longest_line) {
+      partial_.append(piece);
+      break;
+    }
+    if (partial_.empty() && piece.size() < longest_line) {
+      line(piece, now);
+    } else {
+      const auto taken = std::min(piece.size(), longest_line - std::min(partial_.size(), longest_line));
+      partial_.append(piece.substr(0, taken));
+      line(partial_, now);
+      partial_.clear();
+      if (taken < piece.size()) {
+        bytes.remove_prefix(taken);
+        continue;
+      }
+    }
+    bytes.remove_prefix(end == std::string_view::npos ? bytes.size() : end + 1);
+  }
+  tick(now);
+}
+
+void folder::line(std::string_view text, clock::time_point now) {
+  const auto labelled = parse_label(text);
+  const auto number = lines_++;
+  if (!labelled) {
+    held_bytes_ += text.size();
+    loose_.push_back({std::string(text), now, number});
+    return;
+  }
+  const int rank = labelled->rank;
+  largest_rank_ = std::max(largest_rank_, rank);
+  auto& state = ranks_[rank];
+  const auto body = labelled->text;
+  if (state.open_lines > 0) {
+    if (state.traceback || indented(body)) {
+      state.open += '\n';
+      state.open.append(body);
+      ++state.open_lines;
+      state.open_last = now;
+      // A traceback ends at its first line that is not indented: its exception.
+      if ((state.traceback && !indented(body)) || state.open_lines >= options_.block_lines) close(rank, state);
+      return;
+    }
+    close(rank, state);
+  }
+  state.open.assign(body);
+  state.open_lines = 1;
+  state.traceback = body == traceback_start;
+  state.open_first = state.open_last = now;
+  state.open_first_line = number;
+  if (options_.block_lines <= 1) close(rank, state);
+}
+
+void folder::close(int rank, rank_state& state) {
+  block closed{nullptr, state.open_first, state.open_first_line, {}};
+  std::string key;
+  if (options_.numbers) {
+    auto split = split_numbers(state.open);
+    key = std::move(split.shape);
+    closed.numbers = std::move(split.numbers);
+  } else {
+    key = std::move(state.open);
+  }
+  held_bytes_ += key.size() + block_overhead;
+  auto& text = *texts_.try_emplace(std::move(key)).first;
+  ++text.second.occurrences;
+  closed.text = &text;
+  state.open.clear();
+  state.open_lines = 0;
+  state.traceback = false;
+  state.queue.push_back(std::move(closed));
+  if (state.queue.size() == 1) make_head(rank, state.queue.front());
+}
+
+void folder::make_head(int rank, const block& head) {
+  auto& text = head.text->second;
+  if (text.heads.empty() || head.first_line < text.first_line) {
+    text.first = head.first;
+    text.first_line = head.first_line;
+  }
+  text.heads.insert(rank);
+  if (options_.numbers) widen(text.ranges, head.numbers);
+  heads_.insert(head.text);
+}
+
+clock::time_point folder::open_deadline(const rank_state& state) const {
+  return state.open_last + (state.traceback ? options_.window : options_.gap);
+}
+
+int folder::expected_ranks() const { return options_.ranks > 0 ? std::max(options_.ranks, largest_rank_ + 1) : 0; }
+
+folder::choice folder::pick(clock::time_point now, bool everything) const {
+  const entry* full = nullptr;    // a head every rank has next
+  const entry* oldest = nullptr;  // the head that arrived first
+  const entry* due = nullptr;     // the oldest due head that no rank holds further back
+  const auto expected = static_cast<std::size_t>(expected_ranks());
+  auto before = [](const entry* a, const entry* b) { return b == nullptr || a->second.first_line < b->second.first_line; };
+  for (auto* e : heads_) {
+    const auto& text = e->second;
+    if (expected > 0 && text.heads.size() == expected) full = e;
+    if (before(e, oldest)) oldest = e;
+    if ((everything || now - text.first >= options_.window) && text.occurrences == text.heads.size() &&
+        before(e, due)) {
+      due = e;
+    }
+  }
+  // Past the window, a head that ranks also hold further back waits for them to catch up, while
+  // another due head can be written.
+  const entry* chosen = full;
+  if (chosen == nullptr && oldest != nullptr && (everything || now - oldest->second.first >= options_.window)) {
+    chosen = due != nullptr ? due : oldest;
+  }
+  if (!loose_.empty()) {
+    // A line without a label goes before anything that arrived after it, and by itself once nothing
+    // that arrived before it is held, or past the window.
+    const auto& line = loose_.front();
+    if (chosen != nullptr && line.number < chosen->second.first_line) return {nullptr, true};
+    if (chosen == nullptr && (everything || now - line.arrived >= options_.window)) return {nullptr, true};
+    const bool older_held = (oldest != nullptr && oldest->second.first_line < line.number) ||
+                            std::any_of(ranks_.begin(), ranks_.end(), [&](const auto& r) {
+                              return r.second.open_lines > 0 && r.second.open_first_line < line.number;
+                            });
+    if (chosen == nullptr && !older_held) return {nullptr, true};
+  }
+  return {const_cast<entry*>(chosen), false};
+}
+
+void folder::write(entry& text) {
+  auto& data = text.second;
+  const auto ranks = std::move(data.heads);
+  data.heads = {};
+  heads_.erase(&text);
+  const std::string prefix = "[rank: " + ranks.to_string() + "] ";
+  const std::string body = options_.numbers ? render(text.first, data.ranges) : text.first;
+  data.ranges.clear();
+  for (std::size_t start = 0;;) {
+    const auto end = body.find('\n', start);
+    output_ += prefix;
+    output_.append(body, start, end == std::string::npos ? std::string::npos : end - start);
+    output_ += '\n';
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  const std::size_t bytes = text.first.size() + block_overhead;
+  ranks.for_each([&](int rank) {
+    auto& state = ranks_.at(rank);
+    state.queue.pop_front();
+    held_bytes_ -= bytes;
+    --data.occurrences;
+    if (!state.queue.empty()) make_head(rank, state.queue.front());
+  });
+  if (data.occurrences == 0) texts_.erase(texts_.find(text.first));
+}
+
+void folder::write_loose() {
+  output_ += loose_.front().text;
+  output_ += '\n';
+  held_bytes_ -= loose_.front().text.size();
+  loose_.pop_front();
+}
+
+void folder::write_due(clock::time_point now, bool everything) {
+  while (true) {
+    if (held_bytes_ > options_.held_limit) {
+      draining_ = true;
+      if (!said_over_limit_) {
+        said_over_limit_ = true;
+        output_ += "jobkit fold: more than " + std::to_string(options_.held_limit) +
+                   " bytes held: the oldest blocks are written unfolded until half of that is held\n";
+      }
+    }
+    if (draining_ && held_bytes_ <= options_.held_limit / 2) draining_ = false;
+    const auto chosen = pick(now, everything || draining_);
+    if (chosen.loose) {
+      write_loose();
+    } else if (chosen.text != nullptr) {
+      write(*chosen.text);
+    } else {
+      return;
+    }
+  }
+}
+
+void folder::tick(clock::time_point now) {
+  for (auto& [rank, state] : ranks_) {
+    if (state.open_lines > 0 && now >= open_deadline(state)) close(rank, state);
+  }
+  write_due(now, false);
+}
+
+void folder::finish(clock::time_point now) {
+  if (!partial_.empty()) {
+    line(partial_, now);
+    partial_.clear();
+  }
+  for (auto& [rank, state] : ranks_) {
+    if (state.open_lines > 0) close(rank, state);
+  }
+  write_due(now, true);
+}
+
+std::optional<clock::time_point> folder::next_deadline() const {
+  std::optional<clock::time_point> next;
+  auto earliest = [&](clock::time_point t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [rank, state] : ranks_) {
+    if (state.open_lines > 0) earliest(open_deadline(state));
+  }
+  for (const auto* e : heads_) earliest(e->second.first + options_.window);
+  if (!loose_.empty()) earliest(loose_.front().arrived + options_.window);
+  return next;
+}
+
+}  // namespace jobkit::fold

@@ -1,0 +1,323 @@
+// The folding engine of `jobkit fold` on synthetic streams (src/fold): labels, rank sets, numbers,
+// srun's task count, blocks and when they are written; 512 and 4,096 ranks interleaved.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../catch.hpp"
+#include "core/rank_set.hpp"
+#include "fold/folder.hpp"
+#include "fold/labels.hpp"
+#include "fold/numbers.hpp"
+#include "fold/srun_options.hpp"
+
+using namespace std::chrono_literals;
+using jobkit::detail::rank_set;
+using fold_clock = jobkit::fold::clock;
+using jobkit::fold::folder;
+using jobkit::fold::options;
+
+namespace {
+
+const fold_clock::time_point t0{};
+
+/// The output's lines.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const auto end = text.find('\n', start);
+    REQUIRE(end != std::string::npos);  // every written line ends with a newline
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+/// Each rank's lines, read back from folded output ("[rank: 0-3,5] text" gives text to ranks
+/// 0, 1, 2, 3 and 5); unlabelled lines under -1.
+std::map<int, std::vector<std::string>> unfold(const std::string& text) {
+  std::map<int, std::vector<std::string>> by_rank;
+  for (const auto& line : lines_of(text)) {
+    if (line.rfind("[rank: ", 0) != 0) {
+      by_rank[-1].push_back(line);
+      continue;
+    }
+    const auto close = line.find("] ");
+    REQUIRE(close != std::string::npos);
+    const auto set = line.substr(7, close - 7);
+    const auto body = line.substr(close + 2);
+    std::size_t start = 0;
+    while (start <= set.size()) {
+      auto end = set.find(',', start);
+      if (end == std::string::npos) end = set.size();
+      const auto part = set.substr(start, end - start);
+      const auto dash = part.find('-');
+      const int first = std::stoi(part.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
+      for (int r = first; r <= last; ++r) by_rank[r].push_back(body);
+      start = end + 1;
+    }
+  }
+  return by_rank;
+}
+
+std::string label(int rank, const std::string& text) { return std::to_string(rank) + ": " + text + "\n"; }
+
+}  // namespace
+
+TEST_CASE("rank sets are ranges, written as jobkit writes them") {
+  rank_set s;
+  CHECK(s.to_string().empty());
+  for (int r : {5, 3, 4, 0, 47, 18, 1, 2}) s.insert(r);
+  CHECK(s.to_string() == "0-5,18,47");
+  CHECK(s.size() == 8);
+  CHECK(s.ranges() == 3);
+  s.insert(4);
+  CHECK(s.size() == 8);
+  for (int r = 6; r < 18; ++r) s.insert(r);
+  CHECK(s.to_string() == "0-18,47");
+  CHECK(s.contains(18));
+  CHECK_FALSE(s.contains(19));
+  CHECK(s.first() == 0);
+  std::vector<int> seen;
+  s.for_each([&](int r) { seen.push_back(r); });
+  CHECK(seen.size() == 20);
+  CHECK(seen.back() == 47);
+}
+
+TEST_CASE("labels: srun's, jobkit's, both, and lines without one") {
+  using jobkit::fold::parse_label;
+  auto l = parse_label(" 7: hello");
+  REQUIRE(l);
+  CHECK(l->rank == 7);
+  CHECK(l->text == "hello");
+  l = parse_label("[rank: 12] WARNING: x");
+  REQUIRE(l);
+  CHECK(l->rank == 12);
+  CHECK(l->text == "WARNING: x");
+  l = parse_label("12: [rank: 12] WARNING: x");
+  REQUIRE(l);
+  CHECK(l->text == "WARNING: x");
+  l = parse_label("12: [rank: 3] quoted");  // another rank's prefix is text
+  REQUIRE(l);
+  CHECK(l->rank == 12);
+  CHECK(l->text == "[rank: 3] quoted");
+  l = parse_label("3:");  // an empty line
+  REQUIRE(l);
+  CHECK(l->text.empty());
+  CHECK_FALSE(parse_label("srun: error: c2: task 3: Killed"));
+  CHECK_FALSE(parse_label("P1 3: a het step's label"));
+  CHECK_FALSE(parse_label("16777216: too large"));
+  CHECK_FALSE(parse_label("99999999999999999999: too large"));
+  CHECK_FALSE(parse_label("[rank: 3]no blank"));
+  CHECK_FALSE(parse_label(""));
+}
+
+TEST_CASE("numbers: words stay words, numbers fold into ranges") {
+  using jobkit::fold::split_numbers;
+  const auto a = split_numbers("step 10 loss 0.231 lr 1e-4 option_3 c1 v2.1rc -3");
+  const auto b = split_numbers("step 10 loss 0.229 lr 2e-4 option_3 c1 v2.1rc -7");
+  CHECK(a.shape == b.shape);
+  CHECK(a.numbers == std::vector<std::string>{"10", "0.231", "1e-4", "-3"});
+  CHECK(split_numbers("option_3").shape != split_numbers("option_4").shape);
+  std::vector<jobkit::fold::number_range> ranges;
+  jobkit::fold::widen(ranges, a.numbers);
+  jobkit::fold::widen(ranges, b.numbers);
+  CHECK(jobkit::fold::render(a.shape, ranges) == "step 10 loss 0.229..0.231 lr 1e-4..2e-4 option_3 c1 v2.1rc -7..-3");
+  // The marker byte itself, in the text, comes back as it was.
+  const auto odd = split_numbers("a\x1f#b 5");
+  jobkit::fold::widen(ranges = {}, odd.numbers);
+  CHECK(jobkit::fold::render(odd.shape, ranges) == "a\x1f#b 5");
+}
+
+TEST_CASE("srun's task count comes from its options, up to its command") {
+  using jobkit::fold::srun_task_count;
+  using v = std::vector<std::string_view>;
+  CHECK(srun_task_count(v{"--mpi=pmix", "-N3", "-n48", "python", "x.py"}) == 48);
+  CHECK(srun_task_count(v{"-n", "8", "python", "-n", "4"}) == 8);
+  CHECK(srun_task_count(v{"--ntasks", "6", "cmd"}) == 6);
+  CHECK(srun_task_count(v{"--ntasks=5", "cmd"}) == 5);
+  CHECK(srun_task_count(v{"-ln4", "cmd"}) == 4);
+  CHECK(srun_task_count(v{"-N", "2", "--ntasks-per-node=3", "cmd"}) == 6);
+  CHECK(srun_task_count(v{"-N2-4", "--ntasks-per-node", "2", "cmd"}) == 4);
+  CHECK(srun_task_count(v{"-p", "dev", "cmd", "-n", "4"}) == std::nullopt);
+  CHECK(srun_task_count(v{"-K1", "cmd", "-n4"}) == std::nullopt);  // -K takes its value attached only
+  CHECK(srun_task_count(v{"-n", "many", "cmd"}) == std::nullopt);
+  CHECK(srun_task_count(v{}) == std::nullopt);
+}
+
+TEST_CASE("a line every rank said is written at once, once; the others at the window") {
+  folder f(options{.window = 1000ms, .ranks = 3});
+  f.add(label(0, "config a = 1") + label(1, "config a = 1") + label(0, "only zero"), t0);
+  f.add(label(2, "config a = 1"), t0 + 10ms);
+  CHECK(f.output().empty());  // the last rank's block closes after the gap (an indented line may follow)
+  f.tick(t0 + 70ms);
+  CHECK(f.output() == "[rank: 0-2] config a = 1\n");
+  f.output().clear();
+  REQUIRE(f.next_deadline());
+  f.tick(t0 + 900ms);
+  CHECK(f.output().empty());
+  f.tick(*f.next_deadline());
+  CHECK(f.output() == "[rank: 0] only zero\n");
+  CHECK(f.held_bytes() == 0);
+  CHECK_FALSE(f.next_deadline());
+}
+
+TEST_CASE("blocks: indented lines and tracebacks fold whole; a differing block comes out apart") {
+  folder f(options{.window = 1000ms, .ranks = 3});
+  const std::vector<std::string> traceback = {"Traceback (most recent call last):", "  File \"train.py\", line 12, in <module>",
+                                              "    main()", "ValueError: bad batch"};
+  std::string in;
+  for (std::size_t i = 0; i < traceback.size(); ++i) {
+    for (int r = 0; r < 3; ++r) in += label(r, r == 1 && i == 3 ? "ValueError: bad batch on rank 1" : traceback[i]);
+  }
+  in += label(0, "table:") + label(0, "  a 1") + label(0, "  b 2");
+  f.add(in, t0);
+  f.finish(t0 + 1ms);
+  const auto lines = lines_of(f.output());
+  REQUIRE(lines.size() == 11);
+  CHECK(lines[0] == "[rank: 0,2] Traceback (most recent call last):");
+  CHECK(lines[3] == "[rank: 0,2] ValueError: bad batch");
+  // Rank 1's traceback arrived before rank 0's table: written first.
+  CHECK(lines[4] == "[rank: 1] Traceback (most recent call last):");
+  CHECK(lines[7] == "[rank: 1] ValueError: bad batch on rank 1");
+  CHECK(lines[8] == "[rank: 0] table:");
+  CHECK(lines[10] == "[rank: 0]   b 2");
+}
+
+TEST_CASE("a traceback's lines far apart stay one block; other blocks close after the gap") {
+  folder f(options{.window = 1000ms, .ranks = 2});
+  f.add(label(0, "Traceback (most recent call last):"), t0);
+  f.add(label(0, "  File \"x\", line 1"), t0 + 300ms);
+  f.add(label(0, "RuntimeError: x"), t0 + 600ms);
+  f.add(label(1, "header"), t0);
+  f.add(label(1, "  late indented line"), t0 + 300ms);  // past the gap: a block of its own
+  f.finish(t0 + 700ms);
+  CHECK(f.output() ==
+        "[rank: 0] Traceback (most recent call last):\n[rank: 0]   File \"x\", line 1\n[rank: 0] RuntimeError: x\n"
+        "[rank: 1] header\n[rank: 1]   late indented line\n");
+}
+
+TEST_CASE("each rank's order holds; a rank that lags joins the fold when it catches up") {
+  folder f(options{.window = 1000ms, .ranks = 3});
+  f.add(label(0, "rank 0 shard") + label(0, "end") + label(1, "rank 1 shard") + label(1, "end"), t0);
+  f.add(label(2, "end"), t0 + 5ms);  // rank 2 has no line of its own
+  f.add(label(0, "after"), t0 + 10ms);
+  f.tick(t0 + 1100ms);
+  const auto lines = lines_of(f.output());
+  REQUIRE(lines.size() == 4);
+  // "end" of rank 2 is due first but ranks 0 and 1 hold it further back: their lines go first.
+  CHECK(lines[0] == "[rank: 0] rank 0 shard");
+  CHECK(lines[1] == "[rank: 1] rank 1 shard");
+  CHECK(lines[2] == "[rank: 0-2] end");
+  CHECK(lines[3] == "[rank: 0] after");
+}
+
+TEST_CASE("lines without a label keep their turn") {
+  folder f(options{.window = 1000ms, .ranks = 2});
+  f.add(label(0, "first") + "srun: error: c2: task 1: Killed\n", t0);
+  f.tick(t0 + 100ms);
+  CHECK(f.output().empty());  // "first" waits for rank 1; the srun line waits behind it
+  f.tick(t0 + 1000ms);
+  CHECK(f.output() == "[rank: 0] first\nsrun: error: c2: task 1: Killed\n");
+  f.output().clear();
+  f.add("srun: nothing held before it\n", t0 + 2000ms);
+  CHECK(f.output() == "srun: nothing held before it\n");
+}
+
+TEST_CASE("a partial line, a cut line and bytes split anywhere are lines as written") {
+  folder f(options{.window = 1000ms, .ranks = 2});
+  const std::string in = label(0, "hello") + label(1, "hello") + "1: partial of a killed rank";
+  for (char c : in) f.add(std::string(1, c), t0);
+  f.finish(t0);
+  CHECK(f.output() == "[rank: 0-1] hello\n[rank: 1] partial of a killed rank\n");
+  folder g(options{.ranks = 1});
+  g.add("0: " + std::string(3 << 20, 'x') + "\n", t0);
+  g.finish(t0);
+  const auto lines = lines_of(g.output());
+  REQUIRE(lines.size() == 4);  // cut at 1 MiB: the label on the first piece only
+  CHECK(lines[0] == "[rank: 0] " + std::string((1 << 20) - 3, 'x'));
+  CHECK(lines[1] == std::string(1 << 20, 'x'));
+}
+
+TEST_CASE("--numbers folds lines that differ in numbers only, never by default") {
+  folder plain(options{.ranks = 2});
+  folder numbers(options{.ranks = 2, .numbers = true});
+  const std::string in = label(0, "step 5 loss 0.231") + label(1, "step 5 loss 0.229");
+  plain.add(in, t0);
+  plain.finish(t0);
+  numbers.add(in, t0);
+  numbers.finish(t0);
+  CHECK(plain.output() == "[rank: 0] step 5 loss 0.231\n[rank: 1] step 5 loss 0.229\n");
+  CHECK(numbers.output() == "[rank: 0-1] step 5 loss 0.229..0.231\n");
+}
+
+TEST_CASE("past the held limit the oldest blocks are written unfolded, said once") {
+  folder f(options{.window = 60000ms, .ranks = 4, .held_limit = 4000});
+  std::string in;
+  for (int i = 0; i < 20; ++i) in += label(i % 2, "line " + std::to_string(i));
+  f.add(in, t0);
+  f.tick(t0 + 100ms);
+  const auto lines = lines_of(f.output());
+  REQUIRE_FALSE(lines.empty());
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const auto& l) { return l.rfind("jobkit fold: ", 0) == 0; }) == 1);
+  CHECK(f.held_bytes() <= 4000);
+  f.finish(t0 + 200ms);
+  const auto by_rank = unfold(f.output());  // everything, the notice once
+  CHECK(by_rank.at(0).size() + by_rank.at(1).size() == 20);
+  CHECK(by_rank.at(-1).size() == 1);
+}
+
+TEST_CASE("512 and 4096 ranks, interleaved: nothing lost, each rank's order kept, shared lines once") {
+  for (const int ranks : {512, 4096}) {
+    std::mt19937 random(static_cast<unsigned>(ranks));
+    // Every rank: 3 shared lines, its own line, a shared traceback (rank 17's differs), a line of
+    // all but rank 5. Ranks advance in random order, some a few lines ahead.
+    std::vector<std::vector<std::string>> said(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      said[r] = {"config a = 1", "config b = 2", "WARNING: tokenizer", "rank " + std::to_string(r) + " shard",
+                 "Traceback (most recent call last):", "  File \"train.py\", line 3, in <module>",
+                 r == 17 ? "ValueError: other" : "ValueError: bad"};
+      if (r != 5) said[r].push_back("WARNING: dataset");
+    }
+    std::vector<std::size_t> next(ranks, 0);
+    folder f(options{.window = 1000ms, .ranks = ranks});
+    auto now = t0;
+    std::string chunk;
+    std::size_t left = 0;
+    for (const auto& s : said) left += s.size();
+    std::string out;
+    while (left > 0) {
+      const int r = static_cast<int>(random() % ranks);
+      if (next[r] == said[r].size()) continue;
+      chunk += (r < 10 ? "   " : r < 100 ? "  " : r < 1000 ? " " : "") + label(r, said[r][next[r]++]);
+      --left;
+      if (chunk.size() > 4096) {
+        f.add(chunk, now);
+        chunk.clear();
+        now += 1ms;
+        out += f.output();
+        f.output().clear();
+      }
+    }
+    f.add(chunk, now);
+    f.finish(now);
+    out += f.output();
+    const auto by_rank = unfold(out);
+    for (int r = 0; r < ranks; ++r) CHECK(by_rank.at(r) == said[r]);
+    const auto lines = lines_of(out);
+    auto count = [&](const std::string& line) { return std::count(lines.begin(), lines.end(), line); };
+    const auto all = "[rank: 0-" + std::to_string(ranks - 1) + "] ";
+    CHECK(count(all + "config a = 1") == 1);
+    CHECK(count(all + "WARNING: tokenizer") == 1);
+    CHECK(count("[rank: 0-4,6-" + std::to_string(ranks - 1) + "] WARNING: dataset") == 1);
+    CHECK(count("[rank: 0-16,18-" + std::to_string(ranks - 1) + "] ValueError: bad") == 1);
+    CHECK(count("[rank: 17] ValueError: other") == 1);
+    CHECK(lines.size() == static_cast<std::size_t>(3 + ranks + 3 + 3 + 1));
+    CHECK(f.held_bytes() == 0);
+  }
+}
