@@ -87,4 +87,18 @@ expect "requeue outside Slurm" 2 "^jobkit: requeue: not in a Slurm job \\(SLURM_
   env -u SLURM_JOB_ID "$jobkit" requeue
 expect "requeue with a bad job id" 2 "^jobkit: SLURM_JOB_ID='7;rm' is not a Slurm job id$" \
   env SLURM_JOB_ID='7;rm' "$jobkit" requeue
+expect "fold --help" 0 'usage: jobkit fold' "$jobkit" fold --help
+expect "fold as a filter" 0 '^\[rank: 0-1\] hello$' bash -c "printf '0: hello\n1: hello\n' | '$jobkit' fold --ranks 2"
+expect "fold keeps a line without a label" 0 '^srun: error: x$' bash -c "printf 'srun: error: x\n' | '$jobkit' fold"
+expect "fold passes a command's exit status" 3 '^\[rank: 0\] out$' "$jobkit" fold -- bash -c 'echo "[rank: 0] out"; exit 3'
+expect "fold passes a command's death by a signal" 137 '^$' "$jobkit" fold -- bash -c 'kill -KILL $$'
+expect "fold keeps stderr apart" 0 '^\[rank: 0\] to stderr$' bash -c "'$jobkit' fold -- bash -c 'echo \"[rank: 0] to stderr\" >&2' 2>&1 >/dev/null"
+expect "fold with a bad --window" 2 "^jobkit: fold: --window='1s' is not a whole number from 1 to 3600000$" "$jobkit" fold --window 1s -- true
+expect "fold with a bad --ranks" 2 "^jobkit: fold: --ranks='0' is not a whole number from 1 to 16777215$" "$jobkit" fold --ranks 0
+expect "fold without a command after --" 2 "^jobkit: fold: no command after '--'" "$jobkit" fold --
+expect "fold with an unknown option" 2 "^jobkit: fold: unknown argument '--fast'" "$jobkit" fold --fast
+expect "fold with a bad SLURM_NTASKS" 2 "^jobkit: fold: SLURM_NTASKS='many' is not a number of tasks" \
+  bash -c "echo | SLURM_NTASKS=many '$jobkit' fold"
+expect "fold with a command that is not there" 2 "^jobkit: fold: cannot run '/nonexistent/srun': No such file or directory$" \
+  "$jobkit" fold -- /nonexistent/srun -n2 true
 exit $((failures > 0))

@@ -27,8 +27,8 @@ void rank_set::insert(int rank) {
 }
 
 bool rank_set::contains(int rank) const {
-  const auto it = std::lower_bound(ranges_.begin(), ranges_.end(), rank,
-                                   [](const range& r, int value) { return r.last < value; });
+  const auto it =
+      std::lower_bound(ranges_.begin(), ranges_.end(), rank, [](const range& r, int value) { return r.last < value; });
   return it != ranges_.end() && it->first <= rank;
 }
 

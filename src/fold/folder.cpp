@@ -7,8 +7,8 @@
 namespace jobkit::fold {
 namespace {
 
-constexpr std::size_t block_overhead = 400;  // bytes counted per held block: its queue entry, its entry
-constexpr std::size_t longest_line = std::size_t{1} << 20;  // a longer line is cut here, into lines
+constexpr std::size_t block_overhead = 400;                 // bytes counted per held block: its queue entry, its entry
+constexpr std::size_t longest_line = std::size_t{1} << 20;  // bytes; a longer line is cut, its label kept
 constexpr std::string_view traceback_start = "Traceback (most recent call last):";
 
 bool indented(std::string_view text) { return !text.empty() && (text.front() == ' ' || text.front() == '\t'); }
@@ -19,25 +19,39 @@ folder::folder(options opts) : options_(opts) {}
 
 void folder::add(std::string_view bytes, clock::time_point now) {
   while (!bytes.empty()) {
-    const auto end = bytes.find('\n');
-    const auto piece = bytes.substr(0, end);
-    if (end == std::string_view::npos && partial_.size() + piece.size() < longest_line) {
-      partial_.append(piece);
-      break;
-    }
-    if (partial_.empty() && piece.size() < longest_line) {
-      line(piece, now);
-    } else {
-      const auto taken = std::min(piece.size(), longest_line - std::min(partial_.size(), longest_line));
-      partial_.append(piece.substr(0, taken));
-      line(partial_, now);
-      partial_.clear();
-      if (taken < piece.size()) {
-        bytes.remove_prefix(taken);
+    if (just_cut_) {
+      // A line cut at longest_line goes on under its label; a newline right at the cut ends nothing.
+      just_cut_ = false;
+      if (bytes.front() == '\n') {
+        partial_.clear();
+        bytes.remove_prefix(1);
         continue;
       }
     }
-    bytes.remove_prefix(end == std::string_view::npos ? bytes.size() : end + 1);
+    const auto end = bytes.find('\n');
+    const auto piece = bytes.substr(0, end);
+    const auto room = longest_line - partial_.size();
+    if (piece.size() >= room) {
+      partial_.append(piece.substr(0, room));
+      bytes.remove_prefix(room);
+      line(partial_, now);
+      const auto labelled = parse_label(partial_);
+      partial_.resize(labelled ? static_cast<std::size_t>(labelled->text.data() - partial_.data()) : 0);
+      just_cut_ = true;
+      continue;
+    }
+    if (end == std::string_view::npos) {
+      partial_.append(piece);
+      break;
+    }
+    if (partial_.empty()) {
+      line(piece, now);
+    } else {
+      partial_.append(piece);
+      line(partial_, now);
+      partial_.clear();
+    }
+    bytes.remove_prefix(end + 1);
   }
   tick(now);
 }
@@ -117,7 +131,9 @@ folder::choice folder::pick(clock::time_point now, bool everything) const {
   const entry* oldest = nullptr;  // the head that arrived first
   const entry* due = nullptr;     // the oldest due head that no rank holds further back
   const auto expected = static_cast<std::size_t>(expected_ranks());
-  auto before = [](const entry* a, const entry* b) { return b == nullptr || a->second.first_line < b->second.first_line; };
+  auto before = [](const entry* a, const entry* b) {
+    return b == nullptr || a->second.first_line < b->second.first_line;
+  };
   for (auto* e : heads_) {
     const auto& text = e->second;
     if (expected > 0 && text.heads.size() == expected) full = e;
@@ -134,16 +150,14 @@ folder::choice folder::pick(clock::time_point now, bool everything) const {
     chosen = due != nullptr ? due : oldest;
   }
   if (!loose_.empty()) {
-    // A line without a label goes before anything that arrived after it, and by itself once nothing
-    // that arrived before it is held, or past the window.
+    // A line without a label goes once nothing that arrived before it is held (so before anything
+    // that arrived after it), or past the window when no head is due.
     const auto& line = loose_.front();
-    if (chosen != nullptr && line.number < chosen->second.first_line) return {nullptr, true};
-    if (chosen == nullptr && (everything || now - line.arrived >= options_.window)) return {nullptr, true};
     const bool older_held = (oldest != nullptr && oldest->second.first_line < line.number) ||
                             std::any_of(ranks_.begin(), ranks_.end(), [&](const auto& r) {
                               return r.second.open_lines > 0 && r.second.open_first_line < line.number;
                             });
-    if (chosen == nullptr && !older_held) return {nullptr, true};
+    if (!older_held || (chosen == nullptr && now - line.arrived >= options_.window)) return {nullptr, true};
   }
   return {const_cast<entry*>(chosen), false};
 }
@@ -212,10 +226,8 @@ void folder::tick(clock::time_point now) {
 }
 
 void folder::finish(clock::time_point now) {
-  if (!partial_.empty()) {
-    line(partial_, now);
-    partial_.clear();
-  }
+  if (!partial_.empty() && !just_cut_) line(partial_, now);
+  partial_.clear();
   for (auto& [rank, state] : ranks_) {
     if (state.open_lines > 0) close(rank, state);
   }

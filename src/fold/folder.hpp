@@ -1,8 +1,8 @@
 #pragma once
 
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -52,8 +52,8 @@ struct options {
 ///    oldest that no rank also holds further back in its queue (that rank catches up and joins it
 ///    when the heads before it are written), else the oldest;
 ///  - at the end (finish), in the same order.
-/// A line without a label is written before anything that arrived after it, and by itself once
-/// nothing that arrived before it is held, or past the window.
+/// A line without a label is written once nothing that arrived before it is held (so before
+/// anything that arrived after it), or past the window.
 class folder {
  public:
   explicit folder(options opts);
@@ -77,7 +77,7 @@ class folder {
   struct text_entry {
     std::size_t occurrences = 0;  // in every queue, head or not
     detail::rank_set heads;
-    clock::time_point first;  // the earliest first line among the heads
+    clock::time_point first;       // the earliest first line among the heads
     std::uint64_t first_line = 0;  // and its number in the stream (orders heads that arrived at once)
     std::vector<number_range> ranges;
   };
@@ -119,7 +119,8 @@ class folder {
   void write_due(clock::time_point now, bool everything);
 
   options options_;
-  std::string partial_;  // bytes after the last newline
+  std::string partial_;      // bytes after the last newline
+  bool just_cut_ = false;    // partial_ is the label of a line just cut at its longest
   std::uint64_t lines_ = 0;  // lines read so far
   std::unordered_map<int, rank_state> ranks_;
   std::unordered_map<std::string, text_entry> texts_;

@@ -23,8 +23,8 @@ std::optional<int> take_jobkit_prefix(std::string_view& rest) {
 std::optional<labelled_line> parse_label(std::string_view line) {
   auto rest = line;
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-  if (const auto rank = detail::take_decimal(rest); rank && *rank <= largest_rank && !rest.empty() &&
-                                                    rest.front() == ':') {
+  if (const auto rank = detail::take_decimal(rest);
+      rank && *rank <= largest_rank && !rest.empty() && rest.front() == ':') {
     rest.remove_prefix(1);
     // srun writes "N: text"; an empty line is "N: " (some releases) or "N:".
     if (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);

@@ -9,9 +9,7 @@ namespace {
 constexpr char marker = '\x1f';
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_word(char c) {
-  return is_digit(c) || c == '_' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
+bool is_word(char c) { return is_digit(c) || c == '_' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 /// The length of the number at text[i], or 0.
 std::size_t number_at(std::string_view text, std::size_t i) {

@@ -96,7 +96,7 @@ check() {
     PYTHON=/usr/bin/python3 timeout 300 sbatch --wait --chdir="$work" --output="$work/%x-%j.out" \
     --nodes=3 --ntasks-per-node="$tasks_per_node" "$copy"
   ((status == 0)) || { echo "FAIL: $name: sbatch --wait exit status $status"; return 1; }
-  out=$(cat "$work"/*.out)
+  out=$(cat "$work"/*.out | unfold | sed "s/^\\[rank: [0-9]*\\] //")  # each rank's lines, as it wrote them
   echo "--- job output"
   echo "$out"
   local lines rank host list c bad=0 ranks=$((3 * tasks_per_node))

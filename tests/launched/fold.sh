@@ -5,6 +5,9 @@
 #   filter    srun --label ... 2>&1 | jobkit fold --ranks 48: one merged stream
 #   killed    rank 3 killed (SIGKILL) in the middle of a line: its partial line kept, exit status srun's
 #   bad-exit  rank 3 exits with 3, srun --kill-on-bad-exit=1 ends the others: exit status srun's
+#   sigterm   SIGTERM to jobkit fold (not to srun) while every rank's line is held: srun gets it and
+#             ends the step, the held lines are written, the exit status is srun's
+#   sigint    two SIGINTs to jobkit fold within a second, as a second Ctrl-C: srun ends the step
 # fold gets a window of 30 s: the step is over before, so every block is written by the rule that
 # every rank said it, or at the end. On a loaded machine (the suite runs both platforms at once) the
 # ranks' alike lines came seconds apart; when the window writes a block is test_fold's part.
@@ -13,7 +16,7 @@
 # usage: fold.sh MODE JOBKIT FOLD_STEP_PY FOLD_CHECK_PY SHARED_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes command filter killed bad-exit
+declare_modes command filter killed bad-exit sigterm sigint
 mode=$1
 jobkit=$2
 step_py=$3
@@ -35,6 +38,65 @@ show() {
   echo "----"
 }
 
+# srun_wrapper: `srun` on PATH runs the real srun, passes it SIGINT and SIGTERM, records its exit
+# status in $work/srun-status (128+N when a signal N ended it) and ends as it ended.
+srun_wrapper() {
+  cat >"$work/bin/srun" <<EOF
+#!$python
+import os, signal, subprocess, sys
+srun = subprocess.Popen(["$(command -v srun)"] + sys.argv[1:])
+for number in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(number, lambda n, _: srun.send_signal(n))
+status = srun.wait()
+with open("$work/srun-status", "w") as f:
+    f.write(str(status if status >= 0 else 128 - status))
+if status < 0:
+    signal.signal(-status, signal.SIG_DFL)
+    os.kill(os.getpid(), -status)
+sys.exit(status)
+EOF
+  chmod +x "$work/bin/srun"
+}
+
+if [[ $mode == sigterm || $mode == sigint ]]; then
+  # Each rank says a line of its own, then waits: its line is held for the window (30 s).
+  srun_wrapper
+  PATH=$work/bin:$PATH timeout 120 "$jobkit" fold --window 30000 -- srun --mpi=pmix -N3 -n6 \
+    bash -c 'echo "rank $SLURM_PROCID waiting"; exec sleep 100' >"$work/out" 2>"$work/err" &
+  fold_pid=$!
+  for _ in $(seq 300); do
+    [[ $(squeue -h -s -o %i 2>/dev/null | grep -c '\.0$') -ge 1 ]] && break
+    sleep 0.1
+  done
+  sleep 3  # the ranks have written their lines; fold holds them
+  [[ ! -s $work/out ]] || fail "the lines were written before the window: $(cat "$work/out")"
+  start=$(date +%s%N)
+  if [[ $mode == sigterm ]]; then
+    kill -TERM "$fold_pid"
+  else
+    kill -INT "$fold_pid"
+    sleep 0.3
+    kill -INT "$fold_pid"
+  fi
+  wait "$fold_pid"
+  status=$?
+  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+  show "$work/out" "folded stdout"
+  show "$work/err" "folded stderr"
+  srun_status=$(cat "$work/srun-status" 2>/dev/null) || srun_status="none (srun did not end)"
+  echo "the step ended $elapsed_ms ms after the signal; jobkit fold exit status $status, srun's $srun_status"
+  ((status != 124)) || fail "jobkit fold hung"
+  ((elapsed_ms < 20000)) || fail "the step did not end within 20 s of the signal"
+  [[ $status == "$srun_status" ]] || fail "jobkit fold's exit status $status is not srun's, $srun_status"
+  ((status != 0)) || fail "exit status 0 though the step was ended by a signal"
+  for r in 0 1 2 3 4 5; do
+    grep -qx "\\[rank: $r\\] rank $r waiting" "$work/out" || fail "rank $r's held line was not written"
+  done
+  rm -rf "$work"
+  echo ok
+  exit 0
+fi
+
 start=$(date +%s%N)
 if [[ $mode == filter ]]; then
   # srun's output is kept ($work/raw, left there when the test fails): fed to `jobkit fold` again,
@@ -52,15 +114,7 @@ if [[ $mode == filter ]]; then
   "$python" "$check_py" mix "$work/merged" --raw "$work/raw" --ranks 48 ||
     fail "the folded output is wrong (above); srun's output: $work/raw"
 else
-  real_srun=$(command -v srun)
-  cat >"$work/bin/srun" <<EOF
-#!/usr/bin/env bash
-"$real_srun" "\$@"
-status=\$?
-echo "\$status" >"$work/srun-status"
-exit "\$status"
-EOF
-  chmod +x "$work/bin/srun"
+  srun_wrapper
   PATH=$work/bin:$PATH timeout 120 "$jobkit" fold --window 30000 -- srun "${srun_args[@]}" "$python" "$step_py" "$step_mode" \
     "$work/step" >"$work/out" 2>"$work/err"
   status=$?

@@ -103,3 +103,20 @@ last_rank_died_and_was_named() {
   ((elapsed_ms < 30000)) || fail "the step took ${elapsed_ms} ms, more than 30 s"
   no_segments_left
 }
+
+# unfold: standard input with each line of `jobkit fold` ("[rank: 0-2,5] text") written once per
+# rank ("[rank: 0] text", ...), every other line as it is: counts per rank hold whether the
+# output was folded (the sbatch templates fold their steps) or not.
+unfold() {
+  awk '
+    match($0, /^\[rank: [0-9][0-9,-]*\] /) {
+      text = substr($0, RLENGTH + 1)
+      n = split(substr($0, 8, RLENGTH - 9), parts, ",")
+      for (i = 1; i <= n; i++) {
+        m = split(parts[i], ends, "-")
+        for (r = ends[1] + 0; r <= ends[m] + 0; r++) print "[rank: " r "] " text
+      }
+      next
+    }
+    { print }'
+}

@@ -70,7 +70,7 @@ wait_for() {
 # check_result JOB: the final sum is exact, every rank stopped at one step in each stop.
 check_result() {
   local job=$1
-  out=$(cat "$work"/job-"$job"*.out)
+  out=$(cat "$work"/job-"$job"*.out | unfold)
   echo "$out"
   [[ $(cat "$work/result" 2>/dev/null) == "$expected" ]] ||
     fail "result '$(cat "$work/result" 2>/dev/null)', expected $expected (an uninterrupted run)"
@@ -174,7 +174,7 @@ case $mode in
       until [[ -s $work/result-$t ]] || ((SECONDS > deadline)); do sleep 1; done
       [[ $(cat "$work/result-$t" 2>/dev/null) == "$expected_t" ]] || fail "array task $t: wrong or no result"
     done
-    out=$(cat "$work"/job-*.out)
+    out=$(cat "$work"/job-*.out | unfold)
     echo "$out"
     (($(grep -c 'attempt 1' "$work/job-${array}_1.out") >= 1)) || fail "task 1 was not requeued"
     ! grep -q 'attempt 1' "$work/job-${array}_0.out" "$work/job-${array}_2.out" ||
@@ -184,7 +184,7 @@ case $mode in
       fail "sbatch failed"
     deadline=$((SECONDS + 60))
     until [[ $(field "$job" JobState) =~ COMPLETED|FAILED ]] || ((SECONDS > deadline)); do sleep 1; done
-    out=$(cat "$work/job-$job.out")
+    out=$(unfold <"$work/job-$job.out")
     echo "$out"
     state=$(field "$job" JobState)
     [[ $state != COMPLETED ]] || fail "jobkit requeue succeeded in a --no-requeue job"

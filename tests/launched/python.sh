@@ -147,7 +147,7 @@ $out" ;;
       case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
       sleep 1
     done
-    out=$(cat "$work/job.out")
+    out=$(unfold <"$work/job.out")
     echo "$out"
     [[ $state == COMPLETED ]] || fail "job $job ended ${state:-unknown}"
     status=0

@@ -37,7 +37,7 @@ CHECK
   *) fail "unknown mode $mode" ;;
 esac
 ((status == 0)) || fail "sbatch --wait exit status $status"
-out=$(cat "$work"/*.out)
+out=$(cat "$work"/*.out | unfold)
 echo "--- job output"
 echo "$out"
 case $mode in
@@ -53,8 +53,8 @@ case $mode in
   array)
     for i in 0 1 2; do
       file=$(ls "$work"/sweep-*_"$i".out)
-      grep -q "^array task $i: config " "$file" || fail "array task $i did not run its config"
-      (($(grep -c 'finished 3 steps' "$file") == 3)) || fail "array task $i: not every rank finished"
+      grep -q "^\\[rank: 0\\] array task $i: config " "$file" || fail "array task $i did not run its config"
+      (($(unfold <"$file" | grep -c 'finished 3 steps') == 3)) || fail "array task $i: not every rank finished"
     done ;;
 esac
 echo ok

@@ -169,8 +169,9 @@ TEST_CASE("a line every rank said is written at once, once; the others at the wi
 
 TEST_CASE("blocks: indented lines and tracebacks fold whole; a differing block comes out apart") {
   folder f(options{.window = 1000ms, .ranks = 3});
-  const std::vector<std::string> traceback = {"Traceback (most recent call last):", "  File \"train.py\", line 12, in <module>",
-                                              "    main()", "ValueError: bad batch"};
+  const std::vector<std::string> traceback = {
+      "Traceback (most recent call last):", "  File \"train.py\", line 12, in <module>", "    main()",
+      "ValueError: bad batch"};
   std::string in;
   for (std::size_t i = 0; i < traceback.size(); ++i) {
     for (int r = 0; r < 3; ++r) in += label(r, r == 1 && i == 3 ? "ValueError: bad batch on rank 1" : traceback[i]);
@@ -239,9 +240,16 @@ TEST_CASE("a partial line, a cut line and bytes split anywhere are lines as writ
   g.add("0: " + std::string(3 << 20, 'x') + "\n", t0);
   g.finish(t0);
   const auto lines = lines_of(g.output());
-  REQUIRE(lines.size() == 4);  // cut at 1 MiB: the label on the first piece only
-  CHECK(lines[0] == "[rank: 0] " + std::string((1 << 20) - 3, 'x'));
-  CHECK(lines[1] == std::string(1 << 20, 'x'));
+  const auto piece = (std::size_t{1} << 20) - 3;  // a line is cut at 1 MiB, its label kept on each piece
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "[rank: 0] " + std::string(piece, 'x'));
+  CHECK(lines[2] == "[rank: 0] " + std::string(piece, 'x'));
+  CHECK(lines[3] == "[rank: 0] " + std::string((3 << 20) - 3 * piece, 'x'));
+  folder h(options{.ranks = 1});
+  h.add("0: " + std::string(piece, 'y'), t0);  // cut exactly where the newline comes
+  h.add("\n0: next\n", t0);
+  h.finish(t0);
+  CHECK(h.output() == "[rank: 0] " + std::string(piece, 'y') + "\n[rank: 0] next\n");
 }
 
 TEST_CASE("--numbers folds lines that differ in numbers only, never by default") {
@@ -279,8 +287,12 @@ TEST_CASE("512 and 4096 ranks, interleaved: nothing lost, each rank's order kept
     // all but rank 5. Ranks advance in random order, some a few lines ahead.
     std::vector<std::vector<std::string>> said(ranks);
     for (int r = 0; r < ranks; ++r) {
-      said[r] = {"config a = 1", "config b = 2", "WARNING: tokenizer", "rank " + std::to_string(r) + " shard",
-                 "Traceback (most recent call last):", "  File \"train.py\", line 3, in <module>",
+      said[r] = {"config a = 1",
+                 "config b = 2",
+                 "WARNING: tokenizer",
+                 "rank " + std::to_string(r) + " shard",
+                 "Traceback (most recent call last):",
+                 "  File \"train.py\", line 3, in <module>",
                  r == 17 ? "ValueError: other" : "ValueError: bad"};
       if (r != 5) said[r].push_back("WARNING: dataset");
     }

@@ -1,0 +1,97 @@
+// `jobkit fold`'s engine on any bytes: the first byte picks the step's size, --numbers and where
+// the stream is cut in two reads (the second a gap later); then the end of the stream. Nothing may
+// be lost or invented: read back ("[rank: SET] text" gives text to each rank of SET), the output
+// holds every rank's lines in its order, and every line without a label, in order; nothing stays held.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fold/folder.hpp"
+#include "fold/labels.hpp"
+
+namespace {
+
+[[noreturn]] void finding(const char* what) {
+  std::fprintf(stderr, "%s\n", what);
+  std::abort();
+}
+
+using by_rank = std::map<int, std::vector<std::string>>;
+
+/// Each line read back as one rank's (a "[rank: SET] " prefix, SET as fold writes it) or as a
+/// line of none (-1).
+void read_back(std::string_view line, by_rank& lines) {
+  constexpr std::string_view open = "[rank: ";
+  const auto close = line.find("] ");
+  if (line.substr(0, open.size()) == open && close != std::string_view::npos) {
+    const auto set = line.substr(open.size(), close - open.size());
+    std::vector<std::pair<long, long>> ranges;
+    bool ok = !set.empty() && set.find_first_not_of("0123456789,-") == std::string_view::npos;
+    for (std::size_t start = 0; ok && start <= set.size();) {
+      auto end = set.find(',', start);
+      if (end == std::string_view::npos) end = set.size();
+      const std::string part(set.substr(start, end - start));
+      const auto dash = part.find('-');
+      const auto first_digits = dash == std::string::npos ? part.size() : dash;
+      const auto last_digits = dash == std::string::npos ? part.size() : part.size() - dash - 1;
+      ok = first_digits > 0 && first_digits < 9 && last_digits > 0 && last_digits < 9 &&
+           (dash == std::string::npos || part.find('-', dash + 1) == std::string::npos);
+      if (ok) ranges.emplace_back(std::stol(part), dash == std::string::npos ? std::stol(part) : std::stol(part.substr(dash + 1)));
+      ok = ok && ranges.back().first <= ranges.back().second;
+      start = end + 1;
+    }
+    if (ok) {
+      for (const auto& [first, last] : ranges) {
+        for (long r = first; r <= last; ++r) lines[static_cast<int>(r)].emplace_back(line.substr(close + 2));
+      }
+      return;
+    }
+  }
+  lines[-1].emplace_back(line);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const std::string_view input(reinterpret_cast<const char*>(data + 1), size - 1);
+  jobkit::fold::options options;
+  options.ranks = data[0] % 8;
+  options.numbers = (data[0] & 8) != 0;
+  const std::size_t cut = input.size() * (data[0] >> 4) / 16;
+  jobkit::fold::folder folder(options);
+  const jobkit::fold::clock::time_point t0{};
+  folder.add(input.substr(0, cut), t0);
+  folder.add(input.substr(cut), t0 + options.gap);
+  folder.finish(t0 + options.gap);
+  if (folder.held_bytes() != 0) finding("bytes held after the end");
+  const auto& output = folder.output();
+  if (!output.empty() && output.back() != '\n') finding("the output ends in the middle of a line");
+  if (options.numbers) return 0;  // numbers folded are rewritten as ranges
+  // What fold was given, each line written as fold writes one rank's line, read back the same way.
+  by_rank expected;
+  by_rank got;
+  for (std::size_t start = 0; start < input.size();) {
+    auto end = input.find('\n', start);
+    if (end == std::string_view::npos) end = input.size();
+    const auto line = input.substr(start, end - start);
+    if (const auto labelled = jobkit::fold::parse_label(line)) {
+      read_back("[rank: " + std::to_string(labelled->rank) + "] " + std::string(labelled->text), expected);
+    } else {
+      read_back(line, expected);
+    }
+    start = end + 1;
+  }
+  for (std::size_t start = 0; start < output.size();) {
+    const auto end = output.find('\n', start);
+    read_back(std::string_view(output).substr(start, end - start), got);
+    start = end + 1;
+  }
+  if (got != expected) finding("the output, read back, is not what each rank wrote");
+  return 0;
+}
