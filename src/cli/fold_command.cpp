@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,7 +47,8 @@ constexpr std::string_view fold_usage =
     "and the exit status is srun's (128+N when a signal N killed it).\n"
     "\n"
     "options:\n"
-    "  --window MS       the longest a line is held for other ranks to say it (default 1000)\n"
+    "  --window MS       the longest a line is held for other ranks to say it (default 1000;\n"
+    "                    reading a file, not a pipe: until the end)\n"
     "  --ranks N         the step's number of ranks (default: srun's -n/--ntasks, or -N times\n"
     "                    --ntasks-per-node, else SLURM_NTASKS)\n"
     "  --numbers         also fold lines that differ only in their numbers: 'loss 0.229..0.231'\n"
@@ -56,6 +58,7 @@ constexpr std::string_view fold_usage =
 
 struct fold_args {
   fold::options options;
+  bool window_given = false;
   std::optional<int> ranks;
   std::vector<std::string> command;
 };
@@ -81,6 +84,7 @@ fold_args parse_fold_args(const std::vector<std::string_view>& args) {
     }
     if (arg == "--window") {
       parsed.options.window = std::chrono::milliseconds(positive(arg, option_value(args, i, "fold"), 3'600'000));
+      parsed.window_given = true;
     } else if (arg == "--ranks") {
       parsed.ranks = positive(arg, option_value(args, i, "fold"), (1 << 24) - 1);
     } else if (arg == "--held-limit") {
@@ -273,10 +277,17 @@ int run_fold(const std::vector<std::string_view>& args) {
   }
   const auto parsed = parse_fold_args(args);
   if (!parsed.command.empty()) return run_srun(parsed);
-  // A filter: one stream (srun's stdout, or its stdout and stderr merged).
+  // A filter: one stream (srun's stdout, or its stdout and stderr merged). A file written before
+  // (`jobkit fold < train.out`) is read far faster than its ranks wrote it: there the window of a
+  // live step means nothing, and every block waits for the end unless --window says otherwise.
   ::signal(SIGPIPE, SIG_IGN);
+  auto options = stream_options(parsed, step_ranks(parsed, false));
+  struct stat input {};
+  if (!parsed.window_given && ::fstat(STDIN_FILENO, &input) == 0 && S_ISREG(input.st_mode)) {
+    options.window = std::chrono::hours(24);
+  }
   std::vector<stream> streams;
-  streams.push_back({STDIN_FILENO, STDOUT_FILENO, fold::folder(stream_options(parsed, step_ranks(parsed, false)))});
+  streams.push_back({STDIN_FILENO, STDOUT_FILENO, fold::folder(options)});
   pump(streams, 0);
   return 0;
 }

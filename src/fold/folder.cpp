@@ -101,6 +101,7 @@ void folder::close(int rank, rank_state& state) {
   held_bytes_ += key.size() + block_overhead;
   auto& text = *texts_.try_emplace(std::move(key)).first;
   ++text.second.occurrences;
+  index(text);  // a head of other ranks is no longer free
   closed.text = &text;
   state.open.clear();
   state.open_lines = 0;
@@ -117,7 +118,22 @@ void folder::make_head(int rank, const block& head) {
   }
   text.heads.insert(rank);
   if (options_.numbers) widen(text.ranges, head.numbers);
-  heads_.insert(head.text);
+  if (text.heads.size() == static_cast<std::size_t>(expected_ranks())) full_ = head.text;
+  index(*head.text);
+}
+
+void folder::index(entry& e) {
+  auto& text = e.second;
+  if (text.indexed) {
+    heads_.erase({text.indexed_line, &e});
+    if (text.indexed_free) free_heads_.erase({text.indexed_line, &e});
+  }
+  text.indexed = !text.heads.empty();
+  if (!text.indexed) return;
+  text.indexed_line = text.first_line;
+  text.indexed_free = text.occurrences == text.heads.size();
+  heads_.insert({text.indexed_line, &e});
+  if (text.indexed_free) free_heads_.insert({text.indexed_line, &e});
 }
 
 clock::time_point folder::open_deadline(const rank_state& state) const {
@@ -127,27 +143,14 @@ clock::time_point folder::open_deadline(const rank_state& state) const {
 int folder::expected_ranks() const { return options_.ranks > 0 ? std::max(options_.ranks, largest_rank_ + 1) : 0; }
 
 folder::choice folder::pick(clock::time_point now, bool everything) const {
-  const entry* full = nullptr;    // a head every rank has next
-  const entry* oldest = nullptr;  // the head that arrived first
-  const entry* due = nullptr;     // the oldest due head that no rank holds further back
   const auto expected = static_cast<std::size_t>(expected_ranks());
-  auto before = [](const entry* a, const entry* b) {
-    return b == nullptr || a->second.first_line < b->second.first_line;
-  };
-  for (auto* e : heads_) {
-    const auto& text = e->second;
-    if (expected > 0 && text.heads.size() == expected) full = e;
-    if (before(e, oldest)) oldest = e;
-    if ((everything || now - text.first >= options_.window) && text.occurrences == text.heads.size() &&
-        before(e, due)) {
-      due = e;
-    }
-  }
-  // Past the window, a head that ranks also hold further back waits for them to catch up, while
-  // another due head can be written.
-  const entry* chosen = full;
+  const entry* chosen = nullptr;
+  if (full_ != nullptr && expected > 0 && full_->second.heads.size() == expected) chosen = full_;
+  const entry* oldest = heads_.empty() ? nullptr : heads_.begin()->second;
   if (chosen == nullptr && oldest != nullptr && (everything || now - oldest->second.first >= options_.window)) {
-    chosen = due != nullptr ? due : oldest;
+    // The oldest head is due. If ranks also hold it further back, the oldest head that no rank
+    // holds further back goes first (due or not): it is what those ranks wait behind.
+    chosen = free_heads_.empty() ? oldest : free_heads_.begin()->second;
   }
   if (!loose_.empty()) {
     // A line without a label goes once nothing that arrived before it is held (so before anything
@@ -166,7 +169,8 @@ void folder::write(entry& text) {
   auto& data = text.second;
   const auto ranks = std::move(data.heads);
   data.heads = {};
-  heads_.erase(&text);
+  index(text);
+  if (full_ == &text) full_ = nullptr;
   const std::string prefix = "[rank: " + ranks.to_string() + "] ";
   const std::string body = options_.numbers ? render(text.first, data.ranges) : text.first;
   data.ranges.clear();
@@ -242,7 +246,7 @@ std::optional<clock::time_point> folder::next_deadline() const {
   for (const auto& [rank, state] : ranks_) {
     if (state.open_lines > 0) earliest(open_deadline(state));
   }
-  for (const auto* e : heads_) earliest(e->second.first + options_.window);
+  if (!heads_.empty()) earliest(heads_.begin()->second->second.first + options_.window);
   if (!loose_.empty()) earliest(loose_.front().arrived + options_.window);
   return next;
 }

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/rank_set.hpp"
@@ -48,9 +48,9 @@ struct options {
 /// are written, so every rank's order holds. Heads with the same text fold: written once, each line
 /// prefixed "[rank: SET] " with the ranks that said it. A head is written
 ///  - as soon as every rank of the step has it next;
-///  - once the window has passed since its first line arrived; among the heads due, first the
-///    oldest that no rank also holds further back in its queue (that rank catches up and joins it
-///    when the heads before it are written), else the oldest;
+///  - once the window has passed since its first line arrived (the oldest first); when ranks
+///    also hold it further back in their queues, the oldest head that no rank holds further back
+///    goes first, due or not (it is what those ranks wait behind; they then catch up and join);
 ///  - at the end (finish), in the same order.
 /// A line without a label is written once nothing that arrived before it is held (so before
 /// anything that arrived after it), or past the window.
@@ -80,8 +80,13 @@ class folder {
     clock::time_point first;       // the earliest first line among the heads
     std::uint64_t first_line = 0;  // and its number in the stream (orders heads that arrived at once)
     std::vector<number_range> ranges;
+    // Where the entry stands in heads_ and free_heads_ (index): its key there, if it is.
+    bool indexed = false;
+    bool indexed_free = false;
+    std::uint64_t indexed_line = 0;
   };
   using entry = std::unordered_map<std::string, text_entry>::value_type;
+  using by_age = std::set<std::pair<std::uint64_t, entry*>>;
   struct block {
     entry* text;
     clock::time_point first;
@@ -111,6 +116,7 @@ class folder {
   void line(std::string_view text, clock::time_point now);
   void close(int rank, rank_state& state);
   void make_head(int rank, const block& head);
+  void index(entry& text);
   [[nodiscard]] clock::time_point open_deadline(const rank_state& state) const;
   [[nodiscard]] int expected_ranks() const;
   [[nodiscard]] choice pick(clock::time_point now, bool everything) const;
@@ -124,7 +130,9 @@ class folder {
   std::uint64_t lines_ = 0;  // lines read so far
   std::unordered_map<int, rank_state> ranks_;
   std::unordered_map<std::string, text_entry> texts_;
-  std::unordered_set<entry*> heads_;  // the entries some rank has next
+  by_age heads_;           // the entries some rank has next, oldest first
+  by_age free_heads_;      // those of them that no rank also holds further back
+  entry* full_ = nullptr;  // the entry every rank has next, if one has (at most one can)
   std::deque<loose_line> loose_;
   int largest_rank_ = -1;
   std::size_t held_bytes_ = 0;

@@ -218,6 +218,14 @@ TEST_CASE("each rank's order holds; a rank that lags joins the fold when it catc
   CHECK(lines[3] == "[rank: 0] after");
 }
 
+TEST_CASE("a due block that a rank holds further back waits for the block before it there, due or not") {
+  folder f(options{.window = 1000ms, .ranks = 3});
+  f.add(label(0, "A"), t0);
+  f.add(label(1, "X") + label(1, "A") + label(2, "A"), t0 + 600ms);
+  f.tick(t0 + 1000ms);  // A is due on ranks 0 and 2, rank 1 holds it behind X, which is not due
+  CHECK(f.output() == "[rank: 1] X\n[rank: 0-2] A\n");
+}
+
 TEST_CASE("lines without a label keep their turn") {
   folder f(options{.window = 1000ms, .ranks = 2});
   f.add(label(0, "first") + "srun: error: c2: task 1: Killed\n", t0);
