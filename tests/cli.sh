@@ -101,4 +101,10 @@ expect "fold with a bad SLURM_NTASKS" 2 "^jobkit: fold: SLURM_NTASKS='many' is n
   bash -c "echo | SLURM_NTASKS=many '$jobkit' fold"
 expect "fold with a command that is not there" 2 "^jobkit: fold: cannot run '/nonexistent/srun': No such file or directory$" \
   "$jobkit" fold -- /nonexistent/srun -n2 true
+expect "where --help" 0 'usage: jobkit where' "$jobkit" where --help
+expect "where without a job" 2 "^jobkit: where: no JOBID given and SLURM_JOB_ID is not set" env -u SLURM_JOB_ID "$jobkit" where
+expect "where with a bad job id" 2 "^jobkit: where: '12x' is not a job id \\(JOBID or JOBID.STEP, digits\\)$" "$jobkit" where 12x
+expect "where with a bad --timeout" 2 "^jobkit: where: --timeout='0' is not a whole number of seconds from 1 to 3600$" \
+  "$jobkit" where 12 --timeout 0
+expect "where --agent without a step" 2 "^jobkit: where: --agent needs JOB STEP$" "$jobkit" where --agent 12
 exit $((failures > 0))

@@ -94,6 +94,7 @@ from ._identity import (  # noqa: E402
 from ._logging import RankFilter, RankFormatter, install_logging, rank_zero_info, rank_zero_only, rank_zero_warn  # noqa: E402
 from ._preemption import StopCause, StopGuard, requeue, stop_requested, time_left  # noqa: E402
 from ._workspace import Workspace, node_local_gather  # noqa: E402
+from . import _where  # noqa: E402,F401  (registers the stack dump `jobkit where` asks for)
 
 # `from jobkit import *` shadows no built-in: jobkit.TimeoutError (a subclass of the built-in
 # TimeoutError) stays reachable by its qualified name but is not exported.

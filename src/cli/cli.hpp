@@ -44,6 +44,8 @@ int run_requeue(const std::vector<std::string_view>& args);
 int run_time_left(const std::vector<std::string_view>& args);
 /// jobkit fold (fold_command.cpp).
 int run_fold(const std::vector<std::string_view>& args);
+/// jobkit where (where_command.cpp).
+int run_where(const std::vector<std::string_view>& args);
 /// jobkit exec and jobkit env (step_commands.cpp).
 int run_exec(std::string_view name, const std::vector<std::string_view>& args);
 

@@ -14,6 +14,7 @@
 #include "core/timeout.hpp"
 #include "jobkit/detail/sections.hpp"
 #include "transport/transport.hpp"
+#include "where/record.hpp"
 
 namespace jobkit {
 
@@ -94,6 +95,7 @@ void group::connect(const detail::exchange& ex) {
 }
 
 std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
+  const where::call_scope where(ex.name, ex.site, state_->world_ranks.at(static_cast<std::size_t>(rank())), size());
   check_section(ex);
   connect(ex);
   return state_->link->run(ex);
@@ -106,6 +108,8 @@ void group::run_bulk(std::string name, std::span<std::byte> buffer, std::size_t 
   bx.buffer = buffer;
   bx.piece = piece;
   bx.root = root;
+  const where::call_scope where(bx.base.name, bx.base.site, state_->world_ranks.at(static_cast<std::size_t>(rank())),
+                                size());
   check_section(bx.base);
   connect(bx.base);
   state_->link->run_bulk(bx);

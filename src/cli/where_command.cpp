@@ -1,0 +1,394 @@
+// jobkit where: where every rank of a running step is, folded by rank set. The front end asks
+// Slurm for the job's steps and their nodes and starts one agent per node in an overlapping step
+// (`srun --overlap ... jobkit where --agent JOB STEP`); each agent reads the records of the step's
+// processes on its node (src/where/record.hpp), asks Python ranks for their stacks (the handler
+// `import jobkit` registers, python/jobkit/_where.py) and /proc for the others.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "cli.hpp"
+#include "core/environment.hpp"
+#include "core/parse.hpp"
+#include "core/rank_set.hpp"
+#include "where/record.hpp"
+#include "where/report.hpp"
+
+extern char** environ;
+
+namespace jobkit::cli {
+namespace {
+
+constexpr std::string_view where_usage =
+    "usage: jobkit where [JOBID[.STEP]] [--timeout SECONDS]\n"
+    "\n"
+    "Where every rank of a running step is: the jobkit call it is in (name, call site, for how\n"
+    "long, whom it waits for), or for a Python rank outside jobkit its stack, or what /proc says of a\n"
+    "process without jobkit; one report folded by rank set:\n"
+    "  [rank: 0-4,6] in barrier at train.py:31 for 42 s, waiting for rank 5 (c2)\n"
+    "  [rank: 5] not in jobkit: load_shard data.py:12 <- train_step train.py:27\n"
+    "It reaches each node of the step through an overlapping step (srun --overlap); no rank is\n"
+    "stopped, slowed beyond a Python stack's dump, or changed. Run it in the batch script or a shell\n"
+    "inside the allocation. JOBID defaults to SLURM_JOB_ID; without STEP, every running step.\n"
+    "\n"
+    "options:\n"
+    "  --timeout SECONDS  the longest to wait for the nodes' answers (default 10)\n"
+    "  --help             show this help\n";
+
+/// Runs argv with its stdout read (at most 16 MiB) and its stderr kept apart, and kills it past
+/// the deadline. status: the exit status, 124 when it ran out of time, 127 when it could not start.
+struct command_result {
+  int status = 127;
+  std::string out;
+  std::string err;
+};
+
+command_result run_bounded(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
+  command_result result;
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return result;
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t child = 0;
+  const int spawned = ::posix_spawnp(&child, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (spawned != 0) {
+    result.err = std::strerror(spawned);
+    ::close(out[0]);
+    ::close(err[0]);
+    return result;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool out_open = true;
+  bool err_open = true;
+  bool killed = false;
+  char buffer[65536];
+  while (out_open || err_open) {
+    pollfd fds[2] = {{out_open ? out[0] : -1, POLLIN, 0}, {err_open ? err[0] : -1, POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(child, killed ? SIGKILL : SIGTERM);
+      killed = true;
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      const ssize_t n = ::read(i == 0 ? out[0] : err[0], buffer, sizeof buffer);
+      auto& text = i == 0 ? result.out : result.err;
+      if (n > 0 && text.size() < (std::size_t{16} << 20)) text.append(buffer, static_cast<std::size_t>(n));
+      if (n == 0 || (n < 0 && errno != EINTR)) (i == 0 ? out_open : err_open) = false;
+    }
+  }
+  ::close(out[0]);
+  ::close(err[0]);
+  int status = 0;
+  for (int waited = 0; ::waitpid(child, &status, killed ? WNOHANG : 0) == 0; ++waited) {
+    // SIGTERM first (srun ends its step), SIGKILL a second later.
+    if (waited == 20) ::kill(child, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  result.status = killed ? 124 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string first_line(const std::string& text) {
+  auto line = text.substr(0, text.find('\n'));
+  return line.empty() ? "(no message)" : line;
+}
+
+std::string read_small_file(const std::string& path, std::size_t limit = 1 << 20) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(limit, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(limit));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
+}
+
+bool digits_only(std::string_view text) {
+  return !text.empty() && text.size() < 12 && text.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// --- the agent: one node --------------------------------------------------------------------
+
+struct task_process {
+  int pid;
+  int ppid;
+  int rank;
+};
+
+/// The processes of step JOB.STEP on node (their environment says so: SLURMD_NODENAME, since the
+/// nodes of a cluster may share a process namespace), this one excepted.
+std::vector<task_process> step_processes(const std::string& job, const std::string& step, const std::string& node) {
+  std::vector<task_process> found;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return found;
+  const std::string job_entry = "SLURM_JOB_ID=" + job;
+  const std::string step_entry = "SLURM_STEP_ID=" + step;
+  const std::string node_entry = "SLURMD_NODENAME=" + node;
+  while (const dirent* entry = ::readdir(proc)) {
+    if (!digits_only(entry->d_name)) continue;
+    const int pid = std::atoi(entry->d_name);
+    if (pid == ::getpid()) continue;
+    const auto environment = read_small_file("/proc/" + std::string(entry->d_name) + "/environ");
+    bool job_matches = false;
+    bool step_matches = false;
+    bool node_matches = false;
+    std::optional<int> rank;
+    for (std::size_t start = 0; start < environment.size();) {
+      auto end = environment.find('\0', start);
+      if (end == std::string::npos) end = environment.size();
+      const std::string_view variable(environment.data() + start, end - start);
+      job_matches = job_matches || variable == job_entry;
+      step_matches = step_matches || variable == step_entry;
+      node_matches = node_matches || variable == node_entry;
+      if (variable.starts_with("SLURM_PROCID=")) {
+        auto value = variable.substr(13);
+        if (const auto r = detail::take_decimal(value); r && value.empty()) rank = r;
+      }
+      start = end + 1;
+    }
+    if (!job_matches || !step_matches || !node_matches || !rank) continue;
+    const auto stat = read_small_file("/proc/" + std::string(entry->d_name) + "/stat", 4096);
+    const auto close = stat.rfind(')');
+    int ppid = 0;
+    if (close != std::string::npos) std::sscanf(stat.c_str() + close + 1, " %*c %d", &ppid);
+    found.push_back({pid, ppid, *rank});
+  }
+  ::closedir(proc);
+  return found;
+}
+
+/// What /proc says of a process: its state, and where the kernel has it sleep.
+std::string proc_state(int pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  const auto stat = read_small_file(dir + "/stat", 4096);
+  const auto open = stat.find('(');
+  const auto close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) return "gone";
+  const auto comm = stat.substr(open + 1, close - open - 1);
+  const char state = stat[close + 2];
+  auto wchan = read_small_file(dir + "/wchan", 256);
+  std::string text = comm + " " + where::state_name(state);
+  if (!wchan.empty() && wchan != "0") text += " in " + wchan;
+  return text;
+}
+
+/// The Python stack of pid, dumped by the handler `import jobkit` registered on signal, into
+/// path; nullopt when the process did not answer within the limit.
+std::optional<std::string> python_stack(int pid, const std::string& path, int signal,
+                                        std::chrono::milliseconds limit) {
+  struct stat before {};
+  if (::stat(path.c_str(), &before) != 0) return std::nullopt;
+  if (::kill(pid, signal) != 0) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  off_t last = before.st_size;
+  bool grew = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    struct stat now {};
+    if (::stat(path.c_str(), &now) != 0) return std::nullopt;
+    if (grew && now.st_size == last) break;  // the dump has ended
+    grew = grew || now.st_size > before.st_size;
+    last = now.st_size;
+  }
+  if (!grew) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(before.st_size);
+  std::string dump(static_cast<std::size_t>(std::min<off_t>(last - before.st_size, 1 << 20)), '\0');
+  in.read(dump.data(), static_cast<std::streamsize>(dump.size()));
+  dump.resize(static_cast<std::size_t>(in.gcount()));
+  return where::python_frames(dump);
+}
+
+int run_agent(const std::string& job, const std::string& step) {
+  char hostname[256] = {};
+  ::gethostname(hostname, sizeof hostname - 1);
+  const std::string host = detail::process_environment().get("SLURMD_NODENAME").value_or(hostname);
+  const auto processes = step_processes(job, step, host);
+  const std::string prefix = where::record_prefix(::getuid(), job, step);
+  const int signal = where::python_signal();
+  std::map<int, std::vector<task_process>> by_rank;
+  for (const auto& p : processes) {
+    by_rank[p.rank].push_back(p);
+  }
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+  // Records of processes that are gone (killed before their exit could remove them).
+  where::remove_gone(::getuid());
+  std::string out;
+  for (const auto& [rank, list] : by_rank) {
+    // The process with a record, else with a Python stack file; else one without a child in the
+    // task (the program, not its shell).
+    const task_process* chosen = nullptr;
+    for (const auto& p : list) {
+      if (::access((prefix + std::to_string(p.pid)).c_str(), R_OK) == 0) chosen = &p;
+    }
+    for (const auto& p : list) {
+      if (chosen == nullptr && ::access((prefix + std::to_string(p.pid) + ".py").c_str(), R_OK) == 0) chosen = &p;
+    }
+    for (const auto& p : list) {
+      const bool parent =
+          std::any_of(list.begin(), list.end(), [&](const task_process& q) { return q.ppid == p.pid; });
+      if (chosen == nullptr && !parent) chosen = &p;
+    }
+    if (chosen == nullptr) chosen = &list.front();
+    const auto record = where::read_record(prefix + std::to_string(chosen->pid));
+    const std::string state = proc_state(chosen->pid);
+    std::optional<std::string> stack;
+    if (state.find("stopped") == std::string::npos && (!record || !record->in_call)) {
+      stack = python_stack(chosen->pid, prefix + std::to_string(chosen->pid) + ".py", signal,
+                           std::chrono::milliseconds(2000));
+    }
+    const auto answer = where::describe(rank, host, record, stack, state, now_ns);
+    out += where::format_answer(answer);
+  }
+  out += "#node " + host + " " + std::to_string(by_rank.size()) + "\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+// --- the front end --------------------------------------------------------------------------
+
+struct step_place {
+  std::string id;  // JOB.STEP
+  std::string nodes;  // a Slurm host list
+};
+
+int run_front(std::string job, std::optional<std::string> only_step, std::chrono::milliseconds limit) {
+  const auto squeue = run_bounded({"squeue", "-h", "-s", "-j", job, "-o", "%i|%N"}, limit);
+  if (squeue.status != 0) {
+    throw usage_error{"where: squeue -s -j " + job + " failed (" + std::to_string(squeue.status) +
+                      "): " + first_line(squeue.err)};
+  }
+  std::vector<step_place> steps;
+  std::istringstream lines(squeue.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    step_place s{line.substr(0, bar), line.substr(bar + 1)};
+    const auto dot = s.id.find('.');
+    if (dot == std::string::npos) continue;
+    const auto step = s.id.substr(dot + 1);
+    if (!digits_only(step)) continue;  // the batch and extern steps run no ranks
+    if (only_step && step != *only_step) continue;
+    steps.push_back(s);
+  }
+  if (steps.empty()) {
+    throw usage_error{only_step ? "where: step " + job + "." + *only_step + " is not running"
+                                : "where: job " + job + " has no running step"};
+  }
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string jobkit = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "jobkit";
+  int status = 0;
+  for (const auto& s : steps) {
+    const auto step = s.id.substr(s.id.find('.') + 1);
+    const auto hosts = run_bounded({"scontrol", "show", "hostnames", s.nodes}, limit);
+    std::vector<std::string> nodes;
+    std::istringstream names(hosts.out);
+    for (std::string name; std::getline(names, name);) {
+      if (!name.empty()) nodes.push_back(name);
+    }
+    if (hosts.status != 0 || nodes.empty()) {
+      throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + first_line(hosts.err)};
+    }
+    const auto agents = run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()),
+                                     "--ntasks-per-node=1", "-w", s.nodes, "--quiet", "--mpi=none", jobkit, "where",
+                                     "--agent", job, step},
+                                    limit);
+    const auto report = where::fold_report(agents.out, nodes);
+    std::string text = "step " + s.id + " on " + s.nodes + ":\n" + report;
+    if (agents.status != 0 && agents.status != 124) {
+      text += "(srun --overlap for the nodes' agents: exit status " + std::to_string(agents.status) + ": " +
+              first_line(agents.err) + ")\n";
+    }
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (report.find("not answering") != std::string::npos) status = 1;
+  }
+  std::fflush(stdout);
+  return status;
+}
+
+}  // namespace
+
+int run_where(const std::vector<std::string_view>& args) {
+  std::optional<std::string> target;
+  std::chrono::milliseconds limit(10000);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(where_usage.data(), stdout);
+      return 0;
+    }
+    if (arg == "--agent") {
+      if (i + 2 >= args.size() || !digits_only(args[i + 1]) || !digits_only(args[i + 2])) {
+        throw usage_error{"where: --agent needs JOB STEP"};
+      }
+      return run_agent(std::string(args[i + 1]), std::string(args[i + 2]));
+    }
+    if (arg == "--timeout") {
+      const auto value = option_value(args, i, "where");
+      auto rest = value;
+      const auto seconds = detail::take_decimal(rest);
+      if (!seconds || !rest.empty() || *seconds == 0 || *seconds > 3600) {
+        throw usage_error{"where: --timeout='" + std::string(value) + "' is not a whole number of seconds from 1 to 3600"};
+      }
+      limit = std::chrono::seconds(*seconds);
+    } else if (!arg.starts_with("-") && !target) {
+      target = std::string(arg);
+    } else {
+      throw usage_error{"where: unknown argument '" + std::string(arg) + "' (see jobkit where --help)"};
+    }
+  }
+  if (!target) {
+    const auto job = detail::process_environment().get("SLURM_JOB_ID");
+    if (!job) throw usage_error{"where: no JOBID given and SLURM_JOB_ID is not set (run it inside the allocation)"};
+    target = *job;
+  }
+  const auto dot = target->find('.');
+  const auto job = target->substr(0, dot);
+  std::optional<std::string> step;
+  if (dot != std::string::npos) step = target->substr(dot + 1);
+  if (!digits_only(job) || (step && !digits_only(*step))) {
+    throw usage_error{"where: '" + *target + "' is not a job id (JOBID or JOBID.STEP, digits)"};
+  }
+  return run_front(job, step, limit);
+}
+
+}  // namespace jobkit::cli

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `jobkit where` on running steps of the dev cluster: each step runs in the background (srun makes
+# its job), `jobkit where JOB` is asked while it waits, its folded report checked, the step ended.
+#   python     7 ranks on 3 nodes: rank 5 in load_shard() (where_step.py), the others in
+#              jobkit.barrier: both groups with file:line, the awaited rank and its node
+#   cpp        the same with `jobkit barrier` (C++) and rank 5 in `sleep`, outside jobkit
+#   no-jobkit  every rank in `sleep`: what /proc says
+#   stopped    the python step with c2's ranks stopped (SIGSTOP): named as not answering
+#   two-steps  two steps of one job at once (2 ranks on c1, 6 on c2 and c3): both reported
+#   bad-input  a job id that is not one, a job that is not running, no SLURM_JOB_ID
+# usage: where.sh MODE JOBKIT PYTHON PYTHONPATH WORK_DIR
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+declare_modes python cpp no-jobkit stopped two-steps bad-input
+mode=$1
+jobkit=$(realpath "$2")
+python=$3
+export PYTHONPATH=$4
+work=$(realpath -m "$5/$mode.$$")
+need_cluster
+rm -rf "$work" && mkdir -p "$work"
+step_py=$here/where_step.py
+line_of() { grep -n "# $1\$" "$step_py" | cut -d: -f1; }
+
+# start_step NAME SRUN_ARGS...: srun in the background; sets $job once its step runs.
+start_step() {
+  local name=$1
+  shift
+  timeout 120 srun --mpi=pmix --job-name="jobkit-where-$name" "$@" >"$work/$name.out" 2>&1 &
+  job=
+  for _ in $(seq 300); do
+    job=$(squeue -h -n "jobkit-where-$name" -t R -o %i | head -1)
+    [[ -n $job ]] && [[ -n $(squeue -h -s -j "$job" -o %i | grep -E "^$job\.[0-9]+$") ]] && break
+    sleep 0.1
+  done
+  [[ -n $job ]] || fail "the step did not start: $(cat "$work/$name.out")"
+}
+
+# ask JOB...: runs jobkit where, keeps its output in $out and its time in $elapsed_ms.
+ask() {
+  local start
+  start=$(date +%s%N)
+  out=$(timeout 60 "$jobkit" where "$@" 2>&1)
+  status=$?
+  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+  echo "--- jobkit where $* (exit status $status, $elapsed_ms ms)"
+  echo "$out"
+  ((status != 124)) || fail "jobkit where hung"
+}
+
+# wait_for PATTERN: asks again until the report has a line matching PATTERN (the ranks may still
+# be starting), up to 60 s.
+wait_for() {
+  local deadline=$((SECONDS + 60))
+  while ((SECONDS < deadline)); do
+    ask "$job"
+    grep -qE -- "$1" <<<"$out" && return 0
+    sleep 1
+  done
+  fail "no line matches '$1'"
+}
+
+trap 'scancel --name=jobkit-where-"$mode" --name=jobkit-where-first --name=jobkit-where-second 2>/dev/null; rm -rf "$work"' EXIT
+case $mode in
+  python | stopped)
+    start_step "$mode" -N3 -n7 "$python" "$step_py" 100
+    barrier="in barrier at where_step.py:$(line_of BARRIER_LINE)"
+    stack="load_shard where_step.py:$(line_of LOAD_LINE) <- train_step where_step.py:$(line_of STEP_LINE)"
+    if [[ $mode == python ]]; then
+      wait_for "^\[rank: 0-4,6\] $barrier for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$"
+      grep -qE "^\[rank: 5\] not in jobkit: $stack <- <module> where_step.py:[0-9]+$" <<<"$out" ||
+        fail "rank 5's Python stack is not in the report"
+      ((elapsed_ms < 5000)) || fail "the report took $elapsed_ms ms, more than 5 s"
+      (($(grep -c . <<<"$out") == 3)) || fail "the report is not 3 lines"
+    else
+      wait_for "^\[rank: 0-4,6\] $barrier"
+      # c2 runs ranks 5 (block layout of 7 on 3 nodes: 0-4, 5, 6): stop it.
+      # The dev cluster's nodes share this machine's processes: c2's are those whose Slurm says so.
+      pids=()
+      for pid in $(pgrep -f where_step.py); do
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=c2" && pids+=("$pid")
+      done
+      ((${#pids[@]} > 0)) || fail "no process of the step on c2"
+      kill -STOP "${pids[@]}"
+      ask "$job"
+      grep -qE "^\[rank: 5\] not answering: python3 T \(stopped\)" <<<"$out" || fail "the stopped rank is not named"
+      grep -qE "^\[rank: 0-4,6\] $barrier for " <<<"$out" || fail "the other ranks are not in the report"
+      ((elapsed_ms < 5000)) || fail "the report took $elapsed_ms ms, more than 5 s"
+      kill -CONT "${pids[@]}"
+    fi ;;
+  cpp)
+    start_step "$mode" -N3 -n7 bash -c \
+      'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 100; else exec "$0" barrier --timeout 160; fi' "$jobkit"
+    wait_for '^\[rank: 0-4,6\] in barrier at main\.cpp:[0-9]+ for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$'
+    grep -qE '^\[rank: 5\] not in jobkit: sleep S \(sleeping\)' <<<"$out" || fail "rank 5's state is not in the report" ;;
+  no-jobkit)
+    start_step "$mode" -N3 -n7 sleep 100
+    wait_for '^\[rank: 0-6\] not in jobkit: sleep S \(sleeping\)' ;;
+  two-steps)
+    # One allocation, two steps in it.
+    salloc_out=$work/salloc.out
+    timeout 120 salloc -N3 --ntasks-per-node=3 --job-name=jobkit-where-first bash -c "
+      srun --mpi=pmix -N1 -n2 -w c1 '$python' '$step_py' 100 1 &
+      srun --mpi=pmix -N2 -n6 -w c2,c3 '$python' '$step_py' 100 &
+      wait" >"$salloc_out" 2>&1 &
+    for _ in $(seq 300); do
+      job=$(squeue -h -n jobkit-where-first -t R -o %i | head -1)
+      [[ -n $job ]] && (($(squeue -h -s -j "$job" -o %i | grep -cE "^$job\.[0-9]+$") == 2)) && break
+      sleep 0.1
+    done
+    (($(squeue -h -s -j "$job" -o %i | grep -cE "^$job\.[0-9]+$") == 2)) || fail "the two steps did not start"
+    wait_for "^\[rank: 0-4\] in barrier at where_step.py:[0-9]+ .*waiting for rank 5 \(c3\)$"
+    (($(grep -c '^step ' <<<"$out") == 2)) || fail "not both steps were reported"
+    grep -qE "^\[rank: 0\] in barrier at where_step.py:[0-9]+ for [0-9]+ s, waiting for rank 1 \(c1\)$" <<<"$out" ||
+      fail "the first step (2 ranks, rank 1 stuck) is not reported" ;;
+  bad-input)
+    ask notajob
+    ((status == 2)) && grep -qx "jobkit: where: 'notajob' is not a job id (JOBID or JOBID.STEP, digits)" <<<"$out" ||
+      fail "a bad job id was not refused"
+    ask 999999
+    ((status == 2)) && grep -q "^jobkit: where: " <<<"$out" || fail "a job that does not exist was not refused"
+    out=$(env -u SLURM_JOB_ID "$jobkit" where 2>&1)
+    [[ $out == "jobkit: where: no JOBID given and SLURM_JOB_ID is not set (run it inside the allocation)" ]] ||
+      fail "no job: $out"
+    start_step "$mode" -N1 -n1 sleep 100
+    ask "$job.7"
+    ((status == 2)) && grep -qx "jobkit: where: step $job.7 is not running" <<<"$out" ||
+      fail "a step that is not running was not refused" ;;
+esac
+echo ok
