@@ -100,7 +100,8 @@ command_result run_bounded(const std::vector<std::string>& argv, std::chrono::mi
   char buffer[65536];
   while (out_open || err_open) {
     pollfd fds[2] = {{out_open ? out[0] : -1, POLLIN, 0}, {err_open ? err[0] : -1, POLLIN, 0}};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       ::kill(child, killed ? SIGKILL : SIGTERM);
       killed = true;
@@ -211,8 +212,7 @@ std::string proc_state(int pid) {
 
 /// The Python stack of pid, dumped by the handler `import jobkit` registered on signal, into
 /// path; nullopt when the process did not answer within the limit.
-std::optional<std::string> python_stack(int pid, const std::string& path, int signal,
-                                        std::chrono::milliseconds limit) {
+std::optional<std::string> python_stack(int pid, const std::string& path, int signal, std::chrono::milliseconds limit) {
   struct stat before {};
   if (::stat(path.c_str(), &before) != 0) return std::nullopt;
   if (::kill(pid, signal) != 0) return std::nullopt;
@@ -240,43 +240,38 @@ int run_agent(const std::string& job, const std::string& step) {
   char hostname[256] = {};
   ::gethostname(hostname, sizeof hostname - 1);
   const std::string host = detail::process_environment().get("SLURMD_NODENAME").value_or(hostname);
-  const auto processes = step_processes(job, step, host);
-  const std::string prefix = where::record_prefix(::getuid(), job, step);
   const int signal = where::python_signal();
   std::map<int, std::vector<task_process>> by_rank;
-  for (const auto& p : processes) {
-    by_rank[p.rank].push_back(p);
-  }
+  for (const auto& p : step_processes(job, step, host)) by_rank[p.rank].push_back(p);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
-  // Records of processes that are gone (killed before their exit could remove them).
-  where::remove_gone(::getuid());
   std::string out;
   for (const auto& [rank, list] : by_rank) {
     // The process with a record, else with a Python stack file; else one without a child in the
     // task (the program, not its shell).
     const task_process* chosen = nullptr;
+    where::process_files files;
     for (const auto& p : list) {
-      if (::access((prefix + std::to_string(p.pid)).c_str(), R_OK) == 0) chosen = &p;
+      auto found = where::find_files(p.pid);
+      const bool better = chosen == nullptr ? !found.record.empty() || !found.stack.empty()
+                                            : files.record.empty() && !found.record.empty();
+      if (better) {
+        chosen = &p;
+        files = std::move(found);
+      }
     }
     for (const auto& p : list) {
-      if (chosen == nullptr && ::access((prefix + std::to_string(p.pid) + ".py").c_str(), R_OK) == 0) chosen = &p;
-    }
-    for (const auto& p : list) {
-      const bool parent =
-          std::any_of(list.begin(), list.end(), [&](const task_process& q) { return q.ppid == p.pid; });
+      const bool parent = std::any_of(list.begin(), list.end(), [&](const task_process& q) { return q.ppid == p.pid; });
       if (chosen == nullptr && !parent) chosen = &p;
     }
     if (chosen == nullptr) chosen = &list.front();
-    const auto record = where::read_record(prefix + std::to_string(chosen->pid));
+    const auto record = files.record.empty() ? std::nullopt : where::read_record(files.record);
     const std::string state = proc_state(chosen->pid);
     std::optional<std::string> stack;
-    if (state.find("stopped") == std::string::npos && (!record || !record->in_call)) {
-      stack = python_stack(chosen->pid, prefix + std::to_string(chosen->pid) + ".py", signal,
-                           std::chrono::milliseconds(2000));
+    if (!files.stack.empty() && state.find("stopped") == std::string::npos && (!record || !record->in_call)) {
+      stack = python_stack(chosen->pid, files.stack, signal, std::chrono::milliseconds(2000));
     }
-    const auto answer = where::describe(rank, host, record, stack, state, now_ns);
-    out += where::format_answer(answer);
+    out += where::format_answer(where::describe(rank, host, record, stack, state, now_ns));
   }
   out += "#node " + host + " " + std::to_string(by_rank.size()) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
@@ -286,7 +281,7 @@ int run_agent(const std::string& job, const std::string& step) {
 // --- the front end --------------------------------------------------------------------------
 
 struct step_place {
-  std::string id;  // JOB.STEP
+  std::string id;     // JOB.STEP
   std::string nodes;  // a Slurm host list
 };
 
@@ -328,10 +323,10 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
     if (hosts.status != 0 || nodes.empty()) {
       throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + first_line(hosts.err)};
     }
-    const auto agents = run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()),
-                                     "--ntasks-per-node=1", "-w", s.nodes, "--quiet", "--mpi=none", jobkit, "where",
-                                     "--agent", job, step},
-                                    limit);
+    const auto agents =
+        run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1",
+                     "-w", s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
+                    limit);
     const auto report = where::fold_report(agents.out, nodes);
     std::string text = "step " + s.id + " on " + s.nodes + ":\n" + report;
     if (agents.status != 0 && agents.status != 124) {
@@ -367,7 +362,8 @@ int run_where(const std::vector<std::string_view>& args) {
       auto rest = value;
       const auto seconds = detail::take_decimal(rest);
       if (!seconds || !rest.empty() || *seconds == 0 || *seconds > 3600) {
-        throw usage_error{"where: --timeout='" + std::string(value) + "' is not a whole number of seconds from 1 to 3600"};
+        throw usage_error{"where: --timeout='" + std::string(value) +
+                          "' is not a whole number of seconds from 1 to 3600"};
       }
       limit = std::chrono::seconds(*seconds);
     } else if (!arg.starts_with("-") && !target) {

@@ -2,15 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/environment.hpp"
@@ -38,55 +36,58 @@ std::string text_of(const char (&from)[N]) {
 
 std::atomic<int> depth{0};  // calls in progress in this process
 
-struct process_record {
-  record_layout* layout = nullptr;
-  std::string path;
-};
+/// This process's record: a memfd (no file name anywhere: it ends with the process, and only
+/// its user and root reach it, through /proc/PID/fd), mapped once. A forked child makes its own.
+record_layout* layout_ = nullptr;
+int fd_ = -1;
+bool tried_ = false;
 
-process_record* open_record() noexcept {
-  static process_record* record = [] {
-    auto* made = new process_record;  // never freed: read by every later call, and at exit
+void forget_in_child() noexcept {
+  if (layout_ != nullptr) ::munmap(layout_, sizeof(record_layout));
+  if (fd_ >= 0) ::close(fd_);
+  layout_ = nullptr;
+  fd_ = -1;
+  tried_ = false;
+}
+
+record_layout* open_record() noexcept {
+  // Called by the thread that took depth from 0 to 1: one at a time.
+  if (tried_) return layout_;
+  tried_ = true;
+  static const bool off = [] {
     const auto& env = detail::process_environment();
-    const auto off = env.get("JOBKIT_WHERE");
-    if (off && *off == "0") return made;
-    const auto job = env.get("SLURM_JOB_ID");
-    const auto step = env.get("SLURM_STEP_ID");
-    if (!job) return made;  // outside a Slurm job, `jobkit where` has nothing to ask
-    made->path = record_prefix(::getuid(), *job, step.value_or("none")) + std::to_string(::getpid());
-    const int fd = ::open(made->path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return made;
-    void* mapped = MAP_FAILED;
-    if (::ftruncate(fd, sizeof(record_layout)) == 0) {
-      mapped = ::mmap(nullptr, sizeof(record_layout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    ::close(fd);
-    if (mapped == MAP_FAILED) {
-      ::unlink(made->path.c_str());
-      return made;
-    }
-    auto* layout = new (mapped) record_layout{};
-    layout->pid = ::getpid();
-    layout->rank = -1;
-    layout->version = record_layout::version_value;
-    layout->magic = record_layout::magic_value;
-    made->layout = layout;
-    std::atexit([] {
-      if (!record->path.empty()) ::unlink(record->path.c_str());
-    });
-    return made;
+    const auto value = env.get("JOBKIT_WHERE");
+    // Outside a Slurm job `jobkit where` has nothing to ask.
+    return (value && *value == "0") || !env.get("SLURM_JOB_ID");
   }();
-  return record;
+  if (off) return nullptr;
+  const int fd = ::memfd_create(record_name, MFD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* mapped = MAP_FAILED;
+  if (::ftruncate(fd, sizeof(record_layout)) == 0) {
+    mapped = ::mmap(nullptr, sizeof(record_layout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (mapped == MAP_FAILED) {
+    ::close(fd);
+    return nullptr;
+  }
+  auto* layout = new (mapped) record_layout{};
+  layout->pid = ::getpid();
+  layout->rank = -1;
+  layout->version = record_layout::version_value;
+  layout->magic = record_layout::magic_value;
+  static const bool registered = ::pthread_atfork(nullptr, nullptr, forget_in_child) == 0;
+  (void)registered;
+  fd_ = fd;  // kept open: /proc/PID/fd is how a reader finds it
+  layout_ = layout;
+  return layout_;
 }
 
 }  // namespace
 
-std::string record_prefix(unsigned uid, std::string_view job, std::string_view step) {
-  return "/dev/shm/jobkit-where." + std::to_string(uid) + "." + std::string(job) + "." + std::string(step) + ".";
-}
-
 void enter(std::string_view call, std::string_view site, int rank, int group_size) noexcept {
   if (depth.fetch_add(1, std::memory_order_acq_rel) != 0) return;
-  auto* layout = open_record()->layout;
+  auto* layout = open_record();
   if (layout == nullptr) return;
   const auto sequence = layout->sequence.load(std::memory_order_relaxed);
   layout->sequence.store(sequence + 1, std::memory_order_relaxed);
@@ -102,7 +103,7 @@ void enter(std::string_view call, std::string_view site, int rank, int group_siz
 
 void leave() noexcept {
   if (depth.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  auto* layout = open_record()->layout;
+  auto* layout = layout_;
   if (layout == nullptr) return;
   const auto sequence = layout->sequence.load(std::memory_order_relaxed);
   layout->sequence.store(sequence + 1, std::memory_order_relaxed);
@@ -114,23 +115,29 @@ void leave() noexcept {
   layout->sequence.store(sequence + 2, std::memory_order_release);
 }
 
-void remove_gone(unsigned uid) {
-  const std::string mine = "jobkit-where." + std::to_string(uid) + ".";
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (const dirent* entry = ::readdir(dir)) {
-    std::string_view name = entry->d_name;
-    if (!name.starts_with(mine)) continue;
-    if (name.ends_with(".py")) name.remove_suffix(3);
-    const auto dot = name.rfind('.');
-    const auto pid = std::atoi(std::string(name.substr(dot + 1)).c_str());
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink(("/dev/shm/" + std::string(entry->d_name)).c_str());
+process_files find_files(int pid) {
+  process_files found;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* fds = ::opendir(dir.c_str());
+  if (fds == nullptr) return found;
+  const std::string record = std::string("/memfd:") + record_name + " ";
+  const std::string stack = std::string("/memfd:") + stack_name + " ";
+  while (const dirent* entry = ::readdir(fds)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string path = dir + "/" + entry->d_name;
+    char target[256];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    const std::string_view link(target, static_cast<std::size_t>(n));
+    if (link.starts_with(record) && found.record.empty()) found.record = path;
+    if (link.starts_with(stack) && found.stack.empty()) found.stack = path;
   }
-  ::closedir(dir);
+  ::closedir(fds);
+  return found;
 }
 
 std::optional<record_view> read_record(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // a /proc/PID/fd link, followed
   if (fd < 0) return std::nullopt;
   struct stat info {};
   void* mapped = MAP_FAILED;

@@ -9,14 +9,20 @@
 namespace jobkit::where {
 
 /// Where this process is in jobkit, kept where `jobkit where` on the same node reads it: the call in
-/// progress (its name, the caller's call site, the group, since when) and the last one that ended.
+/// progress (its name, the caller's call site, the size of its group, since when) and the last one
+/// that ended.
 ///
-/// One file per process in /dev/shm, `jobkit-where.UID.JOB.STEP.PID` (mode 0600: only its user and
-/// root read it), made at the process's first collective and removed at its exit; a process that
-/// was killed leaves it, and `jobkit where` removes it once the process is gone. Written without a
-/// lock (a sequence count, odd while it is written): a reader that sees it change reads again.
-/// Writing costs a coarse clock read (the vDSO's, no system call) and a copy of the names. JOBKIT_WHERE=0
-/// turns it off; where the file cannot be made, nothing is recorded and nothing fails.
+/// A memfd named "jobkit-where" of 368 bytes, made at the process's first collective and kept open:
+/// it has no name in any file system, ends with the process (killed or not), and is reached only
+/// through /proc/PID/fd, by its user and root (ptrace's read access). A forked child makes its own.
+/// Written without a lock (a sequence count, odd while it is written): a reader that sees it change
+/// reads again. Writing costs a coarse clock read (the vDSO's, no system call) and a copy of the
+/// names. JOBKIT_WHERE=0 turns it off, as does running outside a Slurm job; where the memfd cannot be
+/// made, nothing is recorded and nothing fails.
+inline constexpr const char* record_name = "jobkit-where";
+/// The memfd `import jobkit` has Python's faulthandler dump every thread's stack into.
+inline constexpr const char* stack_name = "jobkit-where-stack";
+
 struct record_layout {
   static constexpr std::uint32_t magic_value = 0x6a6b7768;  // "jkwh"
   static constexpr std::uint32_t version_value = 1;
@@ -26,7 +32,7 @@ struct record_layout {
   std::int32_t pid;
   std::int32_t rank;  // in the world; -1 before the first call
   std::int32_t group_size;
-  std::int32_t in_call;  // 1 while a call is in progress
+  std::int32_t in_call;   // 1 while a call is in progress
   std::int64_t since_ns;  // CLOCK_REALTIME: when the call began
   std::int64_t last_ended_ns;
   char call[32];
@@ -67,11 +73,15 @@ class call_scope {
   call_scope& operator=(const call_scope&) = delete;
 };
 
-/// The directory and name prefix of the records of a step: "/dev/shm/jobkit-where.UID.JOB.STEP.".
-std::string record_prefix(unsigned uid, std::string_view job, std::string_view step);
-/// Removes this user's records (and Python stack files) whose process is gone.
-void remove_gone(unsigned uid);
-/// Reads a record file; nullopt when it is not one (another size or magic) or kept changing.
+/// A process's record and Python stack file, as /proc/PID/fd/N paths; empty where it has none.
+struct process_files {
+  std::string record;
+  std::string stack;
+};
+process_files find_files(int pid);
+
+/// Reads a record (a /proc/PID/fd/N path); nullopt when it is not one (another size or magic) or
+/// kept changing.
 std::optional<record_view> read_record(const std::string& path);
 
 }  // namespace jobkit::where

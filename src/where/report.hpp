@@ -26,9 +26,9 @@ std::optional<std::string> python_frames(std::string_view dump);
 struct rank_answer {
   int rank = 0;
   std::string host;
-  long seconds = -1;  // in the call, for this long; -1: not in a call
+  long seconds = -1;   // in the call, for this long; -1: not in a call
   int group_size = 0;  // the call's group; 0: not in a call
-  std::string text;   // "in barrier at train.py:31", "not in jobkit: load_shard data.py:12 <- ..."
+  std::string text;    // "in barrier at train.py:31", "not in jobkit: load_shard data.py:12 <- ..."
 };
 
 /// What a rank is doing: its record (a call in progress, or the last that ended), else its Python

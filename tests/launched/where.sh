@@ -26,7 +26,7 @@ line_of() { grep -n "# $1\$" "$step_py" | cut -d: -f1; }
 start_step() {
   local name=$1
   shift
-  timeout 120 srun --mpi=pmix --job-name="jobkit-where-$name" "$@" >"$work/$name.out" 2>&1 &
+  timeout 250 srun --mpi=pmix --job-name="jobkit-where-$name" "$@" >"$work/$name.out" 2>&1 &
   job=
   for _ in $(seq 300); do
     job=$(squeue -h -n "jobkit-where-$name" -t R -o %i | head -1)
@@ -49,9 +49,9 @@ ask() {
 }
 
 # wait_for PATTERN: asks again until the report has a line matching PATTERN (the ranks may still
-# be starting), up to 60 s.
+# be starting: on a loaded machine a rank's start took 30 s), up to 120 s.
 wait_for() {
-  local deadline=$((SECONDS + 60))
+  local deadline=$((SECONDS + 120))
   while ((SECONDS < deadline)); do
     ask "$job"
     grep -qE -- "$1" <<<"$out" && return 0
@@ -60,17 +60,31 @@ wait_for() {
   fail "no line matches '$1'"
 }
 
-trap 'scancel --name=jobkit-where-"$mode" --name=jobkit-where-first --name=jobkit-where-second 2>/dev/null; rm -rf "$work"' EXIT
+# At the end, the steps are cancelled. Ranks killed so leave their nodes' shared memory segments
+# (/dev/shm/jobkit-JOB.*, which a rank removes when it ends well): removed here, so that a later
+# test's check for leftovers finds none of these.
+cleanup() {
+  local names="jobkit-where-$mode,jobkit-where-first" jobs j
+  jobs=$(squeue -h -n "$names" -o %i 2>/dev/null | tr '\n' ' ')
+  scancel --name="$names" 2>/dev/null
+  for _ in $(seq 300); do [[ -z $(squeue -h -n "$names" -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+  for j in $jobs; do
+    timeout 30 srun -N3 --ntasks-per-node=1 bash -c "rm -f /dev/shm/jobkit-$j.*" >/dev/null 2>&1
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 case $mode in
   python | stopped)
-    start_step "$mode" -N3 -n7 "$python" "$step_py" 100
+    start_step "$mode" -N3 -n7 "$python" "$step_py" 200
     barrier="in barrier at where_step.py:$(line_of BARRIER_LINE)"
     stack="load_shard where_step.py:$(line_of LOAD_LINE) <- train_step where_step.py:$(line_of STEP_LINE)"
     if [[ $mode == python ]]; then
       wait_for "^\[rank: 0-4,6\] $barrier for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$"
       grep -qE "^\[rank: 5\] not in jobkit: $stack <- <module> where_step.py:[0-9]+$" <<<"$out" ||
         fail "rank 5's Python stack is not in the report"
-      ((elapsed_ms < 5000)) || fail "the report took $elapsed_ms ms, more than 5 s"
+      # 5 s is the aim (0.1 to 0.3 s measured here); 20 s the bound, with slack for a loaded machine.
+      ((elapsed_ms < 20000)) || fail "the report took $elapsed_ms ms, more than 20 s"
       (($(grep -c . <<<"$out") == 3)) || fail "the report is not 3 lines"
     else
       wait_for "^\[rank: 0-4,6\] $barrier"
@@ -85,23 +99,23 @@ case $mode in
       ask "$job"
       grep -qE "^\[rank: 5\] not answering: python3 T \(stopped\)" <<<"$out" || fail "the stopped rank is not named"
       grep -qE "^\[rank: 0-4,6\] $barrier for " <<<"$out" || fail "the other ranks are not in the report"
-      ((elapsed_ms < 5000)) || fail "the report took $elapsed_ms ms, more than 5 s"
+      ((elapsed_ms < 20000)) || fail "the report took $elapsed_ms ms, more than 20 s"
       kill -CONT "${pids[@]}"
     fi ;;
   cpp)
     start_step "$mode" -N3 -n7 bash -c \
-      'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 100; else exec "$0" barrier --timeout 160; fi' "$jobkit"
+      'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 200; else exec "$0" barrier --timeout 260; fi' "$jobkit"
     wait_for '^\[rank: 0-4,6\] in barrier at main\.cpp:[0-9]+ for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$'
     grep -qE '^\[rank: 5\] not in jobkit: sleep S \(sleeping\)' <<<"$out" || fail "rank 5's state is not in the report" ;;
   no-jobkit)
-    start_step "$mode" -N3 -n7 sleep 100
+    start_step "$mode" -N3 -n7 sleep 200
     wait_for '^\[rank: 0-6\] not in jobkit: sleep S \(sleeping\)' ;;
   two-steps)
     # One allocation, two steps in it.
     salloc_out=$work/salloc.out
-    timeout 120 salloc -N3 --ntasks-per-node=3 --job-name=jobkit-where-first bash -c "
-      srun --mpi=pmix -N1 -n2 -w c1 '$python' '$step_py' 100 1 &
-      srun --mpi=pmix -N2 -n6 -w c2,c3 '$python' '$step_py' 100 &
+    timeout 250 salloc -N3 --ntasks-per-node=3 --job-name=jobkit-where-first bash -c "
+      srun --mpi=pmix -N1 -n2 -w c1 '$python' '$step_py' 200 1 &
+      srun --mpi=pmix -N2 -n6 -w c2,c3 '$python' '$step_py' 200 &
       wait" >"$salloc_out" 2>&1 &
     for _ in $(seq 300); do
       job=$(squeue -h -n jobkit-where-first -t R -o %i | head -1)

@@ -14,15 +14,16 @@
 using namespace jobkit::where;
 
 TEST_CASE("a process's record: the call in progress, then the last one that ended") {
-  // The record is made at the first call, for the step in the environment.
+  // The record is made at the first call, in a Slurm job; found through /proc/PID/fd.
   ::setenv("SLURM_JOB_ID", "990001", 1);
-  ::setenv("SLURM_STEP_ID", "4", 1);
-  const auto path = record_prefix(::getuid(), "990001", "4") + std::to_string(::getpid());
+  CHECK(find_files(::getpid()).record.empty());
   {
     const call_scope outer("barrier", "train.py:31", 3, 8);
     {
       const call_scope inner("all_gather", "helpers.cpp:10", 3, 8);  // a call inside a call
     }
+    const auto path = find_files(::getpid()).record;
+    REQUIRE(path.starts_with("/proc/"));
     const auto during = read_record(path);
     REQUIRE(during);
     CHECK(during->in_call);
@@ -32,6 +33,7 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
     CHECK(during->group_size == 8);
     CHECK(during->pid == ::getpid());
   }
+  const auto path = find_files(::getpid()).record;
   const auto after = read_record(path);
   REQUIRE(after);
   CHECK_FALSE(after->in_call);
@@ -44,7 +46,9 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
   CHECK(cut->call.size() == 31);
   CHECK(cut->site.size() == 127);
   leave();
-  CHECK_FALSE(read_record("/dev/shm/no-such-record"));
+  CHECK_FALSE(read_record("/proc/self/fd/999999"));
+  CHECK(find_files(::getpid()).stack.empty());  // no Python here
+  CHECK(find_files(999999999).record.empty());
   CHECK_FALSE(read_record("/proc/self/status"));  // not a record
 }
 
@@ -79,7 +83,8 @@ TEST_CASE("one rank's answer: its call, its stack, or what /proc says") {
   ended.last_site = "train.py:20";
   ended.last_ended_ns = 40'000'000'000;
   a = describe(5, "c2", ended, std::string("load_shard data.py:12"), "python3 S (sleeping)", 43'000'000'000);
-  CHECK(a.text == "not in jobkit: load_shard data.py:12 (its last jobkit call: all_reduce at train.py:20, ended 3 s ago)");
+  CHECK(a.text ==
+        "not in jobkit: load_shard data.py:12 (its last jobkit call: all_reduce at train.py:20, ended 3 s ago)");
   CHECK(a.seconds == -1);
   a = describe(6, "c3", std::nullopt, std::nullopt, "sleep S (sleeping) in hrtimer_nanosleep", 0);
   CHECK(a.text == "not in jobkit: sleep S (sleeping) in hrtimer_nanosleep");
@@ -104,7 +109,8 @@ TEST_CASE("one rank's answer: its call, its stack, or what /proc says") {
 
 TEST_CASE("the folded report: ranks by answer, whom a world call waits for, nodes that did not answer") {
   std::string agents;
-  for (int r : {0, 1, 2, 3, 4}) agents += std::to_string(r) + "\tc1\t" + std::to_string(40 + r % 2) + "\t7\tin barrier at hang.py:22\n";
+  for (int r : {0, 1, 2, 3, 4})
+    agents += std::to_string(r) + "\tc1\t" + std::to_string(40 + r % 2) + "\t7\tin barrier at hang.py:22\n";
   agents += "#node c1 5\n";
   agents += "5\tc2\t-1\t0\tnot in jobkit: load_shard hang.py:5 <- train_step hang.py:9\n#node c2 1\n";
   agents += "6\tc3\t41\t7\tin barrier at hang.py:22\n";
@@ -120,7 +126,8 @@ TEST_CASE("the folded report: ranks by answer, whom a world call waits for, node
   CHECK(fold_report("0\tc1\t3\t2\tin all_reduce at x.cpp:9\n1\tc1\t3\t2\tin all_reduce at x.cpp:9\n"
                     "2\tc1\t5\t4\tin barrier at x.cpp:5\n3\tc1\t5\t4\tin barrier at x.cpp:5\n#node c1 4\n",
                     {"c1"}) ==
-        "[rank: 0-1] in all_reduce at x.cpp:9 for 3 s\n[rank: 2-3] in barrier at x.cpp:5 for 5 s, waiting for ranks 0-1 (c1, c1)\n");
+        "[rank: 0-1] in all_reduce at x.cpp:9 for 3 s\n[rank: 2-3] in barrier at x.cpp:5 for 5 s, waiting for ranks "
+        "0-1 (c1, c1)\n");
 }
 
 TEST_CASE("the stack signal: JOBKIT_WHERE_SIGNAL, else SIGRTMIN+6") {
