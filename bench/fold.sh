@@ -2,8 +2,9 @@
 # `jobkit fold` against `cat` on a synthetic `srun --label` log of a training step (bench/fold_log.py:
 # a config dump, warnings, a line per rank and step, tracebacks), for each rank count of RANKS: the
 # log is written to a temporary file (LINES lines in all, LINES / ranks per rank), read once into
-# the page cache, then `cat`, `jobkit fold --ranks R` and `jobkit fold --ranks R --numbers` each
-# read it on stdin into /dev/null, by one loop and one statistic, REPEATS times in turn (cat, fold,
+# the page cache, then `cat`, `jobkit fold --ranks R --window 1000` and the same with `--numbers` each
+# read it on stdin into /dev/null (`--window 1000`: a live step's window, which a file read without
+# it would not have), by one loop and one statistic, REPEATS times in turn (cat, fold,
 # fold --numbers, cat, ...), each bound to one CPU (`taskset -c CPU`, as Slurm binds a one-CPU task)
 # under /usr/bin/time for its maximum RSS. The wall time is bash's EPOCHREALTIME around the whole
 # command (taskset, time and the exec included: the "exec floor" below the table is that for
@@ -47,6 +48,16 @@ run_once() {
   rss_kb=$(tail -n 1 "$tmp/rss")
 }
 
+# The command line of a side at a rank count, into argv.
+sides=(cat fold fold_numbers)
+side_argv() {
+  case $1 in
+    cat) argv=(cat) ;;
+    fold) argv=("$jobkit" fold --ranks "$2" --window 1000) ;;
+    fold_numbers) argv=("$jobkit" fold --ranks "$2" --window 1000 --numbers) ;;
+  esac
+}
+
 rows=$tmp/rows.tsv
 : >"$rows"
 for ranks in "${rank_counts[@]}"; do
@@ -59,16 +70,10 @@ for ranks in "${rank_counts[@]}"; do
   echo "fold.sh: $ranks ranks: $input_lines lines, $bytes bytes, written in" \
     "$(awk -v a="${start/,/.}" -v b="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", b - a }') s" >&2
   cat "$log" >/dev/null  # into the page cache
-  sides=(cat fold fold_numbers)
-  declare -A command=(
-    [cat]="cat"
-    [fold]="$jobkit fold --ranks $ranks"
-    [fold_numbers]="$jobkit fold --ranks $ranks --numbers"
-  )
   declare -A walls=() rss=()
   for ((i = 1; i <= repeats; i++)); do
     for side in "${sides[@]}"; do
-      read -ra argv <<<"${command[$side]}"
+      side_argv "$side" "$ranks"
       run_once "$log" "${argv[@]}"
       walls[$side]+="$wall_s "
       rss[$side]+="$rss_kb "
@@ -76,12 +81,12 @@ for ranks in "${rank_counts[@]}"; do
     done
   done
   for side in "${sides[@]}"; do
-    read -ra argv <<<"${command[$side]}"
+    side_argv "$side" "$ranks"
     out_lines=$(taskset -c "$cpu" "${argv[@]}" <"$log" | wc -l)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$ranks" "$input_lines" "$bytes" "$side" \
       "${walls[$side]}" "${rss[$side]}" "$out_lines" >>"$rows"
   done
-  unset command walls rss
+  unset walls rss
   rm -f "$log"
 done
 
@@ -95,14 +100,14 @@ done
 import statistics
 import sys
 
-names = {"cat": "`cat`", "fold": "`jobkit fold --ranks R`", "fold_numbers": "`jobkit fold --ranks R --numbers`"}
+names = {"cat": "`cat`", "fold": "`jobkit fold --ranks R --window 1000`", "fold_numbers": "`jobkit fold --ranks R --window 1000 --numbers`"}
 
 
 def num(x):
     """About three significant figures, thousands separated, as bench/RESULTS.md writes them."""
     if x >= 100:
         return f"{x:,.0f}"
-    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:#.3g}"
 
 
 print("| ranks | log | command | median ms | lines/s | fold / cat (lines/s) | max RSS (MB) | lines out |")
@@ -116,10 +121,10 @@ for row in open(sys.argv[1]):
     rate = lines / median
     if side == "cat":
         cat_rate[ranks] = rate
-    ratio = "-" if side == "cat" else f"{rate / cat_rate[ranks]:.3g}"
+    ratio = "-" if side == "cat" else f"{rate / cat_rate[ranks]:#.3g}"
     rss_mb = max(int(k) for k in rss.split()) / 1024
     log = f"{lines:,} lines, {int(size) / 1e6:.0f} MB"
-    print(f"| {int(ranks):,} | {log} | {names[side]} | {num(median * 1e3)} | {rate / 1e6:.3g} M | {ratio} | "
+    print(f"| {int(ranks):,} | {log} | {names[side]} | {num(median * 1e3)} | {num(rate / 1e6)} M | {ratio} | "
           f"{num(rss_mb)} | {int(out):,} |")
 floor = statistics.median(float(w) for w in sys.argv[2:])
 print(f"\nexec floor (`taskset` + `/usr/bin/time` + `true`, median of {len(sys.argv) - 2}): {floor * 1e3:.1f} ms")
