@@ -34,7 +34,18 @@ std::string text_of(const char (&from)[N]) {
   return std::string(from, ::strnlen(from, N));
 }
 
-std::atomic<int> depth{0};  // calls in progress in this process
+std::atomic<int> depth{0};
+
+// The fences between the sequence count and the fields. GCC refuses atomic_thread_fence under
+// -fsanitize=thread (TSan does not model fences): that build, which no other process reads, orders
+// them for the compiler only.
+void fence(std::memory_order order) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  std::atomic_signal_fence(order);
+#else
+  std::atomic_thread_fence(order);
+#endif
+}  // calls in progress in this process
 
 /// This process's record: a memfd (no file name anywhere: it ends with the process, and only
 /// its user and root reach it, through /proc/PID/fd), mapped once. A forked child makes its own.
@@ -91,7 +102,7 @@ void enter(std::string_view call, std::string_view site, int rank, int group_siz
   if (layout == nullptr) return;
   const auto sequence = layout->sequence.load(std::memory_order_relaxed);
   layout->sequence.store(sequence + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+  fence(std::memory_order_release);
   layout->rank = rank;
   layout->group_size = group_size;
   layout->in_call = 1;
@@ -107,7 +118,7 @@ void leave() noexcept {
   if (layout == nullptr) return;
   const auto sequence = layout->sequence.load(std::memory_order_relaxed);
   layout->sequence.store(sequence + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+  fence(std::memory_order_release);
   layout->in_call = 0;
   layout->last_ended_ns = now_ns();
   std::memcpy(layout->last_call, layout->call, sizeof layout->call);
@@ -162,7 +173,7 @@ std::optional<record_view> read_record(const std::string& path) {
     v.site = text_of(layout->site);
     v.last_call = text_of(layout->last_call);
     v.last_site = text_of(layout->last_site);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    fence(std::memory_order_acquire);
     if (layout->sequence.load(std::memory_order_relaxed) == before && layout->magic == record_layout::magic_value &&
         layout->version == record_layout::version_value) {
       view = std::move(v);
