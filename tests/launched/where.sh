@@ -66,7 +66,12 @@ wait_for() {
 cleanup() {
   local names="jobkit-where-$mode,jobkit-where-first" jobs j
   jobs=$(squeue -h -n "$names" -o %i 2>/dev/null | tr '\n' ' ')
-  scancel --name="$names" 2>/dev/null
+  # By id (scancel takes one name only). SIGKILL to the steps first: a rank of `jobkit barrier`
+  # waits out SIGTERM until Slurm's KillWait (30 s), and the next test would wait for these nodes.
+  if [[ -n $jobs ]]; then
+    scancel --signal=KILL $jobs 2>/dev/null
+    scancel $jobs 2>/dev/null
+  fi
   for _ in $(seq 300); do [[ -z $(squeue -h -n "$names" -o %i 2>/dev/null) ]] && break; sleep 0.1; done
   for j in $jobs; do
     timeout 30 srun -N3 --ntasks-per-node=1 bash -c "rm -f /dev/shm/jobkit-$j.*" >/dev/null 2>&1
