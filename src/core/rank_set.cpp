@@ -32,6 +32,23 @@ bool rank_set::contains(int rank) const {
   return it != ranges_.end() && it->first <= rank;
 }
 
+rank_set rank_set::complement(int size) const {
+  rank_set missing;
+  int next = 0;  // the first rank not yet accounted for
+  auto add = [&](int first, int last) {
+    if (first > last) return;
+    missing.ranges_.push_back(range{first, last});
+    missing.count_ += static_cast<std::size_t>(last - first) + 1;
+  };
+  for (const auto& r : ranges_) {
+    if (r.first >= size) break;
+    add(next, r.first - 1);
+    next = r.last + 1;
+  }
+  add(next, size - 1);
+  return missing;
+}
+
 std::string rank_set::to_string() const {
   std::string text;
   for (const auto& r : ranges_) {

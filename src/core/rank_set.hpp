@@ -30,6 +30,8 @@ class rank_set {
   }
   /// The number of ranges the set is written with (its memory).
   [[nodiscard]] std::size_t ranges() const noexcept { return ranges_.size(); }
+  /// The ranks from 0 to size - 1 that are not in the set, found range by range.
+  [[nodiscard]] rank_set complement(int size) const;
   /// "0-16,18-47"; a range of two is "3-4"; the empty set is "".
   [[nodiscard]] std::string to_string() const;
 

@@ -13,6 +13,8 @@
 namespace jobkit::where {
 namespace {
 
+constexpr int largest_rank = (1 << 24) - 1;  // as jobkit fold: no step has more tasks
+
 std::string_view base_name(std::string_view path) {
   const auto slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
@@ -132,7 +134,8 @@ std::optional<rank_answer> parse_answer(std::string_view line) {
   auto seconds = fields[2];
   const bool none = seconds == "-1";
   const auto s = none ? std::optional<int>(-1) : detail::take_decimal(seconds);
-  if (!r || !rank.empty() || !g || !group.empty() || !s || (!none && !seconds.empty()) || fields[1].empty()) {
+  if (!r || !rank.empty() || !g || !group.empty() || !s || (!none && !seconds.empty()) || fields[1].empty() ||
+      *r > largest_rank || *g > largest_rank + 1) {
     return std::nullopt;
   }
   answer.rank = *r;
@@ -184,10 +187,7 @@ std::string fold_report(std::string_view agents_output, const std::vector<std::s
     }
     if (f.group_size > 0 && f.group_size == world && f.ranks.size() < static_cast<std::size_t>(world)) {
       // A call of the world: the ranks not in it are the ones it waits for.
-      detail::rank_set missing;
-      for (int r = 0; r < world; ++r) {
-        if (!f.ranks.contains(r)) missing.insert(r);
-      }
+      const auto missing = f.ranks.complement(world);
       line += ", waiting for rank" + std::string(missing.size() > 1 ? "s " : " ") + missing.to_string();
       if (missing.size() <= 4) {
         std::string hosts;

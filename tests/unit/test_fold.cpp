@@ -83,6 +83,10 @@ TEST_CASE("rank sets are ranges, written as jobkit writes them") {
   CHECK(s.contains(18));
   CHECK_FALSE(s.contains(19));
   CHECK(s.first() == 0);
+  CHECK(s.complement(50).to_string() == "19-46,48-49");
+  CHECK(s.complement(10).to_string().empty());
+  CHECK(rank_set{}.complement(3).to_string() == "0-2");
+  CHECK(s.complement(50).size() == 30);
   std::vector<int> seen;
   s.for_each([&](int r) { seen.push_back(r); });
   CHECK(seen.size() == 20);

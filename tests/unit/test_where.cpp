@@ -105,6 +105,8 @@ TEST_CASE("one rank's answer: its call, its stack, or what /proc says") {
   CHECK_FALSE(parse_answer("1\tc1\t-2\t0\ttext"));
   CHECK_FALSE(parse_answer("1\t\t1\t0\ttext"));
   CHECK_FALSE(parse_answer("1\tc1\t1\t0"));
+  CHECK_FALSE(parse_answer("16777216\tc1\t1\t0\ttext"));  // no step has so many ranks
+  CHECK_FALSE(parse_answer("1\tc1\t1\t44444444\ttext"));
 }
 
 TEST_CASE("the folded report: ranks by answer, whom a world call waits for, nodes that did not answer") {
