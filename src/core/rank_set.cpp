@@ -26,12 +26,6 @@ void rank_set::insert(int rank) {
   ranges_.insert(it, range{rank, rank});
 }
 
-bool rank_set::contains(int rank) const {
-  const auto it =
-      std::lower_bound(ranges_.begin(), ranges_.end(), rank, [](const range& r, int value) { return r.last < value; });
-  return it != ranges_.end() && it->first <= rank;
-}
-
 rank_set rank_set::complement(int size) const {
   rank_set missing;
   int next = 0;  // the first rank not yet accounted for

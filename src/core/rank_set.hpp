@@ -12,7 +12,6 @@ class rank_set {
  public:
   /// Adds a rank (>= 0); adding one already in the set changes nothing.
   void insert(int rank);
-  [[nodiscard]] bool contains(int rank) const;
   /// The number of ranks in the set.
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
   [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
