@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/command.hpp"
 #include "core/environment.hpp"
 #include "core/parse.hpp"
 #include "core/rank_set.hpp"
@@ -55,78 +56,6 @@ constexpr std::string_view where_usage =
     "options:\n"
     "  --timeout SECONDS  the longest to wait for the nodes' answers (default 10)\n"
     "  --help             show this help\n";
-
-/// Runs argv with its stdout read (at most 16 MiB) and its stderr kept apart, and kills it past
-/// the deadline. status: the exit status, 124 when it ran out of time, 127 when it could not start.
-struct command_result {
-  int status = 127;
-  std::string out;
-  std::string err;
-};
-
-command_result run_bounded(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
-  command_result result;
-  int out[2];
-  int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return result;
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return result;
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t child = 0;
-  const int spawned = ::posix_spawnp(&child, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (spawned != 0) {
-    result.err = std::strerror(spawned);
-    ::close(out[0]);
-    ::close(err[0]);
-    return result;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  bool out_open = true;
-  bool err_open = true;
-  bool killed = false;
-  char buffer[65536];
-  while (out_open || err_open) {
-    pollfd fds[2] = {{out_open ? out[0] : -1, POLLIN, 0}, {err_open ? err[0] : -1, POLLIN, 0}};
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(child, killed ? SIGKILL : SIGTERM);
-      killed = true;
-      break;
-    }
-    if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      const ssize_t n = ::read(i == 0 ? out[0] : err[0], buffer, sizeof buffer);
-      auto& text = i == 0 ? result.out : result.err;
-      if (n > 0 && text.size() < (std::size_t{16} << 20)) text.append(buffer, static_cast<std::size_t>(n));
-      if (n == 0 || (n < 0 && errno != EINTR)) (i == 0 ? out_open : err_open) = false;
-    }
-  }
-  ::close(out[0]);
-  ::close(err[0]);
-  int status = 0;
-  for (int waited = 0; ::waitpid(child, &status, killed ? WNOHANG : 0) == 0; ++waited) {
-    // SIGTERM first (srun ends its step), SIGKILL a second later.
-    if (waited == 20) ::kill(child, SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  result.status = killed ? 124 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
 
 std::string first_line(const std::string& text) {
   auto line = text.substr(0, text.find('\n'));
@@ -286,7 +215,7 @@ struct step_place {
 };
 
 int run_front(std::string job, std::optional<std::string> only_step, std::chrono::milliseconds limit) {
-  const auto squeue = run_bounded({"squeue", "-h", "-s", "-j", job, "-o", "%i|%N"}, limit);
+  const auto squeue = detail::run_bounded({"squeue", "-h", "-s", "-j", job, "-o", "%i|%N"}, limit);
   if (squeue.status != 0) {
     throw usage_error{"where: squeue -s -j " + job + " failed (" + std::to_string(squeue.status) +
                       "): " + first_line(squeue.err)};
@@ -314,7 +243,7 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
   int status = 0;
   for (const auto& s : steps) {
     const auto step = s.id.substr(s.id.find('.') + 1);
-    const auto hosts = run_bounded({"scontrol", "show", "hostnames", s.nodes}, limit);
+    const auto hosts = detail::run_bounded({"scontrol", "show", "hostnames", s.nodes}, limit);
     std::vector<std::string> nodes;
     std::istringstream names(hosts.out);
     for (std::string name; std::getline(names, name);) {
@@ -324,7 +253,7 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
       throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + first_line(hosts.err)};
     }
     const auto agents =
-        run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1",
+        detail::run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1",
                      "-w", s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
                     limit);
     const auto report = where::fold_report(agents.out, nodes);

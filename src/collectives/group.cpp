@@ -31,6 +31,38 @@ std::string_view to_string(reduce_op op) noexcept {
   return "unknown";
 }
 
+namespace {
+
+/// What `jobkit where` and the step's own report say of a call (src/where/record.hpp).
+where::call_info where_info(const detail::group_state& state, const detail::exchange& ex) {
+  where::call_info info;
+  info.call = ex.name;
+  info.site = ex.site;
+  info.group_rank = state.rank;
+  info.rank = state.world_ranks.at(static_cast<std::size_t>(state.rank));
+  info.group_size = static_cast<int>(state.world_ranks.size());
+  info.report_after = detail::report_after(ex.timeout);
+  return info;
+}
+
+/// A call that failed after waiting past its report threshold: its message says where the step's
+/// report of every rank is (group rank 0 logged it, if it was in the call too).
+[[noreturn]] void point_to_report(const error& e, const detail::group_state& state, const where::call_info& info,
+                                  std::chrono::milliseconds waited) {
+  if (info.report_after.count() <= 0 || waited < info.report_after) throw;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(info.report_after).count();
+  const std::string reporter =
+      state.rank == 0 ? std::string("this rank")
+                      : detail::rank_label(state.world_ranks.front(), state.hosts.empty() ? "" : state.hosts.front());
+  detail::raise(e.code(),
+                fmt::format("{}; where every rank was after {} s: the report {} logged, if it was in the call "
+                            "(JOBKIT_WHERE_REPORT_AFTER; jobkit where shows it while a step runs)",
+                            e.what(), seconds, reporter),
+                e.native_status());
+}
+
+}  // namespace
+
 namespace detail {
 
 void throw_bitwise_on_floating(std::string_view op) {
@@ -95,10 +127,15 @@ void group::connect(const detail::exchange& ex) {
 }
 
 std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
-  const where::call_scope where(ex.name, ex.site, state_->world_ranks.at(static_cast<std::size_t>(rank())), size());
-  check_section(ex);
-  connect(ex);
-  return state_->link->run(ex);
+  const auto info = where_info(*state_, ex);
+  const where::call_scope where(info);
+  try {
+    check_section(ex);
+    connect(ex);
+    return state_->link->run(ex);
+  } catch (const error& e) {
+    point_to_report(e, *state_, info, where.waited());
+  }
 }
 
 void group::run_bulk(std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
@@ -108,11 +145,15 @@ void group::run_bulk(std::string name, std::span<std::byte> buffer, std::size_t 
   bx.buffer = buffer;
   bx.piece = piece;
   bx.root = root;
-  const where::call_scope where(bx.base.name, bx.base.site, state_->world_ranks.at(static_cast<std::size_t>(rank())),
-                                size());
-  check_section(bx.base);
-  connect(bx.base);
-  state_->link->run_bulk(bx);
+  const auto info = where_info(*state_, bx.base);
+  const where::call_scope where(info);
+  try {
+    check_section(bx.base);
+    connect(bx.base);
+    state_->link->run_bulk(bx);
+  } catch (const error& e) {
+    point_to_report(e, *state_, info, where.waited());
+  }
 }
 
 void group::place_own_part(std::span<const std::byte> mine, std::span<std::byte> all,

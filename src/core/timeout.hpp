@@ -25,6 +25,13 @@ std::chrono::milliseconds lost_node_timeout();
 /// @throws jobkit::error (invalid_environment) naming the variable and the value
 std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value);
 
+/// When a call that still waits has the step report where every rank is (src/where/watch.hpp):
+/// JOBKIT_WHERE_REPORT_AFTER seconds (parse_timeout's rule; 0: never), else a quarter of the
+/// call's deadline but at least 10 s; zero (never) when that is not before the deadline.
+/// @throws jobkit::error (invalid_environment) naming the variable and the value when malformed
+std::chrono::milliseconds report_after(std::chrono::milliseconds deadline);
+/// report_after's rule for one value of the variable (nullopt: unset).
+std::chrono::milliseconds report_after_rule(std::optional<std::string_view> value, std::chrono::milliseconds deadline);
 /// The one timeout policy of every blocking call: zero means default_timeout(), a positive
 /// value is used as it is, a negative one is refused.
 /// @throws jobkit::error (invalid_argument) naming `operation` when timeout is negative

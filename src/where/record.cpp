@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/environment.hpp"
+#include "where/watch.hpp"
 
 namespace jobkit::where {
 namespace {
@@ -59,6 +60,7 @@ void forget_in_child() noexcept {
   layout_ = nullptr;
   fd_ = -1;
   tried_ = false;
+  forget_watch_in_child();
 }
 
 record_layout* open_record() noexcept {
@@ -96,26 +98,35 @@ record_layout* open_record() noexcept {
 
 }  // namespace
 
-void enter(std::string_view call, std::string_view site, int rank, int group_size) noexcept {
-  if (depth.fetch_add(1, std::memory_order_acq_rel) != 0) return;
+std::int64_t enter(const call_info& info) noexcept {
+  if (depth.fetch_add(1, std::memory_order_acq_rel) != 0) return 0;
   auto* layout = open_record();
-  if (layout == nullptr) return;
+  if (layout == nullptr) return 0;
+  const auto since = now_ns();
   const auto sequence = layout->sequence.load(std::memory_order_relaxed);
   layout->sequence.store(sequence + 1, std::memory_order_relaxed);
   fence(std::memory_order_release);
-  layout->rank = rank;
-  layout->group_size = group_size;
+  layout->rank = info.rank;
+  layout->group_size = info.group_size;
   layout->in_call = 1;
-  layout->since_ns = now_ns();
-  copy_text(layout->call, call);
-  copy_text(layout->site, site);
+  layout->since_ns = since;
+  copy_text(layout->call, info.call);
+  copy_text(layout->site, info.site);
   layout->sequence.store(sequence + 2, std::memory_order_release);
+  watch_enter(info.call, info.site, info.rank, info.group_rank, info.report_after, since);
+  return since;
+}
+
+std::chrono::milliseconds call_scope::waited() const noexcept {
+  if (since_ns_ == 0) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(now_ns() - since_ns_));
 }
 
 void leave() noexcept {
   if (depth.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   auto* layout = layout_;
   if (layout == nullptr) return;
+  watch_leave();
   const auto sequence = layout->sequence.load(std::memory_order_relaxed);
   layout->sequence.store(sequence + 1, std::memory_order_relaxed);
   fence(std::memory_order_release);

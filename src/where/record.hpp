@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -56,21 +57,35 @@ struct record_view {
 };
 
 /// A call begins: its name ("barrier"), the caller's call site ("train.py:31"), this process's rank
-/// in the world and the size of the call's group. A call inside a call (another thread's, or a
+/// in the world, its rank in the call's group and the group's size; report_after: when the step
+/// reports by itself (watch.hpp; zero: never). A call inside a call (another thread's, or a
 /// helper's) leaves the outer one recorded.
-void enter(std::string_view call, std::string_view site, int rank, int group_size) noexcept;
+struct call_info {
+  std::string_view call;
+  std::string_view site;
+  int rank = 0;
+  int group_rank = 0;
+  int group_size = 0;
+  std::chrono::milliseconds report_after{0};
+};
+/// Returns when the call began (CLOCK_REALTIME, ns); 0 when nothing is recorded (a call inside a
+/// call, JOBKIT_WHERE=0, outside a Slurm job).
+std::int64_t enter(const call_info& info) noexcept;
 /// The call that enter began ended (returned or threw).
 void leave() noexcept;
 
 /// enter and leave around a scope.
 class call_scope {
  public:
-  call_scope(std::string_view call, std::string_view site, int rank, int group_size) noexcept {
-    enter(call, site, rank, group_size);
-  }
+  explicit call_scope(const call_info& info) noexcept : since_ns_(enter(info)) {}
   ~call_scope() { leave(); }
+  /// How long the recorded call has been in progress; zero when it is not recorded.
+  std::chrono::milliseconds waited() const noexcept;
   call_scope(const call_scope&) = delete;
   call_scope& operator=(const call_scope&) = delete;
+
+ private:
+  std::int64_t since_ns_;
 };
 
 /// A process's record and Python stack file, as /proc/PID/fd/N paths; empty where it has none.

@@ -7,11 +7,14 @@
 #   no-jobkit  every rank in `sleep`: what /proc says
 #   stopped    the python step with c2's ranks stopped (SIGSTOP): named as not answering
 #   two-steps  two steps of one job at once (2 ranks on c1, 6 on c2 and c3): both reported
+#   self-report        the python step with JOBKIT_WHERE_REPORT_AFTER=3 and a barrier of 20 s: rank 0
+#              logs the folded report by itself, and every deadline message points to it
+#   self-report-cpp    the same with `jobkit barrier` (C++) and rank 5 in `sleep`
 #   bad-input  a job id that is not one, a job that is not running, no SLURM_JOB_ID
 # usage: where.sh MODE JOBKIT PYTHON PYTHONPATH WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes python cpp no-jobkit stopped two-steps bad-input
+declare_modes python cpp no-jobkit stopped two-steps self-report self-report-cpp bad-input
 mode=$1
 jobkit=$(realpath "$2")
 python=$3
@@ -132,6 +135,39 @@ case $mode in
     (($(grep -c '^step ' <<<"$out") == 2)) || fail "not both steps were reported"
     grep -qE "^\[rank: 0\] in barrier at where_step.py:[0-9]+ for [0-9]+ s, waiting for rank 1 \(c1\)$" <<<"$out" ||
       fail "the first step (2 ranks, rank 1 stuck) is not reported" ;;
+  self-report | self-report-cpp)
+    # The report comes from the step itself: rank 0 runs `jobkit where` (JOBKIT_CLI) after 3 s.
+    export JOBKIT_WHERE_REPORT_AFTER=3 JOBKIT_CLI=$jobkit
+    if [[ $mode == self-report ]]; then
+      start_step "$mode" -N3 -n7 "$python" "$step_py" 200 5 20
+      site="where_step.py:$(line_of BARRIER_LINE)"
+      stack="not in jobkit: load_shard where_step.py:$(line_of LOAD_LINE) <- train_step where_step.py:$(line_of STEP_LINE)"
+    else
+      start_step "$mode" -N3 -n7 bash -c \
+        'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 200; else exec "$0" barrier --timeout 20; fi' "$jobkit"
+      site='main\.cpp:[0-9]+'
+      stack='not in jobkit: sleep S \(sleeping\)'
+    fi
+    log=$work/$mode.out
+    # Rank 0's deadline passes 20 s after its barrier began; the others' close to it.
+    for _ in $(seq 900); do
+      (($(grep -c "where every rank was after 3 s" "$log") >= 6)) && break
+      sleep 0.2
+    done
+    echo "--- the step's output"
+    cat "$log"
+    grep -qE "^\[rank: 0\] WARNING: barrier at $site has waited [3-9] s; where every rank is \(jobkit where $job\.0\):$" "$log" ||
+      fail "rank 0 did not report within 3 to 9 s of its wait"
+    grep -qE "^  \[rank: 0-4,6\] in barrier at $site for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$" "$log" ||
+      fail "the report does not show the waiting ranks"
+    grep -qE "^  \[rank: 5\] $stack" "$log" || fail "the report does not show rank 5"
+    (($(grep -c "has waited" "$log") == 1)) || fail "the step reported more than once"
+    # Every deadline message points to the report: rank 0's own, and the others' to rank 0 (its
+    # node is named once the group is connected; here it never was).
+    (($(grep -cE "where every rank was after 3 s: the report rank 0( \(c1\))? logged" "$log") == 5)) ||
+      fail "the other ranks' deadline messages do not point to rank 0's report"
+    grep -q "where every rank was after 3 s: the report this rank logged" "$log" ||
+      fail "rank 0's deadline message does not point to its report" ;;
   bad-input)
     ask notajob
     ((status == 2)) && grep -qx "jobkit: where: 'notajob' is not a job id (JOBID or JOBID.STEP, digits)" <<<"$out" ||

@@ -1,8 +1,8 @@
 """One rank of the step that `jobkit where` is asked about (tests/launched/where.sh).
 
-usage: where_step.py SECONDS [STUCK_RANK]
+usage: where_step.py SECONDS [STUCK_RANK [TIMEOUT]]
 Rank STUCK_RANK (default 5) sleeps in load_shard() for SECONDS (outside jobkit); every other rank
-waits for it in jobkit.barrier. Line numbers matter: where.sh checks them (LOAD_LINE, BARRIER_LINE, STEP_LINE).
+waits for it in jobkit.barrier, for TIMEOUT seconds (default SECONDS + 60). Line numbers matter: where.sh checks them (LOAD_LINE, BARRIER_LINE, STEP_LINE).
 """
 import sys
 import time
@@ -11,6 +11,7 @@ import jobkit
 
 SECONDS = float(sys.argv[1])
 STUCK_RANK = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+TIMEOUT = float(sys.argv[3]) if len(sys.argv) > 3 else SECONDS + 60
 
 
 def load_shard():
@@ -20,7 +21,7 @@ def load_shard():
 def train_step():
     if jobkit.rank() == STUCK_RANK:
         load_shard()  # STEP_LINE
-    jobkit.barrier(timeout=SECONDS + 60)  # BARRIER_LINE
+    jobkit.barrier(timeout=TIMEOUT)  # BARRIER_LINE
 
 
 train_step()

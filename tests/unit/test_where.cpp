@@ -1,15 +1,26 @@
 // `jobkit where`'s parts without a cluster (src/where): the record a process keeps of its jobkit
 // call, the Python stack read from faulthandler's dump, one rank's answer and the folded report.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../catch.hpp"
+#include "core/timeout.hpp"
+#include "jobkit/error.hpp"
 #include "where/record.hpp"
 #include "where/report.hpp"
+#include "where/watch.hpp"
 
 using namespace jobkit::where;
 
@@ -18,9 +29,9 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
   ::setenv("SLURM_JOB_ID", "990001", 1);
   CHECK(find_files(::getpid()).record.empty());
   {
-    const call_scope outer("barrier", "train.py:31", 3, 8);
+    const call_scope outer({.call = "barrier", .site = "train.py:31", .rank = 3, .group_rank = 1, .group_size = 8});
     {
-      const call_scope inner("all_gather", "helpers.cpp:10", 3, 8);  // a call inside a call
+      const call_scope inner({.call = "all_gather", .site = "helpers.cpp:10", .rank = 3, .group_rank = 1, .group_size = 8});  // a call inside a call
     }
     const auto path = find_files(::getpid()).record;
     REQUIRE(path.starts_with("/proc/"));
@@ -40,7 +51,8 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
   CHECK(after->last_call == "barrier");
   CHECK(after->last_site == "train.py:31");
   const std::string long_site(300, 's');
-  enter(std::string(100, 'c'), long_site, 0, 1);  // names past their room are cut
+  const std::string long_call(100, 'c');
+  enter({.call = long_call, .site = long_site, .rank = 0, .group_rank = 0, .group_size = 1});  // names past their room are cut
   const auto cut = read_record(path);
   REQUIRE(cut);
   CHECK(cut->call.size() == 31);
@@ -140,4 +152,107 @@ TEST_CASE("the stack signal: JOBKIT_WHERE_SIGNAL, else SIGRTMIN+6") {
   ::setenv("JOBKIT_WHERE_SIGNAL", "many", 1);
   CHECK(python_signal() == SIGRTMIN + 6);
   ::unsetenv("JOBKIT_WHERE_SIGNAL");
+}
+
+TEST_CASE("the step's own report: when, in what environment, and what it logs") {
+  using jobkit::detail::report_after_rule;
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  CHECK(report_after_rule(std::nullopt, seconds(80)) == seconds(20));  // a quarter of the deadline
+  CHECK(report_after_rule(std::nullopt, seconds(1800)) == seconds(450));
+  CHECK(report_after_rule(std::nullopt, seconds(20)) == seconds(10));  // but at least 10 s
+  CHECK(report_after_rule(std::nullopt, seconds(10)) == milliseconds(0));  // never at or past the deadline
+  CHECK(report_after_rule("5", seconds(80)) == seconds(5));
+  CHECK(report_after_rule("2.5", seconds(80)) == milliseconds(2500));
+  CHECK(report_after_rule("0", seconds(80)) == milliseconds(0));
+  CHECK(report_after_rule("90", seconds(80)) == milliseconds(0));
+  try {
+    (void)report_after_rule("soon", seconds(80));
+    FAIL("a malformed JOBKIT_WHERE_REPORT_AFTER was taken");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == jobkit::errc::invalid_environment);
+    CHECK(std::string(e.what()).find("JOBKIT_WHERE_REPORT_AFTER='soon'") != std::string::npos);
+  }
+
+  std::vector<std::string> variables = {"PATH=/usr/bin",      "SLURM_CONF=/etc/slurm.conf", "SLURM_STEP_ID=3",
+                                        "SLURM_NTASKS=7",     "PMIX_RANK=2",                "PMI_FD=5",
+                                        "SLURMD_NODENAME=c1", "HOME=/root"};
+  std::vector<char*> pointers;
+  for (auto& v : variables) pointers.push_back(v.data());
+  pointers.push_back(nullptr);
+  CHECK(report_environment(pointers.data()) ==
+        std::vector<std::string>{"PATH=/usr/bin", "SLURM_CONF=/etc/slurm.conf", "SLURMD_NODENAME=c1", "HOME=/root"});
+
+  CHECK(report_text(0, "barrier", "hang.py:10", 20, "77.0", 0,
+                    "step 77.0 on c[1-3]:\n[rank: 0-4,6] in barrier at hang.py:10 for 20 s\n", "") ==
+        "[rank: 0] WARNING: barrier at hang.py:10 has waited 20 s; where every rank is (jobkit where 77.0):\n"
+        "  step 77.0 on c[1-3]:\n"
+        "  [rank: 0-4,6] in barrier at hang.py:10 for 20 s\n");
+  CHECK(report_text(4, "barrier", "t.cpp:1", 12, "77.0", 127, "", "No such file or directory") ==
+        "[rank: 4] WARNING: barrier at t.cpp:1 has waited 12 s; cannot say where every rank is: could not start "
+        "jobkit (No such file or directory; the jobkit command: JOBKIT_CLI, else jobkit on PATH)\n");
+  CHECK(report_text(0, "barrier", "t.cpp:1", 12, "77.0", 2, "", "where: step 77.0 is not running\n") ==
+        "[rank: 0] WARNING: barrier at t.cpp:1 has waited 12 s; cannot say where every rank is: jobkit where 77.0 "
+        "failed (exit status 2): where: step 77.0 is not running\n");
+}
+
+TEST_CASE("the step's own report: group rank 0's thread runs jobkit where once per call past the threshold") {
+  // A stand-in for the jobkit command: it says what it was asked and what it was told.
+  char dir_template[] = "/tmp/jobkit-watch-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  const std::string program = dir + "/jobkit";
+  {
+    std::FILE* f = std::fopen(program.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(
+        "#!/bin/sh\n"
+        "echo \"step $2 on c1: asked $1 $2 $3 $4\"\n"
+        "echo \"[rank: 0] in barrier, SLURM_STEP_ID=${SLURM_STEP_ID:-unset} PMIX_RANK=${PMIX_RANK:-unset}\"\n",
+        f);
+    std::fclose(f);
+    ::chmod(program.c_str(), 0755);
+  }
+  ::setenv("SLURM_JOB_ID", "990001", 1);
+  ::setenv("SLURM_STEP_ID", "4", 1);
+  ::setenv("PMIX_RANK", "0", 1);
+  ::setenv("JOBKIT_CLI", program.c_str(), 1);
+  const std::string log = dir + "/stderr";
+  const int saved = ::dup(2);
+  const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(file >= 0);
+  ::dup2(file, 2);
+  {
+    // Group rank 1 never reports; group rank 0 reports once, after the threshold.
+    const call_scope other({.call = "all_gather", .site = "a.cpp:1", .rank = 5, .group_rank = 1, .group_size = 2,
+                            .report_after = std::chrono::milliseconds(100)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  }
+  {
+    const call_scope waiting({.call = "barrier", .site = "hang.cpp:9", .rank = 2, .group_rank = 0, .group_size = 7,
+                              .report_after = std::chrono::milliseconds(500)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  }
+  {
+    const call_scope quick({.call = "barrier", .site = "hang.cpp:12", .rank = 2, .group_rank = 0, .group_size = 7,
+                            .report_after = std::chrono::seconds(60)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  }
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(file);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(text.starts_with("[rank: 2] WARNING: barrier at hang.cpp:9 has waited "));
+  CHECK(text.find("s; where every rank is (jobkit where 990001.4):\n"
+                  "  step 990001.4 on c1: asked where 990001.4 --timeout 10\n"
+                  "  [rank: 0] in barrier, SLURM_STEP_ID=unset PMIX_RANK=unset\n") != std::string::npos);
+  CHECK(text.find("has waited", text.find("has waited") + 1) == std::string::npos);  // once
+  CHECK(text.find("a.cpp:1") == std::string::npos);
+  CHECK(text.find("hang.cpp:12") == std::string::npos);
+  ::unsetenv("JOBKIT_CLI");
+  ::unsetenv("PMIX_RANK");
+  ::unsetenv("SLURM_STEP_ID");
+  std::filesystem::remove_all(dir);
 }
