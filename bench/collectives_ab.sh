@@ -9,7 +9,9 @@
 #   bench/collectives_ab.sh OUT_DIR BASE_BUILD NEW_BUILD
 # Environment: ROUNDS (default 3), ITERS (default 1000 for jobkit_loop, 300 for jobkit bench),
 # LOOP_LAYOUTS (default "1x4"), GROWTH_TOP (default 1), WITH_MPI (default 0), PIN (none, cyclic or
-# block: bench/pin.sh binds every task of every side to one CPU).
+# block: bench/pin.sh binds every task of every side to one CPU), BASE_ENV and NEW_ENV ("NAME=value
+# ..." for that side's steps: one build against itself with a setting changed, e.g.
+# BASE_ENV=JOBKIT_WHERE=0 for the cost of `jobkit where`'s record).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(cd "$here/.." && pwd -P)
@@ -46,6 +48,17 @@ PY
   exit 0
 fi
 source "$here/step.sh"
+# side_step SIDE STEP_ARGS...: step with that side's BASE_ENV or NEW_ENV exported.
+side_step() {
+  local side=$1 vars=
+  shift
+  [[ $side == base ]] && vars=${BASE_ENV:-}
+  [[ $side == new ]] && vars=${NEW_ENV:-}
+  (
+    for v in $vars; do export "$v"; done
+    step "$@"
+  )
+}
 record() { sed "s/^{/{\"side\":\"$1\",\"round\":$2,/" >>"$out/collectives_ab.jsonl"; }
 sides=(base new)
 [[ ${WITH_MPI:-0} == 1 ]] && sides+=(mpi)
@@ -58,7 +71,7 @@ for round in $(seq "${ROUNDS:-3}"); do
       echo "collectives_ab: round $round, $layout, $side" >&2
       # Open MPI now and then crashes in its shared-memory setup on the dev cluster: that round
       # then has no mpi line, and says so.
-      OMPI_MCA_mpi_yield_when_idle=1 step -N"${layout%x*}" -n"${layout#*x}" "$loop" "${ITERS:-1000}" 100 0 0 |
+      OMPI_MCA_mpi_yield_when_idle=1 side_step "$side" -N"${layout%x*}" -n"${layout#*x}" "$loop" "${ITERS:-1000}" 100 0 0 |
         grep -v '"init"' | record "$side" "$round" ||
         { [[ $side == mpi ]] && echo "collectives_ab: $side failed in round $round on $layout" >&2; } || exit 1
     done
@@ -68,7 +81,7 @@ for round in $(seq "${ROUNDS:-3}"); do
     build=$base
     [[ $side == new ]] && build=$new
     echo "collectives_ab: round $round, 3 x 64, $side" >&2
-    step -N3 -n64 "$build/src/cli/jobkit" bench --json --iters "${ITERS:-300}" --ops barrier,all_reduce,all_gather \
+    side_step "$side" -N3 -n64 "$build/src/cli/jobkit" bench --json --iters "${ITERS:-300}" --ops barrier,all_reduce,all_gather \
       --max-bytes 8 | record "$side" "$round"
   done
 done

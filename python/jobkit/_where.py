@@ -5,8 +5,9 @@ At import, in a Slurm step (SLURM_JOB_ID set) and unless JOBKIT_WHERE=0, jobkit 
 Slurm uses) to write every thread's stack into a memfd named ``jobkit-where-stack``, which
 ``jobkit where`` reaches through /proc/PID/fd (as this process's user or root only) after it sends
 the signal. The dump runs in the signal handler, without the GIL and without stopping the other
-threads; the process goes on. A handler already on that signal is left as it is and nothing is
-registered (``jobkit where`` then reports what /proc says). The memfd ends with the process. The
+threads; the process goes on. A Python handler already on that signal (or SIG_IGN) is left as it
+is and nothing is registered (``jobkit where`` then reports what /proc says); a handler installed
+outside Python before it started is chained to: it runs after the dump. The memfd ends with the process. The
 jobkit call in progress is recorded by the C++ library beside it (the memfd ``jobkit-where``).
 """
 
@@ -31,14 +32,17 @@ def register() -> None:
     if _file is not None or not os.environ.get("SLURM_JOB_ID") or os.environ.get("JOBKIT_WHERE") == "0":
         return
     number = _signal_number()
-    if signal.getsignal(number) not in (signal.SIG_DFL, None):
-        return  # someone else's handler
+    previous = signal.getsignal(number)
+    if previous is not None and previous != signal.SIG_DFL:
+        return  # someone else's Python handler, or SIG_IGN
+    # None: a handler from outside Python (the signal module saw it at start): called after the dump.
+    chain = previous is None
     try:
         fd = os.memfd_create("jobkit-where-stack", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
         return  # no memfd here: `jobkit where` says what /proc says
     _file = os.fdopen(fd, "wb", buffering=0)
-    faulthandler.register(number, file=_file, all_threads=True, chain=False)
+    faulthandler.register(number, file=_file, all_threads=True, chain=chain)
 
 
 register()

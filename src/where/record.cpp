@@ -113,7 +113,7 @@ std::int64_t enter(const call_info& info) noexcept {
   copy_text(layout->call, info.call);
   copy_text(layout->site, info.site);
   layout->sequence.store(sequence + 2, std::memory_order_release);
-  watch_enter(info.call, info.site, info.rank, info.group_rank, info.report_after, since);
+  watch_enter(info.rank, info.group_rank, info.report_after, since);
   return since;
 }
 
@@ -132,8 +132,6 @@ void leave() noexcept {
   fence(std::memory_order_release);
   layout->in_call = 0;
   layout->last_ended_ns = now_ns();
-  std::memcpy(layout->last_call, layout->call, sizeof layout->call);
-  std::memcpy(layout->last_site, layout->site, sizeof layout->site);
   layout->sequence.store(sequence + 2, std::memory_order_release);
 }
 
@@ -182,11 +180,13 @@ std::optional<record_view> read_record(const std::string& path) {
     v.last_ended_ns = layout->last_ended_ns;
     v.call = text_of(layout->call);
     v.site = text_of(layout->site);
-    v.last_call = text_of(layout->last_call);
-    v.last_site = text_of(layout->last_site);
     fence(std::memory_order_acquire);
     if (layout->sequence.load(std::memory_order_relaxed) == before && layout->magic == record_layout::magic_value &&
         layout->version == record_layout::version_value) {
+      if (!v.in_call) {
+        v.last_call = v.call;
+        v.last_site = v.site;
+      }
       view = std::move(v);
     }
   }

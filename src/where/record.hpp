@@ -13,12 +13,13 @@ namespace jobkit::where {
 /// progress (its name, the caller's call site, the size of its group, since when) and the last one
 /// that ended.
 ///
-/// A memfd named "jobkit-where" of 368 bytes, made at the process's first collective and kept open:
+/// A memfd named "jobkit-where" of 208 bytes, made at the process's first collective and kept open:
 /// it has no name in any file system, ends with the process (killed or not), and is reached only
 /// through /proc/PID/fd, by its user and root (ptrace's read access). A forked child makes its own.
 /// Written without a lock (a sequence count, odd while it is written): a reader that sees it change
 /// reads again. Writing costs a coarse clock read (the vDSO's, no system call) and a copy of the
-/// names. JOBKIT_WHERE=0 turns it off, as does running outside a Slurm job; where the memfd cannot be
+/// names at a call's start, the clock alone at its end (the call's fields then describe the last
+/// one that ended). JOBKIT_WHERE=0 turns it off, as does running outside a Slurm job; where the memfd cannot be
 /// made, nothing is recorded and nothing fails.
 inline constexpr const char* record_name = "jobkit-where";
 /// The memfd `import jobkit` has Python's faulthandler dump every thread's stack into.
@@ -26,20 +27,18 @@ inline constexpr const char* stack_name = "jobkit-where-stack";
 
 struct record_layout {
   static constexpr std::uint32_t magic_value = 0x6a6b7768;  // "jkwh"
-  static constexpr std::uint32_t version_value = 1;
+  static constexpr std::uint32_t version_value = 2;
   std::uint32_t magic;
   std::uint32_t version;
   std::atomic<std::uint64_t> sequence;
   std::int32_t pid;
   std::int32_t rank;  // in the world; -1 before the first call
   std::int32_t group_size;
-  std::int32_t in_call;   // 1 while a call is in progress
-  std::int64_t since_ns;  // CLOCK_REALTIME: when the call began
-  std::int64_t last_ended_ns;
+  std::int32_t in_call;        // 1 while a call is in progress; 0: call and site are the last that ended
+  std::int64_t since_ns;       // CLOCK_REALTIME: when the call began
+  std::int64_t last_ended_ns;  // when the last call ended
   char call[32];
   char site[128];
-  char last_call[32];
-  char last_site[128];
 };
 
 /// What a reader saw (read_record).

@@ -2,36 +2,29 @@
 
 #include <fmt/format.h>
 #include <time.h>
+#include <unistd.h>
 
-#include <mutex>
+#include <atomic>
 #include <thread>
 
 #include "core/command.hpp"
 #include "core/environment.hpp"
 #include "core/posix_io.hpp"
+#include "where/record.hpp"
 
 extern char** environ;
 
 namespace jobkit::where {
 namespace {
 
-/// The call in progress, as the watching thread sees it; guarded by `lock`. Allocated once and
-/// never destroyed: the thread may outlive static destruction at exit.
-struct watched {
-  std::mutex lock;
-  bool in_call = false;
-  bool thread_started = false;
-  std::uint64_t number = 0;    // calls entered
-  std::uint64_t reported = 0;  // the last call reported
-  std::string call;
-  std::string site;
-  int rank = -1;
-  int group_rank = -1;
-  std::chrono::milliseconds report_after{0};
-  std::int64_t since_ns = 0;
-};
-
-watched* state_ = new watched;
+// The call in progress, as the watching thread sees it: set by group rank 0's calls only, a few
+// relaxed stores each (the call's name and site are read back from the record when it reports).
+std::atomic<bool> in_call_{false};
+std::atomic<std::uint64_t> number_{0};  // watched calls entered
+std::atomic<std::int64_t> since_ns_{0};
+std::atomic<std::int64_t> report_after_ms_{0};
+std::atomic<int> rank_{-1};
+std::atomic<bool> thread_started_{false};
 
 std::int64_t realtime_ns() noexcept {
   timespec t{};
@@ -44,7 +37,11 @@ std::string first_line(std::string_view text) {
   return line.empty() ? std::string("(no message)") : std::string(line);
 }
 
-void report(const std::string& call, const std::string& site, int rank, long waited_s) {
+void report(long waited_s, std::int64_t since_ns) {
+  // The call's name and site, from this process's own record (a mapping of its own: no lock
+  // shared with the call).
+  const auto record = read_record(find_files(::getpid()).record);
+  if (!record || !record->in_call || record->since_ns != since_ns) return;  // it ended meanwhile
   const auto& env = detail::process_environment();
   const auto job = env.get("SLURM_JOB_ID");
   const auto step = env.get("SLURM_STEP_ID");
@@ -54,31 +51,24 @@ void report(const std::string& call, const std::string& site, int rank, long wai
   const auto environment = report_environment(environ);
   const auto result =
       detail::run_bounded({program, "where", target, "--timeout", "10"}, std::chrono::seconds(30), &environment);
-  const auto text = report_text(rank, call, site, waited_s, target, result.status, result.out, result.err);
+  const auto text = report_text(record->rank, record->call, record->site, waited_s, target, result.status,
+                                result.out, result.err);
   (void)detail::write_file_all(2, text.data(), text.size());
 }
 
 void watch_loop() {
+  std::uint64_t reported = 0;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    std::string call;
-    std::string site;
-    int rank = -1;
-    long waited_s = 0;
-    {
-      const std::lock_guard guard(state_->lock);
-      auto& s = *state_;
-      if (!s.in_call || s.group_rank != 0 || s.report_after.count() <= 0 || s.reported == s.number) continue;
-      const auto waited = std::chrono::nanoseconds(realtime_ns() - s.since_ns);
-      if (waited < s.report_after) continue;
-      s.reported = s.number;
-      call = s.call;
-      site = s.site;
-      rank = s.rank;
-      waited_s = static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(waited).count());
-    }
+    const auto number = number_.load(std::memory_order_acquire);
+    if (!in_call_.load(std::memory_order_relaxed) || number == reported) continue;
+    const auto since = since_ns_.load(std::memory_order_relaxed);
+    const auto waited = std::chrono::nanoseconds(realtime_ns() - since);
+    if (waited < std::chrono::milliseconds(report_after_ms_.load(std::memory_order_relaxed))) continue;
+    if (number_.load(std::memory_order_acquire) != number) continue;  // another call began meanwhile
+    reported = number;
     try {
-      report(call, site, rank, waited_s);
+      report(static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(waited).count()), since);
     } catch (...) {
       // Out of memory while reporting: the report is lost, the step goes on.
     }
@@ -87,43 +77,28 @@ void watch_loop() {
 
 }  // namespace
 
-void watch_enter(std::string_view call, std::string_view site, int rank, int group_rank,
-                 std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept {
-  if (report_after.count() <= 0) return;
-  auto& s = *state_;
-  const std::lock_guard guard(s.lock);
-  try {
-    s.call.assign(call);
-    s.site.assign(site);
-  } catch (...) {
-    return;
-  }
-  s.in_call = true;
-  ++s.number;
-  s.rank = rank;
-  s.group_rank = group_rank;
-  s.report_after = report_after;
-  s.since_ns = since_ns;
-  if (group_rank != 0 || s.thread_started) return;
+void watch_enter(int rank, int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept {
+  if (report_after.count() <= 0 || group_rank != 0) return;
+  since_ns_.store(since_ns, std::memory_order_relaxed);
+  report_after_ms_.store(report_after.count(), std::memory_order_relaxed);
+  rank_.store(rank, std::memory_order_relaxed);
+  in_call_.store(true, std::memory_order_relaxed);
+  number_.fetch_add(1, std::memory_order_release);
+  if (thread_started_.load(std::memory_order_relaxed) || thread_started_.exchange(true)) return;
   try {
     std::thread(watch_loop).detach();
-    s.thread_started = true;
   } catch (...) {
     // No thread: no report by itself; `jobkit where` still answers.
   }
 }
 
 void watch_leave() noexcept {
-  auto& s = *state_;
-  const std::lock_guard guard(s.lock);
-  s.in_call = false;
+  if (in_call_.load(std::memory_order_relaxed)) in_call_.store(false, std::memory_order_relaxed);
 }
 
 void forget_watch_in_child() noexcept {
-  // The parent's lock may have been held by another thread at the fork: the child starts afresh
-  // (the old state is left, not destroyed).
-  state_ = new (std::nothrow) watched;
-  if (state_ == nullptr) std::abort();
+  in_call_.store(false);
+  thread_started_.store(false);
 }
 
 std::vector<std::string> report_environment(char** variables) {
@@ -140,7 +115,6 @@ std::vector<std::string> report_environment(char** variables) {
 std::string report_text(int rank, std::string_view call, std::string_view site, long waited_s,
                         std::string_view target, int status, std::string_view output, std::string_view error) {
   const std::string prefix = fmt::format("[rank: {}] WARNING: ", rank);
-  std::string text;
   if (output.empty()) {
     const auto why = status == 127 ? fmt::format("could not start jobkit ({}; the jobkit command: JOBKIT_CLI, else "
                                                  "jobkit on PATH)",
@@ -151,8 +125,8 @@ std::string report_text(int rank, std::string_view call, std::string_view site, 
     return fmt::format("{}{} at {} has waited {} s; cannot say where every rank is: {}\n", prefix, call, site,
                        waited_s, why);
   }
-  text = fmt::format("{}{} at {} has waited {} s; where every rank is (jobkit where {}):\n", prefix, call, site,
-                     waited_s, target);
+  std::string text = fmt::format("{}{} at {} has waited {} s; where every rank is (jobkit where {}):\n", prefix,
+                                 call, site, waited_s, target);
   for (std::size_t start = 0; start < output.size();) {
     auto end = output.find('\n', start);
     if (end == std::string_view::npos) end = output.size();

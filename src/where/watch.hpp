@@ -11,13 +11,14 @@ namespace jobkit::where {
 /// The step's report by itself: while a process is in a jobkit call as its group's rank 0, a
 /// thread of its own looks once a second at how long the call has waited; past the call's
 /// threshold (JOBKIT_WHERE_REPORT_AFTER, by default a quarter of its deadline: detail::report_after)
-/// it runs `jobkit where JOB.STEP` once for that call and logs its report to stderr. The thread
+/// it runs `jobkit where JOB.STEP` once for that call and logs its report to stderr, naming the
+/// call as the record has it. The thread
 /// starts at the first such call; a forked child starts its own. It never touches the call: the
 /// report runs beside it, and a report that fails says why in one line.
 
-/// A call of this process begins (enter's first level) or ends. since_ns: CLOCK_REALTIME.
-void watch_enter(std::string_view call, std::string_view site, int rank, int group_rank,
-                 std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept;
+/// A call of this process begins (enter's first level, once the record holds it) or ends.
+/// since_ns: the record's. Only group rank 0's calls are watched: a few relaxed stores.
+void watch_enter(int rank, int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept;
 void watch_leave() noexcept;
 /// After fork, in the child: no thread watches it, and no lock is held.
 void forget_watch_in_child() noexcept;
