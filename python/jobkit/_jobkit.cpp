@@ -27,7 +27,9 @@
 #include "jobkit/preemption.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
+#include "core/timeout.hpp"
 #include "nccl/device_rule.hpp"
+#include "where/watch.hpp"
 
 namespace py = pybind11;
 
@@ -325,6 +327,16 @@ void define_identity(py::module_& m) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& a : jobkit::default_runtime().data_path_addresses()) out.emplace_back(a.interface, a.address);
     return out;
+  });
+  // The step's report by itself, for torch's own collectives (_torch_where.py): the rule of when,
+  // and the report, as for jobkit's calls (src/where/watch.hpp).
+  m.def("where_report_after", [](double deadline_s) {
+    const auto deadline = std::chrono::milliseconds(static_cast<long long>(std::max(0.0, deadline_s) * 1000));
+    return static_cast<double>(jobkit::detail::report_after(deadline).count()) / 1000;
+  });
+  m.def("where_report", [](int rank, const std::string& call, const std::string& site, long waited_s) {
+    py::gil_scoped_release nogil;
+    jobkit::where::report_call(rank, call, site, waited_s);
   });
 }
 

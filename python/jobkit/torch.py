@@ -10,7 +10,9 @@ torch's scale (a C++ server, no GIL). With store="jobkit" it is a JobkitStore in
 jobkit/_store.py), whose every connection is authenticated, for a few hundred ranks. It coexists
 with `jobkit exec`: the variables that sets (RANK, MASTER_ADDR, ...) are not read. After init,
 RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK hold jobkit's identity,
-for the frameworks' own getters.
+for the frameworks' own getters. Rank 0 watches torch's own collectives through torch's flight
+recorder where torch has one a library can read, and logs where every rank is once one has waited
+past JOBKIT_WHERE_REPORT_AFTER (jobkit/_torch_where.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import Identity, _jobkit, broadcast_object, identity, select_device
+from . import Identity, _jobkit, _torch_where, broadcast_object, identity, select_device
 from ._store import JobkitStore
 from ._timeout import Timeout, seconds
 
@@ -194,4 +196,5 @@ def init_process_group(backend: str = "gloo", timeout: Timeout = None,
     dist.init_process_group(backend, store=made, rank=me.rank, world_size=me.world_size, timeout=span, **kwargs)
     _store, _arguments = made, arguments
     os.environ.update(variables)
+    _torch_where.watch(str(backend), me.rank)
     return made

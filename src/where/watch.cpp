@@ -42,18 +42,7 @@ void report(long waited_s, std::int64_t since_ns) {
   // shared with the call).
   const auto record = read_record(find_files(::getpid()).record);
   if (!record || !record->in_call || record->since_ns != since_ns) return;  // it ended meanwhile
-  const auto& env = detail::process_environment();
-  const auto job = env.get("SLURM_JOB_ID");
-  const auto step = env.get("SLURM_STEP_ID");
-  if (!job || !step) return;
-  const std::string target = *job + "." + *step;
-  const std::string program = env.get("JOBKIT_CLI").value_or("jobkit");
-  const auto environment = report_environment(environ);
-  const auto result =
-      detail::run_bounded({program, "where", target, "--timeout", "10"}, std::chrono::seconds(30), &environment);
-  const auto text = report_text(record->rank, record->call, record->site, waited_s, target, result.status,
-                                result.out, result.err);
-  (void)detail::write_file_all(2, text.data(), text.size());
+  report_call(record->rank, record->call, record->site, waited_s);
 }
 
 void watch_loop() {
@@ -99,6 +88,20 @@ void watch_leave() noexcept {
 void forget_watch_in_child() noexcept {
   in_call_.store(false);
   thread_started_.store(false);
+}
+
+void report_call(int rank, std::string_view call, std::string_view site, long waited_s) {
+  const auto& env = detail::process_environment();
+  const auto job = env.get("SLURM_JOB_ID");
+  const auto step = env.get("SLURM_STEP_ID");
+  if (!job || !step) return;
+  const std::string target = *job + "." + *step;
+  const std::string program = env.get("JOBKIT_CLI").value_or("jobkit");
+  const auto environment = report_environment(environ);
+  const auto result =
+      detail::run_bounded({program, "where", target, "--timeout", "10"}, std::chrono::seconds(30), &environment);
+  const auto text = report_text(rank, call, site, waited_s, target, result.status, result.out, result.err);
+  (void)detail::write_file_all(2, text.data(), text.size());
 }
 
 std::vector<std::string> report_environment(char** variables) {

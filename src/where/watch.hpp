@@ -23,6 +23,11 @@ void watch_leave() noexcept;
 /// After fork, in the child: no thread watches it, and no lock is held.
 void forget_watch_in_child() noexcept;
 
+/// Runs `jobkit where` on this step (SLURM_JOB_ID.SLURM_STEP_ID) and logs its report under a
+/// header naming the call that has waited; nothing outside a Slurm step. Blocks up to 30 s: the
+/// watch thread's, and jobkit.torch's for torch's own collectives (python/jobkit/_torch_where.py).
+void report_call(int rank, std::string_view call, std::string_view site, long waited_s);
+
 // The report's parts, apart for the tests.
 
 /// The environment the report's `jobkit where` runs in: this one without the step's identity

@@ -163,4 +163,19 @@ run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$jobkit" exec --timeout 120 
 check 7 "uneven, jobkit exec and env://" torch-first env
 run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py torch-only env
 check 8 "cyclic, jobkit exec and env://, an unchanged torch script" torch-only env
+
+# A step that waits in torch's own barrier: rank 3 sleeps 15 s; rank 0 reports where every rank is
+# by itself after 3 s, naming torch's collective from its flight recorder (PyPI's torch has one).
+cp "$here/torch_hang.py" "$work/check/" || fail "cannot copy torch_hang.py"
+line_of() { grep -n "# $1\$" "$here/torch_hang.py" | cut -d: -f1; }
+run_step "${clean[@]}" JOBKIT_WHERE_REPORT_AFTER=3 JOBKIT_CLI="$jobkit" "${step[@]}" -N3 -n4 "$py" torch_hang.py 15 3
+((status == 0)) || fail "torch's barrier: exit status $status"
+(($(count "torch-where ok ") == 4)) || fail "torch's barrier: not every rank passed it"
+grep -qE "^\[rank: 0\] WARNING: torch gloo:barrier at torch_hang.py:$(line_of BARRIER_LINE) has waited [3-9] s; where every rank is \(jobkit where [0-9]+\.0\):\$" <<<"$out" ||
+  fail "rank 0 did not report torch's barrier by itself within 3 to 9 s"
+grep -qE "^  \[rank: 3\] not in jobkit: load_shard torch_hang.py:$(line_of LOAD_LINE) <- train_step torch_hang.py:$(line_of STEP_LINE)" <<<"$out" ||
+  fail "the report does not show rank 3's stack"
+grep -qE "^  \[rank: 0-2\] not in jobkit: .*train_step torch_hang.py:$(line_of BARRIER_LINE)" <<<"$out" ||
+  fail "the report does not show the ranks in torch's barrier"
+echo "--- torch's barrier reported by the step itself: ok"
 echo ok
