@@ -256,6 +256,12 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
         detail::run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1",
                      "-w", s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
                     limit);
+    if (agents.out.empty() && agents.status != 0 && agents.status != 124) {
+      // Nothing reached any node: Slurm refused the overlapping step (not the caller's job, or a
+      // job that ended meanwhile).
+      throw usage_error{"where: srun --overlap into job " + job + " failed (exit status " +
+                        std::to_string(agents.status) + "): " + first_line(agents.err)};
+    }
     const auto report = where::fold_report(agents.out, nodes);
     std::string text = "step " + s.id + " on " + s.nodes + ":\n" + report;
     if (agents.status != 0 && agents.status != 124) {

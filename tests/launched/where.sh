@@ -10,7 +10,8 @@
 #   self-report        the python step with JOBKIT_WHERE_REPORT_AFTER=3 and a barrier of 20 s: rank 0
 #              logs the folded report by itself, and every deadline message points to it
 #   self-report-cpp    the same with `jobkit barrier` (C++) and rank 5 in `sleep`
-#   bad-input  a job id that is not one, a job that is not running, no SLURM_JOB_ID
+#   bad-input  a job id that is not one, a job that is not running, no SLURM_JOB_ID, another
+#              user's job (as nobody, where nobody can run the build's jobkit)
 # usage: where.sh MODE JOBKIT PYTHON PYTHONPATH WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -180,6 +181,17 @@ case $mode in
     start_step "$mode" -N1 -n1 sleep 100
     ask "$job.7"
     ((status == 2)) && grep -qx "jobkit: where: step $job.7 is not running" <<<"$out" ||
-      fail "a step that is not running was not refused" ;;
+      fail "a step that is not running was not refused"
+    # Another user's job: Slurm refuses the overlapping step, and that is the one line.
+    if runuser -u nobody -- test -x "$jobkit"; then
+      out=$(timeout 60 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" "$jobkit" where "$job" 2>&1)
+      status=$?
+      echo "--- as nobody (exit status $status): $out"
+      ((status == 2)) && [[ $(grep -c . <<<"$out") == 1 ]] &&
+        grep -qE "^jobkit: where: srun --overlap into job $job failed \(exit status [0-9]+\): .*(denied|not permitted)" <<<"$out" ||
+        fail "another user's job was not refused in one line"
+    else
+      echo "--- another user's job: not checked ($jobkit is not reachable by user nobody)"
+    fi ;;
 esac
 echo ok
