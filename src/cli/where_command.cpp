@@ -139,30 +139,58 @@ std::string proc_state(int pid) {
   return text;
 }
 
-/// The Python stack of pid, dumped by the handler `import jobkit` registered on signal, into
-/// path; nullopt when the process did not answer within the limit.
-std::optional<std::string> python_stack(int pid, const std::string& path, int signal, std::chrono::milliseconds limit) {
-  struct stat before {};
-  if (::stat(path.c_str(), &before) != 0) return std::nullopt;
-  if (::kill(pid, signal) != 0) return std::nullopt;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  off_t last = before.st_size;
+/// A Python process's stack, asked of the handler `import jobkit` registered: its dump file.
+struct stack_request {
+  int pid = 0;
+  std::string path;  // /proc/PID/fd/N of its memfd
+  off_t before = 0;  // the file's size before the signal
+  off_t last = 0;
+  bool sent = false;
   bool grew = false;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    struct stat now {};
-    if (::stat(path.c_str(), &now) != 0) return std::nullopt;
-    if (grew && now.st_size == last) break;  // the dump has ended
-    grew = grew || now.st_size > before.st_size;
-    last = now.st_size;
+  bool done = false;
+};
+
+/// The stacks of every request at once: each process is sent the signal, then all are waited for
+/// together (their dumps run side by side) until each dump has stopped growing, within one limit
+/// for all; nullopt for a process that did not answer.
+std::vector<std::optional<std::string>> python_stacks(std::vector<stack_request>& requests, int signal,
+                                                      std::chrono::milliseconds limit) {
+  for (auto& r : requests) {
+    struct stat before {};
+    if (::stat(r.path.c_str(), &before) != 0) continue;
+    r.before = r.last = before.st_size;
+    r.sent = ::kill(r.pid, signal) == 0;
   }
-  if (!grew) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(before.st_size);
-  std::string dump(static_cast<std::size_t>(std::min<off_t>(last - before.st_size, 1 << 20)), '\0');
-  in.read(dump.data(), static_cast<std::streamsize>(dump.size()));
-  dump.resize(static_cast<std::size_t>(in.gcount()));
-  return where::python_frames(dump);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto waiting = [&] {
+    return std::any_of(requests.begin(), requests.end(), [](const stack_request& r) { return r.sent && !r.done; });
+  };
+  while (waiting() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto& r : requests) {
+      if (!r.sent || r.done) continue;
+      struct stat now {};
+      if (::stat(r.path.c_str(), &now) != 0) {
+        r.sent = false;  // the process ended
+        continue;
+      }
+      if (r.grew && now.st_size == r.last) r.done = true;  // the dump has ended
+      r.grew = r.grew || now.st_size > r.before;
+      r.last = now.st_size;
+    }
+  }
+  std::vector<std::optional<std::string>> stacks(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    if (!r.sent || !r.grew) continue;
+    std::ifstream in(r.path, std::ios::binary);
+    in.seekg(r.before);
+    std::string dump(static_cast<std::size_t>(std::min<off_t>(r.last - r.before, 1 << 20)), '\0');
+    in.read(dump.data(), static_cast<std::streamsize>(dump.size()));
+    dump.resize(static_cast<std::size_t>(in.gcount()));
+    stacks[i] = where::python_frames(dump);
+  }
+  return stacks;
 }
 
 int run_agent(const std::string& job, const std::string& step) {
@@ -174,7 +202,14 @@ int run_agent(const std::string& job, const std::string& step) {
   for (const auto& p : step_processes(job, step, host)) by_rank[p.rank].push_back(p);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
-  std::string out;
+  struct rank_seen {
+    int rank;
+    std::optional<where::record_view> record;
+    std::string state;
+    int stack = -1;  // its index in requests
+  };
+  std::vector<rank_seen> seen;
+  std::vector<stack_request> requests;
   for (const auto& [rank, list] : by_rank) {
     // The process with a record, else with a Python stack file; else one without a child in the
     // task (the program, not its shell).
@@ -194,13 +229,18 @@ int run_agent(const std::string& job, const std::string& step) {
       if (chosen == nullptr && !parent) chosen = &p;
     }
     if (chosen == nullptr) chosen = &list.front();
-    const auto record = files.record.empty() ? std::nullopt : where::read_record(files.record);
-    const std::string state = proc_state(chosen->pid);
-    std::optional<std::string> stack;
-    if (!files.stack.empty() && state.find("stopped") == std::string::npos && (!record || !record->in_call)) {
-      stack = python_stack(chosen->pid, files.stack, signal, std::chrono::milliseconds(2000));
+    rank_seen r{rank, files.record.empty() ? std::nullopt : where::read_record(files.record), proc_state(chosen->pid)};
+    if (!files.stack.empty() && r.state.find("stopped") == std::string::npos && (!r.record || !r.record->in_call)) {
+      r.stack = static_cast<int>(requests.size());
+      requests.push_back(stack_request{.pid = chosen->pid, .path = files.stack});
     }
-    out += where::format_answer(where::describe(rank, host, record, stack, state, now_ns));
+    seen.push_back(std::move(r));
+  }
+  const auto stacks = python_stacks(requests, signal, std::chrono::milliseconds(2000));
+  std::string out;
+  for (const auto& r : seen) {
+    const auto stack = r.stack >= 0 ? stacks[static_cast<std::size_t>(r.stack)] : std::nullopt;
+    out += where::format_answer(where::describe(r.rank, host, r.record, stack, r.state, now_ns));
   }
   out += "#node " + host + " " + std::to_string(by_rank.size()) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
