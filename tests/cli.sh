@@ -71,6 +71,11 @@ expect "checkpoint commit without begin" 1 "^jobkit: checkpoint step 13 under '$
 expect "checkpoint bad step" 2 "^jobkit: checkpoint: STEP='x1' is not a step number" "$jobkit" checkpoint begin "$ckpt" x1
 expect "checkpoint bad --keep" 2 "^jobkit: checkpoint: --keep='-2' is not a count$" \
   "$jobkit" checkpoint commit "$ckpt" 12 --keep -2
+expect "checkpoint begin --timeout" 2 "^jobkit: checkpoint: --timeout does not apply to 'begin', which waits for no other rank" \
+  "$jobkit" checkpoint begin "$ckpt" 14 --timeout 5
+expect "checkpoint unknown action" 2 "^jobkit: checkpoint: expected .* or 'verify DIR STEP'" "$jobkit" checkpoint frob "$ckpt"
+expect "help names checkpoint verify" 0 'checkpoint latest, begin, commit, part, verify' "$jobkit" --help
+expect "info --help names pmi2" 0 'came from \(pmix, pmi2, slurm,' "$jobkit" info --help
 expect "checkpoint without action" 2 '^jobkit: checkpoint: no action given' "$jobkit" checkpoint
 expect "checkpoint --help" 0 'usage: jobkit checkpoint latest DIR' "$jobkit" checkpoint --help
 expect "time-left outside Slurm" 0 '^unknown$' env -u SLURM_JOB_ID -u SLURM_JOB_END_TIME "$jobkit" time-left

@@ -75,7 +75,11 @@ int run_checkpoint(const std::vector<std::string_view>& args) {
   std::vector<std::string_view> positional;
   checkpoint_options options;
   for (std::size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--timeout") {
+    if (args[i] == "--timeout" && (action == "begin" || action == "part")) {
+      throw usage_error{fmt::format("checkpoint: --timeout does not apply to '{}', which waits for no other rank "
+                                    "(see jobkit checkpoint --help)",
+                                    action)};
+    } else if (args[i] == "--timeout") {
       options.timeout = timeout_option(option_value(args, i, "checkpoint")).timeout;
     } else if (args[i] == "--keep" && action == "commit") {
       const auto value = option_value(args, i, "checkpoint");
@@ -95,8 +99,8 @@ int run_checkpoint(const std::vector<std::string_view>& args) {
   if ((action != "latest" && action != "begin" && action != "commit" && action != "part" && action != "verify") ||
       positional.size() != wanted) {
     throw usage_error{
-        fmt::format("checkpoint: expected 'latest DIR', 'begin DIR STEP', 'commit DIR STEP' or "
-                    "'part DIR STEP' (see jobkit checkpoint --help)")};
+        fmt::format("checkpoint: expected 'latest DIR', 'begin DIR STEP', 'commit DIR STEP', 'part DIR STEP' "
+                    "or 'verify DIR STEP' (see jobkit checkpoint --help)")};
   }
   checkpoints saved{std::filesystem::path(positional[0]), options};
   if (action == "latest") {
