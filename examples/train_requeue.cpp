@@ -7,7 +7,8 @@
 //
 //   srun --mpi=pmix --kill-on-bad-exit=1 jobkit-train-requeue --ckpt DIR [--steps N]
 //        [--step-ms MS] [--every K] [--margin SECONDS] [--result FILE]
-//        [--crash-rank R --crash-step S]   (test: rank R dies at step S's save, first attempt)
+//        [--crash-rank R --crash-step S [--crash-attempt A]]
+//        (test: rank R dies at step S's save, in attempt A: SLURM_RESTART_COUNT, default 0)
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@ struct settings {
   std::string result;
   int crash_rank = -1;
   std::int64_t crash_step = -1;
+  int crash_attempt = 0;
 };
 
 settings parse(int argc, char** argv) {
@@ -57,6 +59,8 @@ settings parse(int argc, char** argv) {
       s.crash_rank = std::stoi(value);
     else if (arg == "--crash-step")
       s.crash_step = std::stoll(value);
+    else if (arg == "--crash-attempt")
+      s.crash_attempt = std::stoi(value);
     else
       throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("unknown argument '{}'", arg));
   }
@@ -78,7 +82,7 @@ void save(jobkit::checkpoints& saved, const state& s, const settings& opt) {
   const auto& me = jobkit::current_identity();
   const auto part = saved.begin(s.next_step);
   std::ofstream(part / "state") << s.next_step << ' ' << s.sum << '\n';
-  if (me.rank == opt.crash_rank && s.next_step == opt.crash_step && me.restart_count == 0) {
+  if (me.rank == opt.crash_rank && s.next_step == opt.crash_step && me.restart_count == opt.crash_attempt) {
     jobkit::log::warn("crashing on purpose at the save of step {} (the others are in commit())", s.next_step);
     ::raise(SIGKILL);
   }

@@ -5,7 +5,7 @@
 # usage: preemption.sh MODE JOBKIT TRAIN_REQUEUE WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit one-rank array requeue-refused
+declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit crash-after-stop one-rank array requeue-refused
 mode=$1
 jobkit=$(realpath "$2")
 train=$(realpath "$3")
@@ -30,7 +30,7 @@ submit() {
   local options=()
   while (($#)) && [[ $1 != -- ]]; do options+=("$1"); shift; done
   shift
-  env JOBKIT="$jobkit" PROGRAM="$train" CHECKPOINTS="$work/ckpt" MAX_RESTARTS=3 JOBKIT_LOG_RANKS=all \
+  env JOBKIT="$jobkit" PROGRAM="$train" CHECKPOINTS="$work/ckpt" MAX_RESTARTS="${max_restarts:-3}" JOBKIT_LOG_RANKS=all \
     sbatch --parsable --chdir="$work" --output="$work/job-%j.out" --nodes=$nodes --ntasks-per-node=$per_node \
     --time=10 "${options[@]}" "$template" --steps "$steps" --step-ms 100 \
     --result "$work/result" "$@"
@@ -92,19 +92,21 @@ report_latency() {
     "agreed -> checkpoint committed $((($committed - agreed) / 1000000)) ms"
 }
 
-# signalled OPTIONS... -- 'COMMAND': submits the job with OPTIONS, evaluates COMMAND (it may use
-# $job, the job id) 1.5 s into its first attempt, waits until the job ended for good, checks its
-# result and the latency.
+# signalled OPTIONS... -- 'COMMAND' [PROGRAM ARGS...]: submits the job with OPTIONS (and the
+# program's extra ARGS), evaluates COMMAND (it may use $job, the job id) 1.5 s into its first
+# attempt, waits until the job ended for good, checks its result and the latency.
 signalled() {
   local options=()
   while [[ $1 != -- ]]; do options+=("$1"); shift; done
   shift
-  job=$(submit "${options[@]}" --) || fail "sbatch failed"
+  local command=$1
+  shift
+  job=$(submit "${options[@]}" -- "$@") || fail "sbatch failed"
   wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
   sleep 1.5
   local signal_ns
   signal_ns=$(now_ns)
-  eval "$1"
+  eval "$command"
   wait_done "$job"
   check_result "$job"
   report_latency "$signal_ns"
@@ -152,6 +154,16 @@ case $mode in
     grep -q 'attempt 1: resuming from step 10 ' <<<"$out" || fail "the second attempt did not resume from step 10"
     (($(count 'ERROR: rank 3 (c2) .*during gather(root 0) at train_requeue.cpp') == 5)) ||
       fail "not every survivor named rank 3 and the call site" ;;
+  crash-after-stop)
+    # MAX_RESTARTS=1: attempt 0 is stopped (SIGUSR1) and requeued, attempt 1 crashes (rank 3 at
+    # the save of step 20): the first crash, requeued although SLURM_RESTART_COUNT is already 1;
+    # attempt 2 resumes and finishes.
+    max_restarts=1
+    signalled -- 'scancel --signal=USR1 "$job"' --every 10 --crash-rank 3 --crash-step 20 --crash-attempt 1
+    grep -q 'attempt 0: stopped at a committed checkpoint; requeueing' <<<"$out" || fail "attempt 0 was not stopped"
+    grep -q 'attempt 1: failed with status [0-9]* (crash 1 of at most 1 requeued); requeueing' <<<"$out" ||
+      fail "the first crash was not requeued after a pre-emption"
+    [[ $(field "$job" Restarts) == 2 ]] || fail "the job was not requeued twice" ;;
   one-rank)
     # SIGUSR1 to rank 4's process alone: every rank stops at the same step.
     signalled -- 'kill -USR1 "$(cat "$work/result.pid.4")"'
