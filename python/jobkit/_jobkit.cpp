@@ -19,6 +19,7 @@
 
 #include "_module.hpp"
 #include "core/embedder.hpp"
+#include "core/timeout.hpp"
 #include "jobkit/checkpoints.hpp"
 #include "jobkit/collectives.hpp"
 #include "jobkit/config.hpp"
@@ -27,7 +28,6 @@
 #include "jobkit/preemption.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
-#include "core/timeout.hpp"
 #include "nccl/device_rule.hpp"
 #include "where/watch.hpp"
 

@@ -76,9 +76,10 @@ int run_checkpoint(const std::vector<std::string_view>& args) {
   checkpoint_options options;
   for (std::size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--timeout" && (action == "begin" || action == "part")) {
-      throw usage_error{fmt::format("checkpoint: --timeout does not apply to '{}', which waits for no other rank "
-                                    "(see jobkit checkpoint --help)",
-                                    action)};
+      throw usage_error{
+          fmt::format("checkpoint: --timeout does not apply to '{}', which waits for no other rank "
+                      "(see jobkit checkpoint --help)",
+                      action)};
     } else if (args[i] == "--timeout") {
       options.timeout = timeout_option(option_value(args, i, "checkpoint")).timeout;
     } else if (args[i] == "--keep" && action == "commit") {

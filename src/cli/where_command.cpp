@@ -292,10 +292,10 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
     if (hosts.status != 0 || nodes.empty()) {
       throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + first_line(hosts.err)};
     }
-    const auto agents =
-        detail::run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1",
-                     "-w", s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
-                    limit);
+    const auto agents = detail::run_bounded(
+        {"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1", "-w",
+         s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
+        limit);
     if (agents.out.empty() && agents.status != 0 && agents.status != 124) {
       // Nothing reached any node: Slurm refused the overlapping step (not the caller's job, or a
       // job that ended meanwhile).

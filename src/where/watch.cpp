@@ -115,21 +115,22 @@ std::vector<std::string> report_environment(char** variables) {
   return kept;
 }
 
-std::string report_text(int rank, std::string_view call, std::string_view site, long waited_s,
-                        std::string_view target, int status, std::string_view output, std::string_view error) {
+std::string report_text(int rank, std::string_view call, std::string_view site, long waited_s, std::string_view target,
+                        int status, std::string_view output, std::string_view error) {
   const std::string prefix = fmt::format("[rank: {}] WARNING: ", rank);
   if (output.empty()) {
-    const auto why = status == 127 ? fmt::format("could not start jobkit ({}; the jobkit command: JOBKIT_CLI, else "
-                                                 "jobkit on PATH)",
-                                                 first_line(error))
-                     : status == 124 ? std::string("jobkit where did not answer within 30 s")
-                                     : fmt::format("jobkit where {} failed (exit status {}): {}", target, status,
-                                                   first_line(error));
-    return fmt::format("{}{} at {} has waited {} s; cannot say where every rank is: {}\n", prefix, call, site,
-                       waited_s, why);
+    const auto why =
+        status == 127 ? fmt::format(
+                            "could not start jobkit ({}; the jobkit command: JOBKIT_CLI, else "
+                            "jobkit on PATH)",
+                            first_line(error))
+        : status == 124 ? std::string("jobkit where did not answer within 30 s")
+                        : fmt::format("jobkit where {} failed (exit status {}): {}", target, status, first_line(error));
+    return fmt::format("{}{} at {} has waited {} s; cannot say where every rank is: {}\n", prefix, call, site, waited_s,
+                       why);
   }
-  std::string text = fmt::format("{}{} at {} has waited {} s; where every rank is (jobkit where {}):\n", prefix,
-                                 call, site, waited_s, target);
+  std::string text = fmt::format("{}{} at {} has waited {} s; where every rank is (jobkit where {}):\n", prefix, call,
+                                 site, waited_s, target);
   for (std::size_t start = 0; start < output.size();) {
     auto end = output.find('\n', start);
     if (end == std::string_view::npos) end = output.size();

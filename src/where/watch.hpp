@@ -37,7 +37,7 @@ std::vector<std::string> report_environment(char** variables);
 
 /// The lines logged: a header naming the call and the wait, then the report, each line indented.
 /// rank: the world rank of the process that reports; output/status: jobkit where's.
-std::string report_text(int rank, std::string_view call, std::string_view site, long waited_s,
-                        std::string_view target, int status, std::string_view output, std::string_view error);
+std::string report_text(int rank, std::string_view call, std::string_view site, long waited_s, std::string_view target,
+                        int status, std::string_view output, std::string_view error);
 
 }  // namespace jobkit::where

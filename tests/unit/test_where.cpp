@@ -2,8 +2,8 @@
 // call, the Python stack read from faulthandler's dump, one rank's answer and the folded report.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,7 +31,11 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
   {
     const call_scope outer({.call = "barrier", .site = "train.py:31", .rank = 3, .group_rank = 1, .group_size = 8});
     {
-      const call_scope inner({.call = "all_gather", .site = "helpers.cpp:10", .rank = 3, .group_rank = 1, .group_size = 8});  // a call inside a call
+      const call_scope inner({.call = "all_gather",
+                              .site = "helpers.cpp:10",
+                              .rank = 3,
+                              .group_rank = 1,
+                              .group_size = 8});  // a call inside a call
     }
     const auto path = find_files(::getpid()).record;
     REQUIRE(path.starts_with("/proc/"));
@@ -52,7 +56,11 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
   CHECK(after->last_site == "train.py:31");
   const std::string long_site(300, 's');
   const std::string long_call(100, 'c');
-  enter({.call = long_call, .site = long_site, .rank = 0, .group_rank = 0, .group_size = 1});  // names past their room are cut
+  enter({.call = long_call,
+         .site = long_site,
+         .rank = 0,
+         .group_rank = 0,
+         .group_size = 1});  // names past their room are cut
   const auto cut = read_record(path);
   REQUIRE(cut);
   CHECK(cut->call.size() == 31);
@@ -160,7 +168,7 @@ TEST_CASE("the step's own report: when, in what environment, and what it logs") 
   using std::chrono::seconds;
   CHECK(report_after_rule(std::nullopt, seconds(80)) == seconds(20));  // a quarter of the deadline
   CHECK(report_after_rule(std::nullopt, seconds(1800)) == seconds(450));
-  CHECK(report_after_rule(std::nullopt, seconds(20)) == seconds(10));  // but at least 10 s
+  CHECK(report_after_rule(std::nullopt, seconds(20)) == seconds(10));      // but at least 10 s
   CHECK(report_after_rule(std::nullopt, seconds(10)) == milliseconds(0));  // never at or past the deadline
   CHECK(report_after_rule("5", seconds(80)) == seconds(5));
   CHECK(report_after_rule("2.5", seconds(80)) == milliseconds(2500));
@@ -174,9 +182,9 @@ TEST_CASE("the step's own report: when, in what environment, and what it logs") 
     CHECK(std::string(e.what()).find("JOBKIT_WHERE_REPORT_AFTER='soon'") != std::string::npos);
   }
 
-  std::vector<std::string> variables = {"PATH=/usr/bin",      "SLURM_CONF=/etc/slurm.conf", "SLURM_STEP_ID=3",
-                                        "SLURM_NTASKS=7",     "PMIX_RANK=2",                "PMI_FD=5",
-                                        "SLURMD_NODENAME=c1", "HOME=/root"};
+  std::vector<std::string> variables = {
+      "PATH=/usr/bin", "SLURM_CONF=/etc/slurm.conf", "SLURM_STEP_ID=3", "SLURM_NTASKS=7", "PMIX_RANK=2",
+      "PMI_FD=5",      "SLURMD_NODENAME=c1",         "HOME=/root"};
   std::vector<char*> pointers;
   for (auto& v : variables) pointers.push_back(v.data());
   pointers.push_back(nullptr);
@@ -224,17 +232,29 @@ TEST_CASE("the step's own report: group rank 0's thread runs jobkit where once p
   ::dup2(file, 2);
   {
     // Group rank 1 never reports; group rank 0 reports once, after the threshold.
-    const call_scope other({.call = "all_gather", .site = "a.cpp:1", .rank = 5, .group_rank = 1, .group_size = 2,
+    const call_scope other({.call = "all_gather",
+                            .site = "a.cpp:1",
+                            .rank = 5,
+                            .group_rank = 1,
+                            .group_size = 2,
                             .report_after = std::chrono::milliseconds(100)});
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   }
   {
-    const call_scope waiting({.call = "barrier", .site = "hang.cpp:9", .rank = 2, .group_rank = 0, .group_size = 7,
+    const call_scope waiting({.call = "barrier",
+                              .site = "hang.cpp:9",
+                              .rank = 2,
+                              .group_rank = 0,
+                              .group_size = 7,
                               .report_after = std::chrono::milliseconds(500)});
     std::this_thread::sleep_for(std::chrono::milliseconds(4500));
   }
   {
-    const call_scope quick({.call = "barrier", .site = "hang.cpp:12", .rank = 2, .group_rank = 0, .group_size = 7,
+    const call_scope quick({.call = "barrier",
+                            .site = "hang.cpp:12",
+                            .rank = 2,
+                            .group_rank = 0,
+                            .group_size = 7,
                             .report_after = std::chrono::seconds(60)});
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   }
