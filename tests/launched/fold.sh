@@ -63,7 +63,17 @@ if [[ $mode == sigterm || $mode == sigint ]]; then
   srun_wrapper
   PATH=$work/bin:$PATH timeout 120 "$jobkit" fold --window 30000 -- srun --mpi=pmix -N3 -n6 \
     bash -c 'echo "rank $SLURM_PROCID waiting"; exec sleep 100' >"$work/out" 2>"$work/err" &
-  fold_pid=$!
+  timeout_pid=$!
+  # The signals go to jobkit fold itself, not to timeout: timeout would pass each one to its whole
+  # process group (srun included, directly) and follow it with SIGCONT, which is not the path
+  # tested here and, on a loaded machine, left srun counting no second SIGINT.
+  fold_pid=
+  for _ in $(seq 100); do
+    fold_pid=$(pgrep -P "$timeout_pid" | head -1)
+    [[ -n $fold_pid ]] && break
+    sleep 0.05
+  done
+  [[ -n $fold_pid ]] || fail "jobkit fold did not start"
   for _ in $(seq 300); do
     [[ $(squeue -h -s -o %i 2>/dev/null | grep -c '\.0$') -ge 1 ]] && break
     sleep 0.1
@@ -74,11 +84,15 @@ if [[ $mode == sigterm || $mode == sigint ]]; then
   if [[ $mode == sigterm ]]; then
     kill -TERM "$fold_pid"
   else
+    # A second Ctrl-C: the second SIGINT once srun said it had the first, well within its second.
     kill -INT "$fold_pid"
-    sleep 0.3
+    for _ in $(seq 250); do
+      grep -q 'one more within 1 sec' "$work/err" && break
+      sleep 0.02
+    done
     kill -INT "$fold_pid"
   fi
-  wait "$fold_pid"
+  wait "$timeout_pid"
   status=$?
   elapsed_ms=$((($(date +%s%N) - start) / 1000000))
   show "$work/out" "folded stdout"
