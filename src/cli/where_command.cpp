@@ -57,11 +57,6 @@ constexpr std::string_view where_usage =
     "  --timeout SECONDS  the longest to wait for the nodes' answers (default 10)\n"
     "  --help             show this help\n";
 
-std::string first_line(const std::string& text) {
-  auto line = text.substr(0, text.find('\n'));
-  return line.empty() ? "(no message)" : line;
-}
-
 std::string read_small_file(const std::string& path, std::size_t limit = 1 << 20) {
   std::ifstream in(path, std::ios::binary);
   std::string text(limit, '\0');
@@ -258,7 +253,7 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
   const auto squeue = detail::run_bounded({"squeue", "-h", "-s", "-j", job, "-o", "%i|%N"}, limit);
   if (squeue.status != 0) {
     throw usage_error{"where: squeue -s -j " + job + " failed (" + std::to_string(squeue.status) +
-                      "): " + first_line(squeue.err)};
+                      "): " + detail::first_line(squeue.err)};
   }
   std::vector<step_place> steps;
   std::istringstream lines(squeue.out);
@@ -290,7 +285,7 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
       if (!name.empty()) nodes.push_back(name);
     }
     if (hosts.status != 0 || nodes.empty()) {
-      throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + first_line(hosts.err)};
+      throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + detail::first_line(hosts.err)};
     }
     const auto agents = detail::run_bounded(
         {"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1", "-w",
@@ -300,13 +295,13 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
       // Nothing reached any node: Slurm refused the overlapping step (not the caller's job, or a
       // job that ended meanwhile).
       throw usage_error{"where: srun --overlap into job " + job + " failed (exit status " +
-                        std::to_string(agents.status) + "): " + first_line(agents.err)};
+                        std::to_string(agents.status) + "): " + detail::first_line(agents.err)};
     }
     const auto report = where::fold_report(agents.out, nodes);
     std::string text = "step " + s.id + " on " + s.nodes + ":\n" + report;
     if (agents.status != 0 && agents.status != 124) {
       text += "(srun --overlap for the nodes' agents: exit status " + std::to_string(agents.status) + ": " +
-              first_line(agents.err) + ")\n";
+              detail::first_line(agents.err) + ")\n";
     }
     std::fwrite(text.data(), 1, text.size(), stdout);
     if (report.find("not answering") != std::string::npos) status = 1;

@@ -100,4 +100,9 @@ command_result run_bounded(const std::vector<std::string>& argv, std::chrono::mi
   return result;
 }
 
+std::string first_line(std::string_view text) {
+  const auto line = text.substr(0, text.find('\n'));
+  return line.empty() ? std::string("(no message)") : std::string(line);
+}
+
 }  // namespace jobkit::detail

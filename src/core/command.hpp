@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jobkit::detail {
@@ -20,5 +21,8 @@ struct command_result {
 /// child's failures: they are in the result.
 command_result run_bounded(const std::vector<std::string>& argv, std::chrono::milliseconds limit,
                            const std::vector<std::string>* environment = nullptr);
+
+/// The first line of a command's message, for one-line errors; "(no message)" when it has none.
+std::string first_line(std::string_view text);
 
 }  // namespace jobkit::detail

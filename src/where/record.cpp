@@ -113,7 +113,7 @@ std::int64_t enter(const call_info& info) noexcept {
   copy_text(layout->call, info.call);
   copy_text(layout->site, info.site);
   layout->sequence.store(sequence + 2, std::memory_order_release);
-  watch_enter(info.rank, info.group_rank, info.report_after, since);
+  watch_enter(info.group_rank, info.report_after, since);
   return since;
 }
 

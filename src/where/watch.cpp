@@ -23,18 +23,12 @@ std::atomic<bool> in_call_{false};
 std::atomic<std::uint64_t> number_{0};  // watched calls entered
 std::atomic<std::int64_t> since_ns_{0};
 std::atomic<std::int64_t> report_after_ms_{0};
-std::atomic<int> rank_{-1};
 std::atomic<bool> thread_started_{false};
 
 std::int64_t realtime_ns() noexcept {
   timespec t{};
   ::clock_gettime(CLOCK_REALTIME, &t);
   return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
-}
-
-std::string first_line(std::string_view text) {
-  const auto line = text.substr(0, text.find('\n'));
-  return line.empty() ? std::string("(no message)") : std::string(line);
 }
 
 void report(long waited_s, std::int64_t since_ns) {
@@ -66,11 +60,10 @@ void watch_loop() {
 
 }  // namespace
 
-void watch_enter(int rank, int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept {
+void watch_enter(int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept {
   if (report_after.count() <= 0 || group_rank != 0) return;
   since_ns_.store(since_ns, std::memory_order_relaxed);
   report_after_ms_.store(report_after.count(), std::memory_order_relaxed);
-  rank_.store(rank, std::memory_order_relaxed);
   in_call_.store(true, std::memory_order_relaxed);
   number_.fetch_add(1, std::memory_order_release);
   if (thread_started_.load(std::memory_order_relaxed) || thread_started_.exchange(true)) return;
@@ -119,13 +112,13 @@ std::string report_text(int rank, std::string_view call, std::string_view site, 
                         int status, std::string_view output, std::string_view error) {
   const std::string prefix = fmt::format("[rank: {}] WARNING: ", rank);
   if (output.empty()) {
-    const auto why =
-        status == 127 ? fmt::format(
-                            "could not start jobkit ({}; the jobkit command: JOBKIT_CLI, else "
-                            "jobkit on PATH)",
-                            first_line(error))
-        : status == 124 ? std::string("jobkit where did not answer within 30 s")
-                        : fmt::format("jobkit where {} failed (exit status {}): {}", target, status, first_line(error));
+    const auto why = status == 127 ? fmt::format(
+                                         "could not start jobkit ({}; the jobkit command: JOBKIT_CLI, else "
+                                         "jobkit on PATH)",
+                                         detail::first_line(error))
+                     : status == 124 ? std::string("jobkit where did not answer within 30 s")
+                                     : fmt::format("jobkit where {} failed (exit status {}): {}", target, status,
+                                                   detail::first_line(error));
     return fmt::format("{}{} at {} has waited {} s; cannot say where every rank is: {}\n", prefix, call, site, waited_s,
                        why);
   }
@@ -140,7 +133,7 @@ std::string report_text(int rank, std::string_view call, std::string_view site, 
     start = end + 1;
   }
   if (status != 0 && status != 1) {
-    text += fmt::format("  (jobkit where: exit status {}: {})\n", status, first_line(error));
+    text += fmt::format("  (jobkit where: exit status {}: {})\n", status, detail::first_line(error));
   }
   return text;
 }

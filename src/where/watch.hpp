@@ -18,7 +18,7 @@ namespace jobkit::where {
 
 /// A call of this process begins (enter's first level, once the record holds it) or ends.
 /// since_ns: the record's. Only group rank 0's calls are watched: a few relaxed stores.
-void watch_enter(int rank, int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept;
+void watch_enter(int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept;
 void watch_leave() noexcept;
 /// After fork, in the child: no thread watches it, and no lock is held.
 void forget_watch_in_child() noexcept;

@@ -230,34 +230,34 @@ TEST_CASE("the step's own report: group rank 0's thread runs jobkit where once p
   const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   REQUIRE(file >= 0);
   ::dup2(file, 2);
-  {
-    // Group rank 1 never reports; group rank 0 reports once, after the threshold.
-    const call_scope other({.call = "all_gather",
-                            .site = "a.cpp:1",
-                            .rank = 5,
-                            .group_rank = 1,
-                            .group_size = 2,
-                            .report_after = std::chrono::milliseconds(100)});
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  }
-  {
-    const call_scope waiting({.call = "barrier",
-                              .site = "hang.cpp:9",
-                              .rank = 2,
-                              .group_rank = 0,
-                              .group_size = 7,
-                              .report_after = std::chrono::milliseconds(500)});
-    std::this_thread::sleep_for(std::chrono::milliseconds(4500));
-  }
-  {
-    const call_scope quick({.call = "barrier",
-                            .site = "hang.cpp:12",
-                            .rank = 2,
-                            .group_rank = 0,
-                            .group_size = 7,
-                            .report_after = std::chrono::seconds(60)});
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  }
+  // A call that lasts `lasting`, as enter and leave record it.
+  auto call_for = [](const call_info& info, std::chrono::milliseconds lasting) {
+    const call_scope scope(info);
+    std::this_thread::sleep_for(lasting);
+  };
+  // Group rank 1 never reports; group rank 0 reports once, after the threshold, and not before it.
+  using std::chrono::milliseconds;
+  call_for({.call = "all_gather",
+            .site = "a.cpp:1",
+            .rank = 5,
+            .group_rank = 1,
+            .group_size = 2,
+            .report_after = milliseconds(100)},
+           milliseconds(1500));
+  call_for({.call = "barrier",
+            .site = "hang.cpp:9",
+            .rank = 2,
+            .group_rank = 0,
+            .group_size = 7,
+            .report_after = milliseconds(500)},
+           milliseconds(4500));
+  call_for({.call = "barrier",
+            .site = "hang.cpp:12",
+            .rank = 2,
+            .group_rank = 0,
+            .group_size = 7,
+            .report_after = std::chrono::seconds(60)},
+           milliseconds(1500));
   ::dup2(saved, 2);
   ::close(saved);
   ::close(file);
