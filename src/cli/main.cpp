@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/embedder.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/jobkit.hpp"
 
@@ -185,6 +186,9 @@ int run(const std::vector<std::string_view>& args) {
     std::printf("jobkit %s\n", JOBKIT_VERSION_STRING);
     return 0;
   }
+  // Every jobkit call of the command names the command as its call site (`barrier at jobkit
+  // barrier`), in its errors and in `jobkit where`, rather than a line of this file.
+  const jobkit::detail::call_site_override site("jobkit " + std::string(command));
   if (command == "info") return run_info(rest);
   if (command == "barrier") return run_barrier(rest);
   if (command == "broadcast") return run_broadcast(rest);

@@ -114,7 +114,7 @@ case $mode in
   cpp)
     start_step "$mode" -N3 -n7 bash -c \
       'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 200; else exec "$0" barrier --timeout 260; fi' "$jobkit"
-    wait_for '^\[rank: 0-4,6\] in barrier at main\.cpp:[0-9]+ for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$'
+    wait_for '^\[rank: 0-4,6\] in barrier at jobkit barrier for [0-9]+(-[0-9]+)? s, waiting for rank 5 \(c2\)$'
     grep -qE '^\[rank: 5\] not in jobkit: sleep S \(sleeping\)' <<<"$out" || fail "rank 5's state is not in the report" ;;
   no-jobkit)
     start_step "$mode" -N3 -n7 sleep 200
@@ -146,7 +146,7 @@ case $mode in
     else
       start_step "$mode" -N3 -n7 bash -c \
         'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 200; else exec "$0" barrier --timeout 20; fi' "$jobkit"
-      site='main\.cpp:[0-9]+'
+      site='jobkit barrier'
       stack='not in jobkit: sleep S \(sleeping\)'
     fi
     log=$work/$mode.out
