@@ -93,7 +93,8 @@ class logger {
   std::string prefixes_[4];  // one per level below off
 };
 
-/// The process-wide logger: the identity of default_runtime(), configured from the environment.
+/// The process-wide logger: the identity of default_runtime() (made by the first use, when no
+/// runtime is in use), configured from the environment.
 const logger& default_logger();
 
 /// "[rank: R] message" (the Lightning / SpeechBrain format); the message unchanged when no

@@ -13,12 +13,6 @@ namespace detail {
 struct runtime_access;
 }  // namespace detail
 
-/// Connection of this process to its launcher. Discovers the identity (the launcher's process
-/// management interface first, then the Slurm step environment, then torchrun variables, then
-/// single-rank defaults; see docs/environment.md) and holds that connection open for its lifetime.
-///
-/// The launcher connection is reference-counted, so several runtimes, and MPI_Init/MPI_Finalize,
-/// may coexist in one process. Move-only.
 /// An address of one of this host's network interfaces.
 struct network_address {
   std::string interface;  ///< "eth0"
@@ -26,6 +20,13 @@ struct network_address {
   friend bool operator==(const network_address&, const network_address&) = default;
 };
 
+/// Connection of this process to its launcher. Discovers the identity (the launcher's process
+/// management interface first, then the Slurm step environment, then torchrun variables, then
+/// single-rank defaults; see docs/environment.md) and holds that connection open for its lifetime.
+///
+/// The launcher connection is reference-counted, so several runtimes, and MPI_Init/MPI_Finalize,
+/// may coexist in one process. The first runtime alive is the process's runtime in use
+/// (default_runtime()) while it lives. Move-only.
 class runtime {
  public:
   /// @throws jobkit::error when the environment is malformed or contradicts PMIx, or PMIx fails.
@@ -61,8 +62,11 @@ class runtime {
   std::unique_ptr<impl> impl_;
 };
 
-/// The process-wide runtime, created on first use and finalized at normal exit.
-/// @throws jobkit::error on first use, as runtime::runtime().
+/// The process's runtime in use: the first jobkit::runtime alive in the process (a program's
+/// own), else one created on first use and finalized at normal exit. The free functions below,
+/// the helpers, checkpoints, workspaces, NCCL communicators and the library's own log lines all
+/// use it, so a program that made its own runtime has one PMIx client, not two.
+/// @throws jobkit::error on first use without a runtime in use, as runtime::runtime().
 runtime& default_runtime();
 
 /// The identity of this process (default_runtime().identity()).

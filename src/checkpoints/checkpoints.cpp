@@ -23,6 +23,7 @@
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
+#include "log/library_log.hpp"
 
 namespace jobkit {
 namespace fs = std::filesystem;
@@ -154,7 +155,7 @@ fs::path retire(const fs::path& directory, std::string_view attempt) {
   std::error_code ec;
   fs::rename(directory, doomed, ec);
   if (ec) {
-    log::warn("checkpoints: cannot remove '{}': {}", directory.string(), ec.message());
+    detail::library_log(log_level::warning, "checkpoints: cannot remove '{}': {}", directory.string(), ec.message());
     return {};
   }
   return doomed;
@@ -164,7 +165,8 @@ void remove_trees(const std::vector<fs::path>& retired) {
   for (const auto& doomed : retired) {
     std::error_code ec;
     if (!doomed.empty()) fs::remove_all(doomed, ec);
-    if (ec) log::warn("checkpoints: cannot remove '{}': {}", doomed.string(), ec.message());
+    if (ec)
+      detail::library_log(log_level::warning, "checkpoints: cannot remove '{}': {}", doomed.string(), ec.message());
   }
 }
 
@@ -453,7 +455,8 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
         const auto unwanted = retire_unwanted(true, false);
         retired.insert(retired.end(), unwanted.begin(), unwanted.end());
       } catch (const std::exception& e) {
-        log::warn("checkpoints: cleaning '{}' after step {}: {}", root_.string(), step, e.what());
+        detail::library_log(log_level::warning, "checkpoints: cleaning '{}' after step {}: {}", root_.string(), step,
+                            e.what());
       }
     }
   }
@@ -466,7 +469,8 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
       const auto old = retire_unwanted(false, true);
       retired.insert(retired.end(), old.begin(), old.end());
     } catch (const std::exception& e) {
-      log::warn("checkpoints: removing old steps under '{}': {}", root_.string(), e.what());
+      detail::library_log(log_level::warning, "checkpoints: removing old steps under '{}': {}", root_.string(),
+                          e.what());
     }
   }
   remove_trees(retired);

@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <mutex>
 
 #include "core/environment.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
-#include "jobkit/runtime.hpp"
+#include "log/library_log.hpp"
 
 namespace jobkit {
 namespace {
@@ -158,18 +159,24 @@ void logger::write(log_level level, std::string_view message) const noexcept {
   }
 }
 
-const logger& default_logger() {
-  static const logger instance(current_identity());
-  return instance;
-}
-
 std::string rank_prefixed_message(std::string_view message, const identity& id) {
   if (id.source == identity_source::defaults) return std::string(message);
   return fmt::format("[rank: {}] {}", id.rank, message);
 }
 
-std::string rank_prefixed_message(std::string_view message) {
-  return rank_prefixed_message(message, current_identity());
+namespace {
+std::mutex in_use_lock;
+const identity* in_use = nullptr;
+}  // namespace
+
+void detail::set_identity_in_use(const identity* id) noexcept {
+  const std::scoped_lock hold(in_use_lock);
+  in_use = id;
+}
+
+identity detail::identity_in_use() {
+  const std::scoped_lock hold(in_use_lock);
+  return in_use != nullptr ? *in_use : identity{};
 }
 
 }  // namespace jobkit

@@ -15,6 +15,7 @@
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
+#include "log/library_log.hpp"
 #include "nccl/device_rule.hpp"
 #include "nccl/gpu_api.hpp"
 #include "runtime/access.hpp"
@@ -258,7 +259,8 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
   timing_.nccl_init = since(init_start);
   rank_ = id.rank;
   size_ = n;
-  log::debug(
+  detail::library_log(
+      log_level::debug,
       "NCCL communicator on device {} ({}): device selection {} us, id exchange {} us ({} root(s)), NCCL "
       "init {} us",
       device_, devices[device_].pci_bus_id, timing_.device_selection.count(), timing_.id_exchange.count(), roots,

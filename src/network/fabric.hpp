@@ -112,9 +112,8 @@ class tcp_fabric {
 
   int rank_;
   int world_size_;
-  // This rank's logger: not default_logger(), whose identity is the default runtime's, which an
-  // explicit jobkit::runtime must not open (a second PMIx session: PMIx counts initialisations,
-  // and the explicit runtime's PMIx_Finalize then left the connection unfinalised).
+  // This rank's logger, with the identity of the runtime that owns this fabric (which need not be
+  // the process's runtime in use: a program may make a second one).
   logger log_;
   fabric_settings settings_;
   secret_bytes secret_{};

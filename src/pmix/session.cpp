@@ -21,6 +21,7 @@
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
+#include "log/library_log.hpp"
 #include "pmix/gds_choice.hpp"
 #include "pmix/library.hpp"
 #include "pmix/values.hpp"
@@ -471,10 +472,10 @@ std::optional<job_placement> pmix_session::placement() {
   const std::string nodes = status == PMIX_SUCCESS && list != nullptr ? list : "";
   std::free(list);
   auto incomplete = [&](const std::string& why) -> std::optional<job_placement> {
-    jobkit::log::debug(
-        "data path: the launcher's placement of the ranks is incomplete ({}); setting up through a "
-        "collecting fence",
-        why);
+    detail::library_log(log_level::debug,
+                        "data path: the launcher's placement of the ranks is incomplete ({}); setting up through a "
+                        "collecting fence",
+                        why);
     return std::nullopt;
   };
   if (nodes.empty()) return incomplete(fmt::format("PMIx_Resolve_nodes: {}", pmix_status_text(status)));

@@ -14,6 +14,7 @@
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
+#include "log/library_log.hpp"
 #include "preemption/slurm_api.hpp"
 
 namespace jobkit {
@@ -189,8 +190,9 @@ std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age) {
     const auto answer = detail::slurm_remaining_seconds(*job);
     if (!answer.answered) {
       known.failed_with = libslurm_setting;
-      log::warn("time_left: the time left of job {} is unknown, and libslurm is not asked again with {}: {}", *job,
-                libslurm_setting, answer.message);
+      detail::library_log(log_level::warning,
+                          "time_left: the time left of job {} is unknown, and libslurm is not asked again with {}: {}",
+                          *job, libslurm_setting, answer.message);
     } else if (answer.value >= 0 && std::chrono::seconds(answer.value) < no_limit) {
       known.end = now + std::chrono::seconds(answer.value);
     }

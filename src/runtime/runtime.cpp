@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 
 #include "core/timeout.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
+#include "log/library_log.hpp"
 #include "network/fabric.hpp"
 #include "pmi2/session.hpp"
 #include "pmix/session.hpp"
@@ -120,13 +122,48 @@ struct runtime::impl {
   }
 };
 
+namespace {
+// The process's runtime in use: the first one alive (explicit, or default_runtime()'s own).
+// default_runtime() is that one while it lives, so that the library, its logging included, never
+// makes a second PMIx client beside a program's own runtime.
+std::mutex in_use_lock;
+runtime* in_use = nullptr;
+}  // namespace
+
 runtime::runtime() : impl_(std::make_unique<impl>()) {
   impl_->id = detail::discover_identity(detail::process_environment(), impl_->pmix, impl_->pmi2);
+  const std::scoped_lock hold(in_use_lock);
+  if (in_use == nullptr) {
+    in_use = this;
+    detail::set_identity_in_use(&impl_->id);
+  }
 }
 
-runtime::~runtime() = default;
-runtime::runtime(runtime&&) noexcept = default;
-runtime& runtime::operator=(runtime&&) noexcept = default;
+runtime::~runtime() {
+  const std::scoped_lock hold(in_use_lock);
+  if (in_use == this) {
+    in_use = nullptr;
+    detail::set_identity_in_use(nullptr);
+  }
+}
+
+runtime::runtime(runtime&& other) noexcept : impl_(std::move(other.impl_)) {
+  const std::scoped_lock hold(in_use_lock);
+  if (in_use == &other) in_use = this;  // the identity lives in impl_, which did not move
+}
+
+runtime& runtime::operator=(runtime&& other) noexcept {
+  if (this == &other) return *this;
+  const std::scoped_lock hold(in_use_lock);
+  // This runtime's own connection ends here; the one it takes over stays in use if it was.
+  if (in_use == this) {
+    in_use = nullptr;
+    detail::set_identity_in_use(nullptr);
+  }
+  impl_ = std::move(other.impl_);
+  if (in_use == &other) in_use = this;
+  return *this;
+}
 
 const jobkit::identity& runtime::identity() const noexcept { return impl_->id; }
 
@@ -217,8 +254,24 @@ detail::rendezvous* detail::runtime_access::rendezvous_of(runtime& rt) noexcept 
 }
 
 runtime& default_runtime() {
+  {
+    const std::scoped_lock hold(in_use_lock);
+    if (in_use != nullptr) return *in_use;
+  }
+  // Made once, at the first use without a runtime in use; it is in use from then on unless
+  // another runtime became so first.
   static runtime instance;
+  const std::scoped_lock hold(in_use_lock);
+  return in_use != nullptr ? *in_use : instance;
+}
+
+const logger& default_logger() {
+  static const logger instance(current_identity());
   return instance;
+}
+
+std::string rank_prefixed_message(std::string_view message) {
+  return rank_prefixed_message(message, current_identity());
 }
 
 const identity& current_identity() { return default_runtime().identity(); }
