@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
       check(initialised == 1, "PMIx is not initialised while the program's runtime lives");
     }
     // The program's runtime ended: its PMIx_Finalize was the last.
-    check(!PMIx_Initialized(), "PMIx is still initialised after the program's runtime ended: "
-                               "something in the library made a PMIx_Init of its own");
+    check(!PMIx_Initialized(),
+          "PMIx is still initialised after the program's runtime ended: "
+          "something in the library made a PMIx_Init of its own");
     return 0;
   });
   if (status != 0) return status;
