@@ -7,15 +7,14 @@ No torchrun and no MASTER_ADDR or MASTER_PORT: jobkit.torch.init_process_group t
 world size from the launcher. nccl where the task sees a GPU (one task per GPU; init_process_group
 sets the device by jobkit's rule: cuda:0 under --gpus-per-task=1), gloo on CPUs. It resumes from the
 newest complete checkpoint; when Slurm signals (pre-emption's SIGTERM, --signal=USR1@300 before the
-time limit, scancel --signal=USR1) every rank stops at the same step, commits a checkpoint and exits
-75, for the batch script to requeue the job. Exit 0: finished, with a checkpoint of the last step,
-so a later run with a larger --steps goes on from there.
+time limit, scancel --signal=USR1) every rank stops at the same step and commits a checkpoint, and
+rank 0 requeues the job (Checkpoints.requeue, which records the outcome for the batch script).
+Exit 0, stopped or finished; finished leaves a checkpoint of the last step, so a later run with a
+larger --steps goes on from there.
 """
 import argparse
 import itertools
 import os
-import signal
-import sys
 
 import torch
 import torch.distributed as dist
@@ -25,9 +24,6 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import jobkit
 import jobkit.torch
-
-STOPPED = 75  # EX_TEMPFAIL: stopped at a committed checkpoint; the batch script requeues the job
-
 
 def save(saved, step, model, optimizer):
     """Every rank writes its own part and reads it back on resume: DDP's replicas are equal, so each
@@ -72,7 +68,8 @@ def train(args, stop):
             if stop.stop_requested():  # one small all_reduce: the same answer on every rank
                 save(saved, step, model, optimizer)
                 print(f"rank {rank}: stopped at step {step} ({stop.cause}), checkpoint committed", flush=True)
-                return STOPPED
+                saved.requeue(stop.cause)  # rank 0 asks Slurm; the outcome is logged and recorded once
+                return
             if step % args.every == 0 or step == args.steps:
                 save(saved, step, model, optimizer)
             if step == args.steps:
@@ -81,7 +78,6 @@ def train(args, stop):
     # A fingerprint of the weights: the same on every rank, as DDP keeps the replicas equal.
     weights = sum(float(p.detach().double().sum()) for p in model.parameters())
     print(f"rank {rank}: finished at step {step}, weights {weights!r}", flush=True)
-    return 0
 
 
 def main():
@@ -93,24 +89,9 @@ def main():
 
     jobkit.torch.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     with jobkit.StopGuard() as stop:  # collective; SIGTERM, SIGUSR1, SIGUSR2 and SIGINT are recorded, not fatal
-        status = train(args, stop)
-    if status == STOPPED:
-        # The checkpoint is committed. srun --kill-on-bad-exit=1 sends SIGTERM to the other tasks as
-        # soon as the first one exits 75: ignore it (and a repeated signal), so that they exit 75 too.
-        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_IGN)
+        train(args, stop)
     dist.destroy_process_group()
-    if status == STOPPED:
-        # Then every rank leaves together and at once: past the barrier, a task exits without the
-        # interpreter's teardown (torch's, jobkit's), which could take seconds on a loaded node; a
-        # task still in it when Slurm's KillWait ran out after the first task's exit would be
-        # killed, and the step's status would be 137, not 75.
-        jobkit.barrier()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(STOPPED)
-    return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

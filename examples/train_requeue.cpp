@@ -1,6 +1,7 @@
 // A training step that survives pre-emption, time limits and crashes (slurm/train-requeue.sbatch):
 // resume from the newest complete checkpoint, stop at one step agreed by every rank when Slurm
-// signals or time runs short, commit a checkpoint, and exit 75 so the batch script requeues.
+// signals or time runs short, commit a checkpoint, and have rank 0 requeue the job (every rank then
+// exits 0; the batch script reads what the stop recorded beside the checkpoints).
 //
 // Its "model" is deterministic: rank r adds (r + 1) * (s + 1) at step s, so the final sum of
 // every rank is known and a resumed run must end with exactly the result of an uninterrupted one.
@@ -118,7 +119,8 @@ int main(int argc, char** argv) {
         save(saved, s, opt);
         jobkit::log::info("stop at step {}: {}; agreed_ns={} committed_ns={}", s.next_step,
                           jobkit::to_string(stop.cause()), agreed, now_ns());
-        return 75;  // EX_TEMPFAIL: the batch script requeues the job
+        saved.requeue(stop.cause());  // rank 0 asks Slurm; the outcome is logged and recorded once
+        return 0;
       }
       if (s.next_step % opt.every == 0 && s.next_step < opt.steps) save(saved, s, opt);
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/preemption.hpp"
 
 namespace jobkit {
 
@@ -75,6 +76,17 @@ class checkpoints {
   /// Commits `step`, whose parts were written after a begin(step) of this attempt of the job,
   /// possibly by another process (as `jobkit checkpoint begin` and `commit` do). As commit().
   void commit(std::int64_t step, std::source_location site = std::source_location::current());
+
+  /// Ends a stop the ranks agreed on (stop_guard), once its checkpoint is committed, without an
+  /// exit status: collective. Rank 0 asks Slurm to requeue this job (jobkit::requeue()), logs
+  /// the outcome once ("job 17 requeued", or a warning with Slurm's reason where the job cannot
+  /// be: not a batch job, --no-requeue, JobRequeue=0) and records it for the batch script in
+  /// `<root>/.stopped-<job>.r<restart>`, one line: "SIGTERM on rank 0; requeued" or
+  /// "...; not requeued: REASON". Every rank returns whether the job was requeued; the program
+  /// then ends with exit status 0 either way (Slurm ends a requeued job's tasks soon after).
+  /// @throws jobkit::error (invalid_argument) when a begin() was not committed; as a collective
+  ///         when a rank fails or the deadline passes
+  bool requeue(const stop_cause& cause, std::source_location site = std::source_location::current());
 
   /// The step begin() was called for and not yet committed.
   std::optional<std::int64_t> pending_step() const noexcept { return pending_; }

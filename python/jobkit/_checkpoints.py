@@ -12,6 +12,8 @@ from ._timeout import seconds as _seconds
 if _TYPE_CHECKING:
     from _typeshed import StrPath as _StrPath  # str or os.PathLike[str]
 
+    from ._preemption import StopCause
+
 
 class Checkpoints:
     """A checkpoint directory that is never half-written (jobkit::checkpoints): begin(step) gives
@@ -41,6 +43,14 @@ class Checkpoints:
     def part(self, step: int) -> str:
         """This rank's part of complete step `step`, to read from."""
         return self._c.part(step)
+
+    def requeue(self, cause: "StopCause") -> bool:
+        """Ends a stop every rank agreed on (StopGuard), once its checkpoint is committed, without an
+        exit status: collective. Rank 0 asks Slurm to requeue this job, logs the outcome once (a
+        warning with Slurm's reason where the job cannot be requeued) and records it for the batch
+        script in ``<root>/.stopped-<job>.r<restart>``. True on every rank when the job was
+        requeued; the script then exits 0 either way."""
+        return self._c.requeue(cause.reason, cause.signal, cause.rank, cause.time_left)
 
     @property
     def pending_step(self) -> _Optional[int]:

@@ -469,6 +469,15 @@ void define_preemption(py::module_& m) {
                         std::optional<std::int64_t> step) { blocking([&] { step ? c.commit(*step) : c.commit(); }); })
       .def("verify", [](jobkit::checkpoints& c, std::int64_t step) { blocking([&] { c.verify(step); }); })
       .def("part", [](const jobkit::checkpoints& c, std::int64_t step) { return c.part(step).string(); })
+      .def("requeue",
+           [](jobkit::checkpoints& c, const std::string& reason, int signal, int rank, double time_left) {
+             jobkit::stop_cause cause{jobkit::stop_reason::none, signal, rank,
+                                      std::chrono::seconds(static_cast<std::int64_t>(time_left))};
+             for (const auto r : {jobkit::stop_reason::signal, jobkit::stop_reason::time_limit}) {
+               if (reason == jobkit::to_string(r)) cause.reason = r;
+             }
+             return blocking([&] { return c.requeue(cause); });
+           })
       .def_property_readonly("pending_step", &jobkit::checkpoints::pending_step)
       .def_property_readonly("root", [](const jobkit::checkpoints& c) { return c.root().string(); })
       .def_property_readonly("is_committer", &jobkit::checkpoints::is_committer);

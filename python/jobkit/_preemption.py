@@ -43,8 +43,10 @@ class StopGuard:
             for step in range(start, steps):
                 train(step)
                 if stop.stop_requested():
-                    save(step + 1)
-                    sys.exit(75)
+                    save(saved.begin(step + 1))
+                    saved.commit()
+                    saved.requeue(stop.cause)  # rank 0 asks Slurm; exit 0 after it
+                    break
     """
 
     def __init__(self, signals: _Optional[_Iterable[int]] = None, time_margin: float = 0, check_every: int = 1,

@@ -371,6 +371,43 @@ void checkpoints::commit(std::source_location site) { commit_step(pending_, site
 
 void checkpoints::commit(std::int64_t step, std::source_location site) { commit_step(step, site); }
 
+bool checkpoints::requeue(const stop_cause& cause, std::source_location site) {
+  if (pending_) {
+    throw error(errc::invalid_argument,
+                fmt::format("checkpoints::requeue: step {} under '{}' was begun and not committed: commit it before "
+                            "the requeue",
+                            *pending_, root_.string()));
+  }
+  const call_options call{detail::timeout_of(options_.timeout, "checkpoints::requeue")};
+  // On rank 0 only: Slurm's answer, recorded for the batch script and logged once; "" when requeued.
+  const auto failure = world().compute_and_broadcast(
+      [&] {
+        std::string why;
+        try {
+          jobkit::requeue();
+        } catch (const error& e) {
+          why = e.what();
+        }
+        const auto stop = cause.reason == stop_reason::none ? std::string("no stop agreed") : to_string(cause);
+        const auto outcome = why.empty() ? std::string("requeued") : "not requeued: " + why;
+        try {
+          write_durably(root_ / (".stopped-" + attempt_), fmt::format("{}; {}\n", stop, outcome));
+        } catch (const error& e) {
+          detail::library_log(log_level::warning, "checkpoints: the batch script will not see the stop: {}", e.what());
+        }
+        const auto job = current_identity().job_id;
+        if (why.empty()) {
+          detail::library_log(log_level::info, "stopped ({}) at a committed checkpoint: job {} requeued", stop, job);
+        } else {
+          detail::library_log(log_level::warning, "stopped ({}) at a committed checkpoint: job {} {}", stop, job,
+                              outcome);
+        }
+        return why;
+      },
+      0, call, site);
+  return failure.empty();
+}
+
 void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::source_location& site) {
   const call_options call{detail::timeout_of(options_.timeout, "checkpoints::commit")};
   const auto& id = current_identity();

@@ -5,7 +5,7 @@
 # usage: preemption.sh MODE JOBKIT TRAIN_REQUEUE WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit crash-after-stop one-rank array requeue-refused
+declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit crash-after-stop one-rank array requeue-refused stop-not-requeued
 mode=$1
 jobkit=$(realpath "$2")
 train=$(realpath "$3")
@@ -160,7 +160,8 @@ case $mode in
     # attempt 2 resumes and finishes.
     max_restarts=1
     signalled -- 'scancel --signal=USR1 "$job"' --every 10 --crash-rank 3 --crash-step 20 --crash-attempt 1
-    grep -q 'attempt 0: stopped at a committed checkpoint; requeueing' <<<"$out" || fail "attempt 0 was not stopped"
+    grep -q 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued' <<<"$out" ||
+      fail "attempt 0 was not stopped"
     grep -q 'attempt 1: failed with status [0-9]* (crash 1 of at most 1 requeued); requeueing' <<<"$out" ||
       fail "the first crash was not requeued after a pre-emption"
     [[ $(field "$job" Restarts) == 2 ]] || fail "the job was not requeued twice" ;;
@@ -191,6 +192,27 @@ case $mode in
     (($(grep -c 'attempt 1' "$work/job-${array}_1.out") >= 1)) || fail "task 1 was not requeued"
     ! grep -q 'attempt 1' "$work/job-${array}_0.out" "$work/job-${array}_2.out" ||
       fail "a task other than 1 was requeued" ;;
+  stop-not-requeued)
+    # A job submitted with --no-requeue, stopped by SIGUSR1: every rank stops at one step and
+    # commits, the requeue is refused, said once by the step and once by the batch script from the
+    # step's record, and the job completes (exit status 0), not counted as a crash.
+    job=$(submit --no-requeue -- --steps 400) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 1.5
+    scancel --signal=USR1 "$job"
+    deadline=$((SECONDS + 90))
+    until [[ $(field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
+    out=$(unfold <"$work/job-$job.out")
+    echo "$out"
+    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job ended $(field "$job" JobState), not COMPLETED"
+    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    (($(count 'WARNING: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* not requeued: requeue of job [0-9]*: Slurm refused') == 1)) ||
+      fail "the step did not say once why the job was not requeued"
+    (($(count "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued: requeue of job $job: Slurm refused") == 1)) ||
+      fail "the batch script did not read the step's record"
+    ! grep -q 'failed with status\|finished' <<<"$out" || fail "the stop was taken for a crash or the end"
+    stops=$(grep -o 'stop at step [0-9]*' <<<"$out" | sort | uniq -c)
+    [[ $(wc -l <<<"$stops") == 1 && $(awk '{print $1}' <<<"$stops") == "$ranks" ]] || fail "ranks stopped at different steps: $stops" ;;
   requeue-refused)
     job=$(sbatch --parsable --no-requeue --chdir="$work" --output="$work/job-%j.out" --wrap="$jobkit requeue") ||
       fail "sbatch failed"

@@ -107,7 +107,9 @@ $out" ;;
   ddp-preempt)
     # Slurm's signal to every task mid-run (scancel --signal=USR1, as --signal=USR1@300 before a time
     # limit, once step 10's checkpoint is committed: every rank is in its StopGuard): every rank stops
-    # at one step, commits and exits 75; the next run resumes there and finishes 4 steps later.
+    # at one step and commits; the requeue that follows is refused (srun made the job: not a batch
+    # job), said once and recorded, and every rank exits 0; the next run resumes there and finishes
+    # 4 steps later.
     "$python" -c 'import torch' 2>/dev/null || skip "torch not installed for $python (apt-get install python3-torch)"
     work=$shared/ddp-preempt.$$
     rm -rf "$work" && mkdir -p "$work"
@@ -115,7 +117,11 @@ $out" ;;
       scancel --signal=USR1 --name=jobkit-ddp-test) &
     run_step "${ddp[@]}" --ckpt "$work/a" --steps 100000 --every 10
     wait
-    ((status == 75)) || fail "exit status $status, not 75 (stopped at a checkpoint)"
+    ((status == 0)) || fail "exit status $status, not 0 (stopped at a checkpoint)"
+    (($(count 'WARNING: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* not requeued: requeue of job') == 1)) ||
+      fail "the refused requeue was not said once"
+    grep -q '^SIGUSR1 on rank [0-9]*; not requeued: requeue of job [0-9]*: Slurm refused' "$work"/a/.stopped-*.r0 ||
+      fail "the stop was not recorded for the batch script: $(cat "$work"/a/.stopped-* 2>&1)"
     stops=$(grep -o ': stopped at step [0-9]* (SIGUSR1 on rank [0-9]*), checkpoint committed' <<<"$out" |
       sed 's/ (.*//' | sort | uniq -c)
     echo "stops: $stops"
@@ -151,7 +157,9 @@ $out" ;;
     echo "$out"
     [[ $state == COMPLETED ]] || fail "job $job ended ${state:-unknown}"
     status=0
-    (($(count 'attempt 0: stopped at a committed checkpoint; requeueing') == 1)) || fail "attempt 0 did not stop and requeue"
+    # Rank 0 requeued the job from inside the step; Slurm then usually ends the batch script too.
+    (($(count 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued') == 1)) ||
+      fail "attempt 0 did not stop and requeue"
     stops=$(grep -o ': stopped at step [0-9]* (SIGUSR1 on rank [0-9]*), checkpoint committed' <<<"$out" |
       sed 's/ (.*//' | sort | uniq -c)
     echo "stops: $stops"

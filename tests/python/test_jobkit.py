@@ -440,6 +440,21 @@ def test_checkpoints_commit_latest_verify(tmp_path):
         saved.commit()
 
 
+def test_checkpoints_requeue_outside_slurm_is_recorded_not_done(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # never a real requeue from a test
+    saved = jobkit.Checkpoints(tmp_path / "ckpt")
+    with jobkit.StopGuard() as stop:
+        saved.begin(5)
+        with pytest.raises(jobkit.InvalidArgumentError, match="step 5 .* was begun and not committed"):
+            saved.requeue(stop.cause)
+        saved.commit()
+        assert saved.requeue(stop.cause) is False
+    records = [name for name in os.listdir(tmp_path / "ckpt") if name.startswith(".stopped-")]
+    assert len(records) == 1 and records[0].endswith(".r0")
+    with open(tmp_path / "ckpt" / records[0]) as f:
+        assert f.read() == "no stop agreed; not requeued: requeue: not in a Slurm job (SLURM_JOB_ID is not set)\n"
+
+
 def test_helpers_take_a_timedelta_as_collectives_do(tmp_path):
     """Every timeout of the helpers is seconds or a datetime.timedelta, checked as the collectives' are."""
     five = datetime.timedelta(seconds=5)

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -178,6 +179,33 @@ TEST_CASE("a begin without commit is dropped by the next begin") {
   std::ofstream(saved.begin(4) / "a") << "abandoned";
   save(saved, 5, "five");
   CHECK(entries(s.root) == std::vector<std::string>{"step-000000000005"});
+}
+
+TEST_CASE("requeue after a stop: refused before the commit, and outside Slurm not requeued but recorded") {
+  scratch s;
+  ::unsetenv("SLURM_JOB_ID");  // never a real requeue from a test
+  jobkit::checkpoints saved(s.root);
+  const jobkit::stop_cause cause{jobkit::stop_reason::signal, SIGTERM, 0, {}};
+  std::ofstream(saved.begin(3) / "weights.bin") << "w";
+  try {
+    saved.requeue(cause);
+    FAIL("a requeue with a step begun and not committed was accepted");
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == jobkit::errc::invalid_argument);
+    CHECK(contains(e.what(), "step 3"));
+    CHECK(contains(e.what(), "commit it before the requeue"));
+  }
+  saved.commit();
+  CHECK_FALSE(saved.requeue(cause));
+  std::vector<fs::path> records;
+  for (const auto& e : fs::directory_iterator(s.root)) {
+    if (e.path().filename().string().starts_with(".stopped-")) records.push_back(e.path());
+  }
+  REQUIRE(records.size() == 1);
+  CHECK(records.front().filename().string().ends_with(".r0"));
+  CHECK(read_text(records.front()) ==
+        "SIGTERM on rank 0; not requeued: requeue: not in a Slurm job (SLURM_JOB_ID is not set)\n");
+  CHECK(saved.latest() == 3);  // the record is not a step
 }
 
 TEST_CASE("verify reads every part back against the manifest") {
