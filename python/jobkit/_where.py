@@ -9,11 +9,17 @@ threads; the process goes on. A Python handler already on that signal (or SIG_IG
 is and nothing is registered (``jobkit where`` then reports what /proc says); a handler installed
 outside Python before it started is chained to: it runs after the dump. The memfd ends with the process. The
 jobkit call in progress is recorded by the C++ library beside it (the memfd ``jobkit-where``).
+
+Unless JOBKIT_CLI is set, an installed package (a wheel, which carries the ``jobkit`` command)
+sets it to that command in the environment's bin/, so that a step's own report (a call that waits
+past its threshold runs ``jobkit where``) finds it when the environment is not on PATH, as under
+``srun ~/venv/bin/python train.py``.
 """
 
 import faulthandler
 import os
 import signal
+import sysconfig
 from typing import IO, Optional
 
 _file: Optional[IO[bytes]] = None
@@ -45,4 +51,16 @@ def register() -> None:
     faulthandler.register(number, file=_file, all_threads=True, chain=chain)
 
 
+def default_cli() -> None:
+    """JOBKIT_CLI, unless set: the jobkit command of the environment this package is installed in."""
+    if "JOBKIT_CLI" in os.environ:
+        return
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    installed = {os.path.realpath(sysconfig.get_path(name)) for name in ("platlib", "purelib")}
+    command = os.path.join(sysconfig.get_path("scripts"), "jobkit")
+    if package in installed and os.access(command, os.X_OK):  # not a build tree on PYTHONPATH
+        os.environ["JOBKIT_CLI"] = command
+
+
 register()
+default_cli()

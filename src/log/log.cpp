@@ -165,18 +165,18 @@ std::string rank_prefixed_message(std::string_view message, const identity& id) 
 }
 
 namespace {
-std::mutex in_use_lock;
-const identity* in_use = nullptr;
+std::mutex identity_in_use_lock;
+const identity* in_use_identity = nullptr;
 }  // namespace
 
 void detail::set_identity_in_use(const identity* id) noexcept {
-  const std::scoped_lock hold(in_use_lock);
-  in_use = id;
+  const std::scoped_lock hold(identity_in_use_lock);
+  in_use_identity = id;
 }
 
 identity detail::identity_in_use() {
-  const std::scoped_lock hold(in_use_lock);
-  return in_use != nullptr ? *in_use : identity{};
+  const std::scoped_lock hold(identity_in_use_lock);
+  return in_use_identity != nullptr ? *in_use_identity : identity{};
 }
 
 }  // namespace jobkit

@@ -126,42 +126,42 @@ namespace {
 // The process's runtime in use: the first one alive (explicit, or default_runtime()'s own).
 // default_runtime() is that one while it lives, so that the library, its logging included, never
 // makes a second PMIx client beside a program's own runtime.
-std::mutex in_use_lock;
-runtime* in_use = nullptr;
+std::mutex runtime_in_use_lock;
+runtime* runtime_in_use = nullptr;
 }  // namespace
 
 runtime::runtime() : impl_(std::make_unique<impl>()) {
   impl_->id = detail::discover_identity(detail::process_environment(), impl_->pmix, impl_->pmi2);
-  const std::scoped_lock hold(in_use_lock);
-  if (in_use == nullptr) {
-    in_use = this;
+  const std::scoped_lock hold(runtime_in_use_lock);
+  if (runtime_in_use == nullptr) {
+    runtime_in_use = this;
     detail::set_identity_in_use(&impl_->id);
   }
 }
 
 runtime::~runtime() {
-  const std::scoped_lock hold(in_use_lock);
-  if (in_use == this) {
-    in_use = nullptr;
+  const std::scoped_lock hold(runtime_in_use_lock);
+  if (runtime_in_use == this) {
+    runtime_in_use = nullptr;
     detail::set_identity_in_use(nullptr);
   }
 }
 
 runtime::runtime(runtime&& other) noexcept : impl_(std::move(other.impl_)) {
-  const std::scoped_lock hold(in_use_lock);
-  if (in_use == &other) in_use = this;  // the identity lives in impl_, which did not move
+  const std::scoped_lock hold(runtime_in_use_lock);
+  if (runtime_in_use == &other) runtime_in_use = this;  // the identity lives in impl_, which did not move
 }
 
 runtime& runtime::operator=(runtime&& other) noexcept {
   if (this == &other) return *this;
-  const std::scoped_lock hold(in_use_lock);
+  const std::scoped_lock hold(runtime_in_use_lock);
   // This runtime's own connection ends here; the one it takes over stays in use if it was.
-  if (in_use == this) {
-    in_use = nullptr;
+  if (runtime_in_use == this) {
+    runtime_in_use = nullptr;
     detail::set_identity_in_use(nullptr);
   }
   impl_ = std::move(other.impl_);
-  if (in_use == &other) in_use = this;
+  if (runtime_in_use == &other) runtime_in_use = this;
   return *this;
 }
 
@@ -255,14 +255,14 @@ detail::rendezvous* detail::runtime_access::rendezvous_of(runtime& rt) noexcept 
 
 runtime& default_runtime() {
   {
-    const std::scoped_lock hold(in_use_lock);
-    if (in_use != nullptr) return *in_use;
+    const std::scoped_lock hold(runtime_in_use_lock);
+    if (runtime_in_use != nullptr) return *runtime_in_use;
   }
   // Made once, at the first use without a runtime in use; it is in use from then on unless
   // another runtime became so first.
   static runtime instance;
-  const std::scoped_lock hold(in_use_lock);
-  return in_use != nullptr ? *in_use : instance;
+  const std::scoped_lock hold(runtime_in_use_lock);
+  return runtime_in_use != nullptr ? *runtime_in_use : instance;
 }
 
 const logger& default_logger() {

@@ -24,7 +24,7 @@ need_cluster
 
 # What the user's environment could slip in: another module path, a venv, pip's settings (an index,
 # a cache, a version check over the network).
-unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV
+unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV JOBKIT_CLI
 while read -r name; do unset "$name"; done < <(env | awk -F= '/^PIP_/ {print $1}')
 export PIP_NO_INDEX=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
@@ -76,14 +76,15 @@ echo "wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB"
 [[ $(basename "$wheel") == jobkit-"$version"-*.whl ]] || fail "the wheel's name does not carry version $version"
 
 # What the wheel holds: the package, its extension (libjobkit's objects inside), its stub and its
-# subpackage; no shared library beside it, no header, no program.
+# subpackage, and the jobkit command (libjobkit's objects inside too); no shared library, no header.
 "$python" - "$wheel" <<'EOF' || fail "the wheel's contents are wrong"
 import re, sys, zipfile
 listed = zipfile.ZipFile(sys.argv[1]).namelist()
 print("\n".join("  " + n for n in listed))
 # Where each file installs: NAME-VERSION.data/purelib/ and /platlib/ are site-packages too.
 names = [re.sub(r"^[^/]+\.data/(purelib|platlib)/", "", n) for n in listed]
-bad = [n for n in names if not (n.startswith("jobkit/") or n.split("/")[0].endswith(".dist-info"))]
+commands = [n for n in names if re.fullmatch(r"[^/]+\.data/scripts/jobkit", n)]
+bad = [n for n in names if not (n.startswith("jobkit/") or n.split("/")[0].endswith(".dist-info") or n in commands)]
 # Every module of the package (python/jobkit/meson.build's package_files), its stub and its subpackage.
 modules = ["__init__", "_checkpoints", "_collectives", "_helpers", "_identity", "_logging", "_preemption", "_store",
            "_timeout", "_workspace", "torch"]
@@ -96,7 +97,9 @@ for what, value in (("outside the package", bad), ("missing", missing), ("beside
         print(f"wheel: {what}: {value}")
 if len(extensions) != 1:
     print(f"wheel: not one extension jobkit/_jobkit.*.so: {extensions}")
-sys.exit(1 if bad or missing or libraries or len(extensions) != 1 else 0)
+if len(commands) != 1:
+    print(f"wheel: not one jobkit command in its scripts: {commands}")
+sys.exit(1 if bad or missing or libraries or len(extensions) != 1 or len(commands) != 1 else 0)
 EOF
 
 # A fresh venv: no system site packages, pip from ensurepip; the wheel from the file alone.
@@ -122,6 +125,11 @@ echo "$libraries"
 # libpmix is opened at run time (under srun below: the system's); fmt is compiled in (pyproject.toml).
 ! grep -qE 'libpmix|libfmt' <<<"$libraries" || fail "the extension records libpmix or libfmt (both should not be)"
 
+# The wheel's jobkit command, in the venv's bin/: no libjobkit.so either.
+[[ -x $venv/bin/jobkit ]] || fail "the venv has no bin/jobkit from the wheel"
+libraries=$(ldd "$venv/bin/jobkit") || fail "ldd $venv/bin/jobkit failed"
+! grep -qE 'not found|libjobkit|libpmix|libfmt' <<<"$libraries" || { echo "$libraries"; fail "the command needs libjobkit, libpmix or libfmt"; }
+
 # Every rank: wheel_check.py from a directory of its own, through the venv's python by its path.
 cp "$here/wheel_check.py" "$work/check/" || fail "cannot copy wheel_check.py"
 [[ -z $(timeout 60 srun -N3 --ntasks-per-node=1 bash -c "[[ -x $venv/bin/python ]] || hostname") ]] ||
@@ -131,4 +139,14 @@ run_step timeout 90 srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n5 --chdir="$work/
 ((status == 0)) || fail "exit status $status"
 oks=$(grep -o '^rank [0-9]*: wheel ok' <<<"$out" | sort -u | wc -l)
 ((oks == 5 && $(count 'wheel FAILED') == 0)) || fail "$oks of the 5 ranks printed ok"
+
+# The wheel's command as a user runs it from the venv, not on PATH: identity, a collective, and
+# jobkit exec handing the venv's python torch's variables.
+run_step timeout 60 srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n5 --chdir="$work/check" "$venv/bin/jobkit" info
+((status == 0 && $(count '^rank [0-4]/5 ') == 5)) || fail "the wheel's jobkit info did not give 5 ranks"
+run_step timeout 60 srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n5 --chdir="$work/check" "$venv/bin/jobkit" barrier
+((status == 0)) || fail "the wheel's jobkit barrier failed"
+run_step timeout 90 srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n5 --chdir="$work/check" "$venv/bin/jobkit" exec -- \
+  "$venv/bin/python" -c 'import os; print("exec", os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["MASTER_PORT"])'
+((status == 0 && $(grep -c '^exec [0-4] 5 [0-9]' <<<"$out") == 5)) || fail "the wheel's jobkit exec did not set every rank's variables"
 echo ok

@@ -49,6 +49,10 @@ def check(version):
            f"metadata version {importlib.metadata.version('jobkit')!r}, project {version!r}")
     expect(jobkit.__version__ == version, f"jobkit.__version__ {jobkit.__version__!r}, project {version!r}")
 
+    # The step's own report runs the wheel's jobkit command: JOBKIT_CLI is the venv's, unset by us.
+    command = os.path.join(sysconfig.get_path("scripts"), "jobkit")
+    expect(os.environ.get("JOBKIT_CLI") == command, f"JOBKIT_CLI {os.environ.get('JOBKIT_CLI')!r}, not {command!r}")
+
     # Identity from PMIx against Slurm's own view.
     me = jobkit.identity()
     expect(me.source == "pmix", f"identity source {me.source}")
