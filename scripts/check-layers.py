@@ -1,40 +1,95 @@
 #!/usr/bin/env python3
 """Checks that the folders of src/ include each other without a cycle, and prints their layers.
 
-A folder's layer is one more than the highest layer of the folders its files include ("folder/..."
-includes of another folder of src/; <jobkit/...> is the public API, below every folder). A cycle
-(two folders that include each other, directly or through others) has no order: it is printed with
-one include of each edge, and the check fails. docs/architecture.md's layer table is this output.
+A folder's layer is one more than the highest layer of the folders its files include: "folder/..."
+includes of another folder of src/, and the public headers, each counted as the folder that
+implements it (the folder of the .cpp whose first include it is: jobkit/runtime.hpp is runtime's,
+jobkit/collectives.hpp collectives'), its own includes that folder's. A public header that no .cpp
+implements (jobkit/jobkit.hpp, jobkit/config.hpp, the engine templates of jobkit/detail/) stands
+for what it includes. A cycle (two folders that include each other, directly or through others)
+has no order: it is printed with one include of each edge, and the check fails.
+docs/architecture.md's layer table is this output.
 
-  scripts/check-layers.py [SRC_DIR]
+  scripts/check-layers.py [SRC_DIR [INCLUDE_DIR]]
 """
 import os
 import re
 import sys
 
 INCLUDE = re.compile(r'#include "([A-Za-z0-9_]+)/[^"]+"')
+PUBLIC = re.compile(r'#include ["<](jobkit/[A-Za-z0-9_/]+\.hpp)[">]')
 
 
-def include_graph(src):
+def source_files(root):
+    for base, _, files in os.walk(root):
+        for name in sorted(files):
+            if name.endswith((".cpp", ".hpp", ".h")):
+                yield os.path.join(base, name)
+
+
+def public_headers(include):
+    """{"jobkit/x.hpp": [("jobkit/y.hpp", line) it includes]} for every public header."""
+    found = {}
+    for file in source_files(os.path.join(include, "jobkit")):
+        name = os.path.relpath(file, include)
+        with open(file, encoding="utf-8") as text:
+            found[name] = [(m.group(1), n) for n, line in enumerate(text, 1) if (m := PUBLIC.match(line))]
+    return found
+
+
+def owners(src, headers):
+    """{"jobkit/x.hpp": folder}: the folder of the .cpp whose first include is the header."""
+    owner = {}
+    for file in source_files(src):
+        if not file.endswith(".cpp"):
+            continue
+        with open(file, encoding="utf-8") as text:
+            first = next((line for line in text if line.startswith("#include")), "")
+        match = PUBLIC.match(first)
+        if match and match.group(1) in headers:
+            owner.setdefault(match.group(1), os.path.relpath(file, src).split(os.sep)[0])
+    return owner
+
+
+def include_graph(src, include):
     """{folder: {included folder: "file:line" of one such include}}."""
+    headers = public_headers(include)
+    owner = owners(src, headers)
+
+    def folders_of(header, seen=()):
+        """The folders a public header stands for: its owner, or what it includes."""
+        if header in owner:
+            return {owner[header]}
+        found = set()
+        for other, _ in headers.get(header, []):
+            if other not in seen:
+                found |= folders_of(other, seen + (header,))
+        return found
+
     graph = {}
     for folder in sorted(os.listdir(src)):
-        path = os.path.join(src, folder)
-        if not os.path.isdir(path):
-            continue
-        edges = graph.setdefault(folder, {})
-        for root, _, files in os.walk(path):
-            for name in sorted(files):
-                if not name.endswith((".cpp", ".hpp", ".h")):
-                    continue
-                file = os.path.join(root, name)
-                with open(file, encoding="utf-8") as text:
-                    for number, line in enumerate(text, 1):
-                        match = INCLUDE.match(line)
-                        if match and match.group(1) not in (folder, "jobkit") and os.path.isdir(
-                            os.path.join(src, match.group(1))
-                        ):
-                            edges.setdefault(match.group(1), f"{os.path.relpath(file, src)}:{number}")
+        if os.path.isdir(os.path.join(src, folder)):
+            graph.setdefault(folder, {})
+    # A public header's includes are its owner's.
+    for header, includes in headers.items():
+        if header in owner:
+            for other, number in includes:
+                for target in folders_of(other):
+                    if target != owner[header]:
+                        graph[owner[header]].setdefault(target, f"include/{header}:{number}")
+    for folder in graph:
+        for file in source_files(os.path.join(src, folder)):
+            with open(file, encoding="utf-8") as text:
+                for number, line in enumerate(text, 1):
+                    targets = set()
+                    match = INCLUDE.match(line)
+                    if match and match.group(1) not in (folder, "jobkit") and match.group(1) in graph:
+                        targets.add(match.group(1))
+                    public = PUBLIC.match(line)
+                    if public:
+                        targets |= folders_of(public.group(1)) - {folder}
+                    for target in targets:
+                        graph[folder].setdefault(target, f"{os.path.relpath(file, src)}:{number}")
     return graph
 
 
@@ -70,8 +125,10 @@ def cycles(graph):
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-    graph = include_graph(src)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "src")
+    include = sys.argv[2] if len(sys.argv) > 2 else os.path.join(root, "include")
+    graph = include_graph(src, include)
     bad = cycles(graph)
     if bad:
         for component in bad:

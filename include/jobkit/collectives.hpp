@@ -19,6 +19,7 @@
 #include "jobkit/detail/exchange.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/serialize.hpp"
+#include "jobkit/timeout.hpp"
 
 namespace jobkit {
 
@@ -39,10 +40,6 @@ struct rooted_options {
   std::chrono::milliseconds timeout{0};  ///< as call_options::timeout
   std::string signature{};               ///< as call_options::signature
 };
-
-/// Parses a number of seconds ("90", "2.5") as a timeout, for programs that take one from the
-/// command line or the environment. @throws jobkit::error (invalid_argument) naming `name`
-std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view value);
 
 /// Reductions of all_reduce. band, bor and bxor apply to integral types only.
 enum class reduce_op { sum, prod, min, max, band, bor, bxor };

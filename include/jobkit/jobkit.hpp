@@ -10,4 +10,5 @@
 #include "jobkit/preemption.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/serialize.hpp"
+#include "jobkit/timeout.hpp"
 #include "jobkit/workspace.hpp"

@@ -293,7 +293,7 @@ std::optional<group> group::split(int color, int key, call_options options, std:
   if (!state_->make_subgroup) {
     throw error(errc::internal, fmt::format("split at {}: this group cannot make subgroups", ex.site));
   }
-  return state_->make_subgroup(members, ex.timeout);
+  return group(state_->make_subgroup(members, ex.timeout));
 }
 
 }  // namespace jobkit

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "core/environment.hpp"
+#include "jobkit/error.hpp"
+#include "jobkit/timeout.hpp"
 
 namespace jobkit {
 

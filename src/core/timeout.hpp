@@ -4,8 +4,6 @@
 #include <optional>
 #include <string_view>
 
-#include "jobkit/collectives.hpp"
-
 namespace jobkit::detail {
 
 /// The default deadline: JOBKIT_TIMEOUT seconds, else 1800 s.

@@ -46,7 +46,7 @@ struct runtime::impl {
   group& world_group() {
     if (!world) {
       if (id.world_size == 1) {
-        world = detail::make_single_rank_group(0, id.hostname);
+        world = group(detail::make_single_rank_group_state(0, id.hostname));
       } else {
         require_rendezvous();
         world_state = std::make_shared<detail::group_state>();
@@ -107,18 +107,21 @@ struct runtime::impl {
   }
 
   /// What group::split uses to create its groups; it must not reach a destroyed runtime.
-  std::function<group(const std::vector<int>&, std::chrono::milliseconds)> subgroup_maker() {
+  detail::subgroup_maker subgroup_maker() {
     return [this, alive = std::weak_ptr<const bool>(alive)](const std::vector<int>& ranks,
                                                             std::chrono::milliseconds timeout) {
       if (alive.expired()) throw error(errc::invalid_argument, "this group's runtime was destroyed before the split");
-      return make(ranks, timeout);
+      return make_state(ranks, timeout);
     };
   }
 
-  /// A group of these world ranks, connected now.
+  /// The state of a group of these world ranks, connected now.
+  std::shared_ptr<detail::group_state> make_state(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+    if (ranks.size() == 1) return detail::make_single_rank_group_state(ranks.front(), id.hostname);
+    return detail::make_tcp_group_state(connect(timeout), ranks, timeout, subgroup_maker());
+  }
   group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
-    if (ranks.size() == 1) return detail::make_single_rank_group(ranks.front(), id.hostname);
-    return detail::make_tcp_group(connect(timeout), ranks, timeout, subgroup_maker());
+    return group(make_state(ranks, timeout));
   }
 };
 

@@ -166,11 +166,11 @@ class inprocess_transport final : public transport {
 
 }  // namespace
 
-std::vector<group> make_inprocess_groups(int size, const std::string& hostname) {
+std::vector<std::shared_ptr<group_state>> make_inprocess_group_states(int size, const std::string& hostname) {
   auto shared = std::make_shared<hub>(size);
   std::vector<int> ranks(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) ranks[static_cast<std::size_t>(r)] = r;
-  std::vector<group> groups;
+  std::vector<std::shared_ptr<group_state>> groups;
   for (int r = 0; r < size; ++r) {
     auto state = std::make_shared<group_state>();
     state->link = std::make_unique<inprocess_transport>(shared, r);
@@ -182,15 +182,15 @@ std::vector<group> make_inprocess_groups(int size, const std::string& hostname) 
   return groups;
 }
 
-group make_single_rank_group(int world_rank, const std::string& hostname) {
+std::shared_ptr<group_state> make_single_rank_group_state(int world_rank, const std::string& hostname) {
   auto state = std::make_shared<group_state>();
   state->link = std::make_unique<inprocess_transport>(std::make_shared<hub>(1), 0);
   state->world_ranks = {world_rank};
   state->hosts = {hostname};
   state->make_subgroup = [world_rank, hostname](const std::vector<int>&, std::chrono::milliseconds) {
-    return make_single_rank_group(world_rank, hostname);
+    return make_single_rank_group_state(world_rank, hostname);
   };
-  return group(std::move(state));
+  return state;
 }
 
 }  // namespace jobkit::detail

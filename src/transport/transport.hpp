@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "jobkit/collectives.hpp"
+#include "jobkit/detail/exchange.hpp"
+#include "jobkit/error.hpp"
 
 namespace jobkit::detail {
 
@@ -52,7 +53,12 @@ class transport {
   virtual void check_peers(const std::string& during) = 0;
 };
 
-/// What a jobkit::group holds.
+struct group_state;
+/// Makes the state of a group of these world ranks (group::split), bounded by the timeout.
+using subgroup_maker = std::function<std::shared_ptr<group_state>(const std::vector<int>&, std::chrono::milliseconds)>;
+
+/// What a jobkit::group holds. The transport makes it; the group (collectives, the layer above)
+/// is made from it.
 struct group_state {
   std::unique_ptr<transport> link;
   std::vector<int> world_ranks;    // group rank -> world rank
@@ -62,7 +68,7 @@ struct group_state {
   /// Sets link and hosts on first use, bounded by that call's timeout; empty once connected.
   std::function<void(group_state&, std::chrono::milliseconds)> connect;
   /// A group of these world ranks (group::split); empty where the transport cannot make one.
-  std::function<group(const std::vector<int>&, std::chrono::milliseconds)> make_subgroup;
+  subgroup_maker make_subgroup;
 };
 
 }  // namespace jobkit::detail

@@ -237,8 +237,8 @@ std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
   return received(ex, context_.rank, std::move(entries));
 }
 
-group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout,
-                     subgroup_maker make_subgroup) {
+std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std::vector<int>& members,
+                                                  std::chrono::milliseconds timeout, subgroup_maker make_subgroup) {
   auto state = std::make_shared<group_state>();
   state->world_ranks = members;
   state->rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
@@ -251,9 +251,9 @@ group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::c
   }
   state->make_subgroup =
       make_subgroup ? std::move(make_subgroup) : [&fabric](const std::vector<int>& ranks, std::chrono::milliseconds t) {
-        return make_tcp_group(fabric, ranks, t);
+        return make_tcp_group_state(fabric, ranks, t);
       };
-  return group(std::move(state));
+  return state;
 }
 
 }  // namespace jobkit::detail

@@ -75,12 +75,11 @@ class tcp_tree final : public transport, private abort_spreader {
   std::unique_ptr<tree_links> links_;  // empty on a node-mate (not its node's leader)
 };
 
-using subgroup_maker = std::function<group(const std::vector<int>&, std::chrono::milliseconds)>;
-/// A group of these world ranks over a new tcp_tree (collective over the members). Its split
-/// makes groups with make_subgroup, by default through the same fabric, which must outlive them.
-/// The first group of every rank of an unsettled fabric (the world) settles it after its first
-/// exchange (settle_after_first_exchange).
-group make_tcp_group(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout,
-                     subgroup_maker make_subgroup = {});
+/// The state of a group of these world ranks over a new tcp_tree (collective over the members).
+/// Its split makes groups with make_subgroup, by default through the same fabric, which must
+/// outlive them. The first group of every rank of an unsettled fabric (the world) settles it
+/// after its first exchange (settle_after_first_exchange).
+std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std::vector<int>& members,
+                                                  std::chrono::milliseconds timeout, subgroup_maker make_subgroup = {});
 
 }  // namespace jobkit::detail

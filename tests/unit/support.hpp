@@ -16,6 +16,13 @@ namespace test_support {
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+/// Groups of `size` ranks inside one process (the in-process transport), one per thread.
+inline std::vector<jobkit::group> inprocess_groups(int size, const std::string& hostname = "localhost") {
+  std::vector<jobkit::group> groups;
+  for (auto& state : jobkit::detail::make_inprocess_group_states(size, hostname)) groups.emplace_back(std::move(state));
+  return groups;
+}
+
 /// What one rank got: a value (true for a void function), or the exception's text.
 template <class T>
 struct outcome {
@@ -60,7 +67,7 @@ std::vector<outcome<T>> on_ranks(std::vector<jobkit::group> groups, F fn) {
 /// The same over an in-process group of `size` ranks (one process, no sockets).
 template <class F, class T = result_of<F>>
 std::vector<outcome<T>> on_ranks(int size, F fn, const std::string& hostname = "localhost") {
-  return on_ranks(jobkit::detail::make_inprocess_groups(size, hostname), std::move(fn));
+  return on_ranks(inprocess_groups(size, hostname), std::move(fn));
 }
 
 /// Each rank's error text, empty where it returned normally.

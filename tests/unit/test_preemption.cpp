@@ -71,7 +71,7 @@ TEST_CASE("check_every: the calls in between do not look") {
 }
 
 TEST_CASE("every rank of a group agrees, at the same call") {
-  auto groups = jobkit::detail::make_inprocess_groups(3, "localhost");
+  auto groups = test_support::inprocess_groups(3);
   std::atomic<int> ready{0};
   const auto outcomes = on_ranks(groups, [&](jobkit::group& g) {
     jobkit::stop_guard stop({}, g);
