@@ -8,15 +8,19 @@
 //
 //   srun --mpi=pmix --kill-on-bad-exit=1 jobkit-train-requeue --ckpt DIR [--steps N]
 //        [--step-ms MS] [--every K] [--margin SECONDS] [--result FILE]
-//        [--crash-rank R --crash-step S [--crash-attempt A]]
-//        (test: rank R dies at step S's save, in attempt A: SLURM_RESTART_COUNT, default 0)
+//        [--crash-rank R --crash-step S [--crash-attempt A]] [--slow-exit-rank R --slow-exit-s S]
+//        (tests: rank R dies at step S's save (-1: the attempt's first), in attempt A:
+//        SLURM_RESTART_COUNT, default 0;
+//        rank R takes S seconds in its exit handlers, as a slow teardown would)
 #include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <string_view>
@@ -36,6 +40,8 @@ struct settings {
   int crash_rank = -1;
   std::int64_t crash_step = -1;
   int crash_attempt = 0;
+  int slow_exit_rank = -1;
+  int slow_exit_s = 0;
 };
 
 settings parse(int argc, char** argv) {
@@ -62,11 +68,21 @@ settings parse(int argc, char** argv) {
       s.crash_step = std::stoll(value);
     else if (arg == "--crash-attempt")
       s.crash_attempt = std::stoi(value);
+    else if (arg == "--slow-exit-rank")
+      s.slow_exit_rank = std::stoi(value);
+    else if (arg == "--slow-exit-s")
+      s.slow_exit_s = std::stoi(value);
     else
       throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("unknown argument '{}'", arg));
   }
   if (s.checkpoint_root.empty()) throw jobkit::error(jobkit::errc::invalid_argument, "--ckpt DIR is required");
   return s;
+}
+
+int slow_exit_seconds = 0;
+void slow_exit() {
+  std::signal(SIGTERM, SIG_IGN);  // a teardown that does not end on Slurm's SIGTERM: only SIGKILL ends it
+  std::this_thread::sleep_for(std::chrono::seconds(slow_exit_seconds));
 }
 
 std::int64_t now_ns() {
@@ -83,7 +99,10 @@ void save(jobkit::checkpoints& saved, const state& s, const settings& opt) {
   const auto& me = jobkit::current_identity();
   const auto part = saved.begin(s.next_step);
   std::ofstream(part / "state") << s.next_step << ' ' << s.sum << '\n';
-  if (me.rank == opt.crash_rank && s.next_step == opt.crash_step && me.restart_count == opt.crash_attempt) {
+  static bool first_save = true;  // of this attempt
+  const bool crash_here = opt.crash_step < 0 ? first_save : s.next_step == opt.crash_step;
+  first_save = false;
+  if (me.rank == opt.crash_rank && crash_here && me.restart_count == opt.crash_attempt) {
     jobkit::log::warn("crashing on purpose at the save of step {} (the others are in commit())", s.next_step);
     ::raise(SIGKILL);
   }
@@ -100,6 +119,10 @@ int main(int argc, char** argv) {
     jobkit::checkpoints saved(opt.checkpoint_root, {.keep = 2});
     if (!opt.result.empty()) {
       std::ofstream(fmt::format("{}.pid.{}", opt.result, me.rank)) << ::getpid() << '\n';
+    }
+    if (me.rank == opt.slow_exit_rank) {
+      slow_exit_seconds = opt.slow_exit_s;
+      std::atexit(slow_exit);
     }
 
     state s;

@@ -84,7 +84,7 @@ class checkpoints {
   /// `<root>/.stopped-<job>.r<restart>`, one line: "SIGTERM on rank 0; requeued" or
   /// "...; not requeued: REASON". Every rank returns whether the job was requeued; the program
   /// then ends with exit status 0 either way (Slurm ends a requeued job's tasks soon after).
-  /// @throws jobkit::error (invalid_argument) when a begin() was not committed; as a collective
+  /// @throws jobkit::error (invalid_argument) on every rank when a rank's begin() was not committed; as a collective
   ///         when a rank fails or the deadline passes
   bool requeue(const stop_cause& cause, std::source_location site = std::source_location::current());
 

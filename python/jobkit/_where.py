@@ -56,10 +56,16 @@ def default_cli() -> None:
     if "JOBKIT_CLI" in os.environ:
         return
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    installed = {os.path.realpath(sysconfig.get_path(name)) for name in ("platlib", "purelib")}
-    command = os.path.join(sysconfig.get_path("scripts"), "jobkit")
-    if package in installed and os.access(command, os.X_OK):  # not a build tree on PYTHONPATH
-        os.environ["JOBKIT_CLI"] = command
+    # The environment's own scheme, and pip install --user's.
+    for scheme in dict.fromkeys([sysconfig.get_default_scheme(), f"{os.name}_user"]):
+        try:
+            installed = {os.path.realpath(sysconfig.get_path(name, scheme)) for name in ("platlib", "purelib")}
+            command = os.path.join(sysconfig.get_path("scripts", scheme), "jobkit")
+        except KeyError:
+            continue
+        if package in installed and os.access(command, os.X_OK):  # not a build tree on PYTHONPATH
+            os.environ["JOBKIT_CLI"] = command
+            return
 
 
 register()

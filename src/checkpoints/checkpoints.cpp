@@ -372,15 +372,20 @@ void checkpoints::commit(std::source_location site) { commit_step(pending_, site
 void checkpoints::commit(std::int64_t step, std::source_location site) { commit_step(step, site); }
 
 bool checkpoints::requeue(const stop_cause& cause, std::source_location site) {
-  if (pending_) {
-    throw error(errc::invalid_argument,
-                fmt::format("checkpoints::requeue: step {} under '{}' was begun and not committed: commit it before "
-                            "the requeue",
-                            *pending_, root_.string()));
-  }
   const call_options call{detail::timeout_of(options_.timeout, "checkpoints::requeue")};
+  auto& g = world();
+  // A save begun and not committed on any rank: refused on every rank alike.
+  const auto mine = pending_ ? fmt::format("rank {} began step {} and did not commit it", g.rank(), *pending_) : "";
+  std::string begun;
+  for (const auto& e : g.all_gather(mine, call, site)) {
+    if (!e.empty()) begun += (begun.empty() ? "" : "; ") + e;
+  }
+  if (!begun.empty()) {
+    throw error(errc::invalid_argument,
+                fmt::format("checkpoints::requeue under '{}': {}: commit before the requeue", root_.string(), begun));
+  }
   // On rank 0 only: Slurm's answer, recorded for the batch script and logged once; "" when requeued.
-  const auto failure = world().compute_and_broadcast(
+  const auto failure = g.compute_and_broadcast(
       [&] {
         std::string why;
         try {

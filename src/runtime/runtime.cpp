@@ -157,14 +157,21 @@ runtime::runtime(runtime&& other) noexcept : impl_(std::move(other.impl_)) {
 
 runtime& runtime::operator=(runtime&& other) noexcept {
   if (this == &other) return *this;
-  const std::scoped_lock hold(runtime_in_use_lock);
-  // This runtime's own connection ends here; the one it takes over stays in use if it was.
-  if (runtime_in_use == this) {
-    runtime_in_use = nullptr;
-    detail::set_identity_in_use(nullptr);
+  auto ended = std::move(impl_);  // this runtime's own connection: ends below, once nothing points to it
+  {
+    const std::scoped_lock hold(runtime_in_use_lock);
+    impl_ = std::move(other.impl_);
+    // The one in use stays in use, here, with the connection it holds now.
+    if (runtime_in_use == &other) runtime_in_use = this;
+    if (runtime_in_use == this) {
+      if (impl_) {
+        detail::set_identity_in_use(&impl_->id);
+      } else {
+        runtime_in_use = nullptr;
+        detail::set_identity_in_use(nullptr);
+      }
+    }
   }
-  impl_ = std::move(other.impl_);
-  if (runtime_in_use == &other) runtime_in_use = this;
   return *this;
 }
 
@@ -265,6 +272,10 @@ runtime& default_runtime() {
   // another runtime became so first.
   static runtime instance;
   const std::scoped_lock hold(runtime_in_use_lock);
+  if (runtime_in_use == nullptr) {  // another was in use while it was made, and has ended since
+    runtime_in_use = &instance;
+    detail::set_identity_in_use(&instance.identity());
+  }
   return runtime_in_use != nullptr ? *runtime_in_use : instance;
 }
 

@@ -5,7 +5,8 @@
 # usage: preemption.sh MODE JOBKIT TRAIN_REQUEUE WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit crash-after-stop one-rank array requeue-refused stop-not-requeued
+declare_modes preempt scancel-usr1 time-limit time-margin kill-in-commit crash-after-stop one-rank array requeue-refused stop-not-requeued \
+  slow-teardown slow-teardown-no-requeue stops-then-crash
 mode=$1
 jobkit=$(realpath "$2")
 train=$(realpath "$3")
@@ -213,6 +214,60 @@ case $mode in
     ! grep -q 'failed with status\|finished' <<<"$out" || fail "the stop was taken for a crash or the end"
     stops=$(grep -o 'stop at step [0-9]*' <<<"$out" | sort | uniq -c)
     [[ $(wc -l <<<"$stops") == 1 && $(awk '{print $1}' <<<"$stops") == "$ranks" ]] || fail "ranks stopped at different steps: $stops" ;;
+  slow-teardown)
+    # Rank 3 takes 10 s in its exit handlers, longer than the dev cluster's KillWait (5 s): the stop
+    # is still a pre-emption (the step's record, not srun's status), never a crash, and the job
+    # resumes from the committed step. JOBKIT_TEST_TEARDOWN_RUNS runs (bench/requeue_teardown.sh: 20).
+    # Each run in a subshell of its own: a failed run is counted, and the next one runs.
+    runs=${JOBKIT_TEST_TEARDOWN_RUNS:-2}
+    stopped_as_stops=0
+    for ((run = 1; run <= runs; run++)); do
+      rm -rf "$work/ckpt" "$work/result" "$work"/job-*.out
+      if (
+        signalled -- 'scancel --signal=USR1 "$job"' --slow-exit-rank 3 --slow-exit-s 10
+        [[ $(field "$job" Restarts) -ge 1 ]] || fail "run $run: the job was not requeued"
+        ! grep -q 'failed with status' <<<"$out" || fail "run $run: the stop was counted as a crash"
+        [[ ! -e $work/ckpt/.crashes-$job ]] || fail "run $run: a crash was counted: $(cat "$work/ckpt/.crashes-$job")"
+        grep -q 'attempt 1: resuming from step' <<<"$out" || fail "run $run: the second attempt did not resume"
+      ); then
+        stopped_as_stops=$((stopped_as_stops + 1))
+      fi
+    done
+    echo "measured: $stopped_as_stops of $runs runs with a 10 s teardown (KillWait 5 s) requeued as a stop and resumed"
+    ((stopped_as_stops == runs)) || fail "$((runs - stopped_as_stops)) of $runs runs failed (above)" ;;
+  slow-teardown-no-requeue)
+    # The same slow teardown in a job that cannot be requeued: the ranks stop, the job completes,
+    # and the batch script reads the stop from the step's record, not a crash from srun's status.
+    job=$(submit --no-requeue -- --steps 400 --slow-exit-rank 3 --slow-exit-s 10) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 1.5
+    scancel --signal=USR1 "$job"
+    deadline=$((SECONDS + 90))
+    until [[ $(field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
+    out=$(unfold <"$work/job-$job.out")
+    echo "$out"
+    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job ended $(field "$job" JobState), not COMPLETED"
+    grep -q "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued" <<<"$out" ||
+      fail "the batch script did not read the step's record"
+    ! grep -q 'failed with status' <<<"$out" || fail "the stop was counted as a crash" ;;
+  stops-then-crash)
+    # MAX_RESTARTS=5: six stops (attempts 0 to 5, each signalled once it runs), then attempt 6
+    # crashes at its first save: still the first crash, so it is requeued, and attempt 7 finishes.
+    max_restarts=5
+    steps=300 expected=$((ranks * (ranks + 1) / 2 * 300 * 301 / 2))
+    job=$(submit -- --crash-rank 3 --crash-step -1 --crash-attempt 6) || fail "sbatch failed"
+    for attempt in 0 1 2 3 4 5; do
+      wait_for "INFO: attempt $attempt: " "$work/job-$job.out"
+      sleep 1
+      scancel --signal=USR1 "$job"
+    done
+    wait_done "$job" 240
+    check_result "$job"
+    (($(count 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued') == 6)) ||
+      fail "not six stops requeued"
+    grep -q 'attempt 6: failed with status [0-9]* (crash 1 of at most 5 requeued); requeueing' <<<"$out" ||
+      fail "the crash after six stops was not requeued as the first crash"
+    grep -q 'attempt 7: finished' <<<"$out" || fail "attempt 7 did not finish" ;;
   requeue-refused)
     job=$(sbatch --parsable --no-requeue --chdir="$work" --output="$work/job-%j.out" --wrap="$jobkit requeue") ||
       fail "sbatch failed"

@@ -11,11 +11,10 @@
 #                                       the test only where it prints one)
 #        venv.sh --fetch                fetches that Python's wheelhouse unless cached (scripts/test-all.sh
 #                                       begins with it, beside the builds)
-#        venv.sh PYTHON SOURCE_DIR WORK_DIR JOBKIT
+#        venv.sh PYTHON SOURCE_DIR WORK_DIR
 #   PYTHON      a Python whose prefix is not /usr (the user's: pyenv's, conda's, a python.org build)
 #   SOURCE_DIR  this repository; copied into WORK_DIR and built there, never written to
 #   WORK_DIR    emptied, then holds the copy, the build, the venv; every node must see it
-#   JOBKIT      the jobkit program, for `jobkit exec`
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd -P)
 
@@ -67,12 +66,10 @@ esac
 python=${1:-}
 source_dir=${2:-}
 work=${3:-}
-jobkit=${4:-}
 [[ -x $python ]] || fail "PYTHON '$python' is not an executable"
 [[ -f $source_dir/pyproject.toml ]] || fail "SOURCE_DIR '$source_dir' has no pyproject.toml"
 [[ $work == /* && $work != / ]] || fail "WORK_DIR '$work' is not an absolute path below /"
 case $work in /tmp | /tmp/*) fail "WORK_DIR '$work' is under /tmp, which every dev-cluster node has its own of" ;; esac
-[[ -x $jobkit ]] || fail "JOBKIT '$jobkit' is not an executable"
 source_dir=$(cd "$source_dir" && pwd -P)
 need_cluster
 echo "python: $python ($("$python" -c 'import sys; print(sys.version.split()[0], "prefix", sys.base_prefix)'))"
@@ -159,16 +156,20 @@ run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$py" ddp_check.py jobkit-fir
 check 7 "uneven, jobkit.torch.init_process_group" jobkit-first jobkit
 run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$py" ddp_check.py torch-first jobkit
 check 8 "cyclic, jobkit.torch.init_process_group" torch-first jobkit
-run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py torch-first env
+# jobkit exec: the wheel's own command, from the venv's bin/.
+cli=$venv/bin/jobkit
+[[ -x $cli ]] || fail "the venv has no bin/jobkit from the wheel"
+run_step "${clean[@]}" "${step[@]}" "${uneven[@]}" "$cli" exec --timeout 120 -- "$py" ddp_check.py torch-first env
 check 7 "uneven, jobkit exec and env://" torch-first env
-run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$jobkit" exec --timeout 120 -- "$py" ddp_check.py torch-only env
+run_step "${clean[@]}" "${step[@]}" "${cyclic[@]}" "$cli" exec --timeout 120 -- "$py" ddp_check.py torch-only env
 check 8 "cyclic, jobkit exec and env://, an unchanged torch script" torch-only env
 
 # A step that waits in torch's own barrier: rank 3 sleeps 15 s; rank 0 reports where every rank is
-# by itself after 3 s, naming torch's collective from its flight recorder (PyPI's torch has one).
+# by itself after 3 s, naming torch's collective from its flight recorder (PyPI's torch has one),
+# through the wheel's jobkit command (JOBKIT_CLI unset: import jobkit sets it to the venv's).
 cp "$here/torch_hang.py" "$work/check/" || fail "cannot copy torch_hang.py"
 line_of() { grep -n "# $1\$" "$here/torch_hang.py" | cut -d: -f1; }
-run_step "${clean[@]}" JOBKIT_WHERE_REPORT_AFTER=3 JOBKIT_CLI="$jobkit" "${step[@]}" -N3 -n4 "$py" torch_hang.py 15 3
+run_step "${clean[@]}" -u JOBKIT_CLI JOBKIT_WHERE_REPORT_AFTER=3 "${step[@]}" -N3 -n4 "$py" torch_hang.py 15 3
 ((status == 0)) || fail "torch's barrier: exit status $status"
 (($(count "torch-where ok ") == 4)) || fail "torch's barrier: not every rank passed it"
 grep -qE "^\[rank: 0\] WARNING: torch gloo:barrier at torch_hang.py:$(line_of BARRIER_LINE) has waited [3-9] s; where every rank is \(jobkit where [0-9]+\.0\):\$" <<<"$out" ||
@@ -178,4 +179,30 @@ grep -qE "^  \[rank: 3\] not in jobkit: load_shard torch_hang.py:$(line_of LOAD_
 grep -qE "^  \[rank: 0-2\] not in jobkit: .*train_step torch_hang.py:$(line_of BARRIER_LINE)" <<<"$out" ||
   fail "the report does not show the ranks in torch's barrier"
 echo "--- torch's barrier reported by the step itself: ok"
+
+# The DDP template from this venv alone (the wheel's module and command, PyPI's torch): its GPU line
+# removed, 3 nodes x 2 tasks, signalled once step 10 is committed: it stops, requeues itself from
+# inside the step, resumes and finishes.
+sed '/^#SBATCH --gpus-per-task/d' "$repo/slurm/train-ddp-gpu.sbatch" >"$work/train-ddp-cpu.sbatch"
+job=$(env -u JOBKIT_CLI JOBKIT="$cli" PYTHON="$py" SCRIPT="$repo/examples/train_ddp.py" CHECKPOINTS="$work/ckpt" \
+  MAX_RESTARTS=0 sbatch --parsable --job-name=jobkit-venv-ddp --chdir="$work/check" --output="$work/ddp-template.out" \
+  --cpus-per-task=1 --nodes=3 --ntasks-per-node=2 --time=10 "$work/train-ddp-cpu.sbatch" --steps 300 --every 10) ||
+  fail "sbatch of the DDP template failed"
+trap 'scancel "$job" 2>/dev/null' EXIT
+for _ in $(seq 900); do [[ -d $work/ckpt/step-000000000010 ]] && break; sleep 0.1; done
+scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job failed"
+deadline=$((SECONDS + 300))
+while ((SECONDS < deadline)); do
+  state=$(scontrol show job -o "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+  case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+  sleep 1
+done
+out=$(unfold <"$work/ddp-template.out")
+echo "$out" | tail -20
+[[ $state == COMPLETED ]] || fail "the DDP template's job ended ${state:-unknown}"
+(($(count 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued') == 1)) ||
+  fail "the DDP template's attempt 0 did not stop and requeue"
+(($(count 'attempt 1: finished') == 1)) || fail "the DDP template's attempt 1 did not finish"
+(($(count 'rank [0-9]: finished at step 300, weights') == 6)) || fail "not every rank finished at step 300"
+echo "--- the DDP template from the venv alone: ok"
 echo ok

@@ -445,7 +445,7 @@ def test_checkpoints_requeue_outside_slurm_is_recorded_not_done(tmp_path, monkey
     saved = jobkit.Checkpoints(tmp_path / "ckpt")
     with jobkit.StopGuard() as stop:
         saved.begin(5)
-        with pytest.raises(jobkit.InvalidArgumentError, match="step 5 .* was begun and not committed"):
+        with pytest.raises(jobkit.InvalidArgumentError, match="rank 0 began step 5 and did not commit it"):
             saved.requeue(stop.cause)
         saved.commit()
         assert saved.requeue(stop.cause) is False

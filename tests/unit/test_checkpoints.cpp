@@ -192,8 +192,8 @@ TEST_CASE("requeue after a stop: refused before the commit, and outside Slurm no
     FAIL("a requeue with a step begun and not committed was accepted");
   } catch (const jobkit::error& e) {
     CHECK(e.code() == jobkit::errc::invalid_argument);
-    CHECK(contains(e.what(), "step 3"));
-    CHECK(contains(e.what(), "commit it before the requeue"));
+    CHECK(contains(e.what(), "rank 0 began step 3 and did not commit it"));
+    CHECK(contains(e.what(), "commit before the requeue"));
   }
   saved.commit();
   CHECK_FALSE(saved.requeue(cause));
