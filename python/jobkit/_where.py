@@ -57,12 +57,13 @@ def default_cli() -> None:
         return
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     # The environment's own scheme, and pip install --user's.
-    for scheme in dict.fromkeys([sysconfig.get_default_scheme(), f"{os.name}_user"]):
+    for scheme in (None, f"{os.name}_user"):
         try:
-            installed = {os.path.realpath(sysconfig.get_path(name, scheme)) for name in ("platlib", "purelib")}
-            command = os.path.join(sysconfig.get_path("scripts", scheme), "jobkit")
+            paths = sysconfig.get_paths() if scheme is None else sysconfig.get_paths(scheme)
         except KeyError:
             continue
+        installed = {os.path.realpath(paths[name]) for name in ("platlib", "purelib")}
+        command = os.path.join(paths["scripts"], "jobkit")
         if package in installed and os.access(command, os.X_OK):  # not a build tree on PYTHONPATH
             os.environ["JOBKIT_CLI"] = command
             return
