@@ -33,7 +33,7 @@ expect "--help" 0 'usage: jobkit' "$jobkit" --help
 expect "info --help" 0 'usage: jobkit info' "$jobkit" info --help
 expect "info" 0 '^rank 0/1 local 0/1 node 0/1 host .+ \(default\)$' "$jobkit" info
 expect "info --json" 0 \
-  '^\{"rank":0,"world_size":1,"local_rank":0,"local_world_size":1,"node_rank":0,"num_nodes":1,"hostname":".+","job_id":"","step_id":"","restart_count":0,"array_job_id":"","array_task_id":null,"source":"default"\}$' \
+  '^\{"rank":0,"world_size":1,"local_rank":0,"local_world_size":1,"node_rank":0,"num_nodes":1,"hostname":".+","job_id":"","step_id":"","restart_count":0,"array_job_id":"","array_task_id":null,"component":0,"num_components":1,"component_rank":0,"component_size":1,"component_nodes":"","source":"default"\}$' \
   "$jobkit" info --json
 expect "info from torchrun variables" 0 '"rank":3,"world_size":4,.*"source":"torchrun"' \
   env RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "$jobkit" info --json

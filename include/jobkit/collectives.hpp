@@ -371,6 +371,10 @@ group make_group(const std::vector<int>& world_ranks, call_options options = {})
 group& node_group();
 /// One rank per node: local rank 0 of every node (cached). Only those ranks may call it.
 group& node_leaders_group();
+/// The step's ranks of this process's heterogeneous-job component (identity::component), in
+/// component-rank order (cached); the whole step outside a heterogeneous job. Every rank of the
+/// step calls it, each getting its own component's group.
+group& component_group();
 ///@}
 
 }  // namespace jobkit

@@ -33,6 +33,16 @@ struct identity {
   int restart_count = 0;
   std::string array_job_id;  ///< SLURM_ARRAY_JOB_ID; empty outside an array job
   int array_task_id = -1;    ///< SLURM_ARRAY_TASK_ID; -1 outside an array job
+  /// @name Heterogeneous jobs
+  /// The component of a Slurm heterogeneous job this rank is in (docs/launchers.md). Outside one,
+  /// component 0 of 1 holds the whole step and component_nodes is empty.
+  ///@{
+  int component = 0;            ///< Slurm's het group number (srun --het-group=N)
+  int num_components = 1;       ///< SLURM_HET_SIZE: the job's components (a step may span fewer)
+  int component_rank = 0;       ///< index among the step's ranks of this component
+  int component_size = 1;       ///< the step's ranks in this component
+  std::string component_nodes;  ///< the step's nodes of this component, a Slurm host list
+  ///@}
   identity_source source = identity_source::defaults;
 
   bool is_main_process() const noexcept { return rank == 0; }
@@ -44,12 +54,14 @@ struct identity {
 };
 
 /// One readable line: "rank 4/7 local 0/2 node 1/3 host c2 job 17 step 0 (pmix)"; a requeued
-/// job adds "restart 2", an array task "array 16_3".
+/// job adds "restart 2", an array task "array 16_3", a heterogeneous job "component 1/2 rank 2/3
+/// on c[2-3]".
 std::string to_string(const identity& id);
 
 /// One JSON object with the keys rank, world_size, local_rank, local_world_size, node_rank,
 /// num_nodes, hostname, job_id, step_id, restart_count, array_job_id and array_task_id (null
-/// outside an array job), source.
+/// outside an array job), component, num_components, component_rank, component_size,
+/// component_nodes, source.
 std::string to_json(const identity& id);
 
 }  // namespace jobkit

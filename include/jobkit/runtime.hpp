@@ -51,10 +51,12 @@ class runtime {
   /// ranks exchange endpoints through the launcher once and connect a TCP tree.
   /// @throws jobkit::error when world_size > 1 and the launcher serves no PMIx
   group& world();
-  /// See jobkit::make_group, jobkit::node_group and jobkit::node_leaders_group.
+  /// See jobkit::make_group, jobkit::node_group, jobkit::node_leaders_group and
+  /// jobkit::component_group.
   group make_group(const std::vector<int>& world_ranks, call_options options = {});
   group& node_group();
   group& node_leaders_group();
+  group& component_group();
 
  private:
   friend struct detail::runtime_access;

@@ -59,7 +59,7 @@ def _op(op: Any, collective: str) -> str:
 
 class Group:
     """A set of ranks that run collectives together (jobkit::group): made by make_group(),
-    node_group(), node_leaders_group() or Group.split(). Pass it as ``group=`` to a collective;
+    node_group(), node_leaders_group(), component_group() or Group.split(). Pass it as ``group=`` to a collective;
     every member must call the same collectives in the same order."""
 
     def __init__(self, native: "_jobkit.Group") -> None:
@@ -100,6 +100,13 @@ def node_group() -> Group:
     """The ranks on this process's node."""
     _started()
     return Group(_jobkit.node_group())
+
+
+def component_group() -> Group:
+    """The step's ranks of this process's heterogeneous-job component (Identity.component), in
+    component-rank order; the whole step outside a heterogeneous job. Every rank calls it."""
+    _started()
+    return Group(_jobkit.component_group())
 
 
 def node_leaders_group() -> Group:

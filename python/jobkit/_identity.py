@@ -24,6 +24,11 @@ class Identity:
     restart_count: int  # SLURM_RESTART_COUNT: how often Slurm requeued this job
     array_job_id: str  # "" outside an array job
     array_task_id: int  # -1 outside an array job
+    component: int  # Slurm's het group number (srun --het-group=N); 0 outside a heterogeneous job
+    num_components: int  # SLURM_HET_SIZE: the job's components; 1 outside a heterogeneous job
+    component_rank: int  # index among the step's ranks of this component
+    component_size: int  # the step's ranks in this component
+    component_nodes: str  # the step's nodes of this component (a Slurm host list); "" outside one
     source: str  # "pmix", "pmi2", "slurm", "torchrun" or "default"
 
     def is_main_process(self) -> bool:

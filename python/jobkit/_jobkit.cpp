@@ -308,6 +308,7 @@ void define_identity(py::module_& m) {
     const auto& id = jobkit::current_identity();
     return py::make_tuple(id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
                           id.hostname, id.job_id, id.step_id, id.restart_count, id.array_job_id, id.array_task_id,
+                          id.component, id.num_components, id.component_rank, id.component_size, id.component_nodes,
                           std::string(jobkit::to_string(id.source)));
   });
   m.def("connected_to_pmix", [] {

@@ -383,6 +383,7 @@ void define_groups(py::module_& m) {
     return blocking(m, jobkit::world(), [&] { return jobkit::make_group(ranks, {timeout_of(timeout)}); });
   });
   m.def("node_group", [m] { return blocking(m, jobkit::world(), [&] { return jobkit::node_group(); }); });
+  m.def("component_group", [m] { return blocking(m, jobkit::world(), [&] { return jobkit::component_group(); }); });
   m.def("node_leaders_group",
         [m] { return blocking(m, jobkit::world(), [&] { return jobkit::node_leaders_group(); }); });
   m.def("world_group", [] { return jobkit::world(); });

@@ -25,17 +25,23 @@ std::string to_string(const identity& id) {
   if (!id.step_id.empty()) line += fmt::format(" step {}", id.step_id);
   if (id.restart_count > 0) line += fmt::format(" restart {}", id.restart_count);
   if (!id.array_job_id.empty()) line += fmt::format(" array {}_{}", id.array_job_id, id.array_task_id);
+  if (id.num_components > 1) {
+    line += fmt::format(" component {}/{} rank {}/{} on {}", id.component, id.num_components, id.component_rank,
+                        id.component_size, id.component_nodes);
+  }
   return line + fmt::format(" ({})", to_string(id.source));
 }
 
 std::string to_json(const identity& id) {
   return fmt::format(R"({{"rank":{},"world_size":{},"local_rank":{},"local_world_size":{},"node_rank":{},)"
                      R"("num_nodes":{},"hostname":{},"job_id":{},"step_id":{},"restart_count":{},"array_job_id":{},)"
-                     R"("array_task_id":{},"source":{}}})",
+                     R"("array_task_id":{},"component":{},"num_components":{},"component_rank":{},"component_size":{},)"
+                     R"("component_nodes":{},"source":{}}})",
                      id.rank, id.world_size, id.local_rank, id.local_world_size, id.node_rank, id.num_nodes,
                      json_string(id.hostname), json_string(id.job_id), json_string(id.step_id), id.restart_count,
                      json_string(id.array_job_id), id.array_task_id < 0 ? "null" : std::to_string(id.array_task_id),
-                     json_string(to_string(id.source)));
+                     id.component, id.num_components, id.component_rank, id.component_size,
+                     json_string(id.component_nodes), json_string(to_string(id.source)));
 }
 
 }  // namespace jobkit

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "core/parse.hpp"
+#include "identity/components.hpp"
 #include "jobkit/error.hpp"
 #include "pmi2/session.hpp"
 #include "pmi2/wire.hpp"
@@ -527,6 +528,25 @@ identity resolve_identity(const environment& env, const pmix_facts* pmix, std::s
     parse_count("SLURM_ARRAY_JOB_ID", *array_job);
     id.array_job_id = *array_job;
     id.array_task_id = parse_count("SLURM_ARRAY_TASK_ID", *env.get("SLURM_ARRAY_TASK_ID"));
+  }
+  id.component_rank = id.rank;
+  id.component_size = id.world_size;
+  // A heterogeneous job's component, when this identity is the Slurm step's: not that of
+  // mpirun's daemons, nor of a torchrun inside a task.
+  const bool from_launcher =
+      id.source == identity_source::pmix || id.source == identity_source::pmi2 || id.source == identity_source::slurm;
+  const bool in_het_job = env.has("SLURM_HET_SIZE") || env.has("SLURM_PACK_SIZE");
+  if (const auto step =
+          from_launcher && in_het_job && !env.has("OMPI_COMM_WORLD_SIZE") ? slurm_candidate(env) : std::nullopt;
+      step && step->rank->value == id.rank && step->world_size->value == id.world_size &&
+      step->node_rank->value == id.node_rank) {
+    if (auto c = het_component_of(env, id.rank, id.node_rank)) {
+      id.component = c->index;
+      id.num_components = c->num_components;
+      id.component_rank = c->rank;
+      id.component_size = c->size;
+      id.component_nodes = std::move(c->nodes);
+    }
   }
   return id;
 }

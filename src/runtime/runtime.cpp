@@ -7,6 +7,7 @@
 #include <climits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -28,7 +29,7 @@ struct runtime::impl {
   jobkit::identity id;
   std::unique_ptr<detail::tcp_fabric> fabric;
   std::shared_ptr<detail::group_state> world_state;
-  std::optional<group> world, node, leaders;
+  std::optional<group> world, node, leaders, component;
   std::optional<std::pair<errc, std::string>> setup_failure;
   std::shared_ptr<const bool> alive = std::make_shared<const bool>(true);
 
@@ -232,6 +233,18 @@ group& runtime::node_group() {
   return *impl_->node;
 }
 
+group& runtime::component_group() {
+  if (!impl_->component) {
+    const auto& id = impl_->id;
+    std::vector<int> ranks(static_cast<std::size_t>(id.component_size));
+    std::iota(ranks.begin(), ranks.end(), id.rank - id.component_rank);  // a component's ranks are consecutive
+    // Every rank joins the data path's setup, as in node_group: it is collective over the job.
+    if (id.world_size > 1) impl_->connect(detail::default_timeout());
+    impl_->component = impl_->make(ranks, detail::default_timeout());
+  }
+  return *impl_->component;
+}
+
 group& runtime::node_leaders_group() {
   if (!impl_->leaders) {
     const auto& id = impl_->id;
@@ -295,6 +308,7 @@ group make_group(const std::vector<int>& world_ranks, call_options options) {
   return default_runtime().make_group(world_ranks, options);
 }
 group& node_group() { return default_runtime().node_group(); }
+group& component_group() { return default_runtime().component_group(); }
 group& node_leaders_group() { return default_runtime().node_leaders_group(); }
 
 int rank() { return current_identity().rank; }

@@ -1,5 +1,6 @@
 // What a rank reads from its environment before any launcher answers: the variables of torchrun,
-// of Slurm and the ones jobkit sets itself (JOBKIT_TORCH_VARIABLES, JOBKIT_ENDPOINT_GENERATION).
+// of Slurm (a heterogeneous job's too) and the ones jobkit sets itself (JOBKIT_TORCH_VARIABLES,
+// JOBKIT_ENDPOINT_GENERATION).
 // The input is lines, each the value of the next variable of `names` (an empty line leaves it
 // unset). An identity that is accepted must be one: every index inside its count.
 #include <cstdint>
@@ -29,14 +30,19 @@ constexpr const char* names[] = {"RANK",
                                  "GROUP_RANK",
                                  "JOBKIT_TORCH_VARIABLES",
                                  "SLURM_PROCID",
-                                 "SLURM_NTASKS",
+                                 "SLURM_STEP_NUM_TASKS",
                                  "SLURM_LOCALID",
                                  "SLURM_NODEID",
                                  "SLURM_STEP_NUM_NODES",
                                  "SLURM_STEP_TASKS_PER_NODE",
                                  "SLURM_JOB_ID",
                                  "JOBKIT_ENDPOINT_GENERATION",
-                                 "JOBKIT_IDENTITY"};
+                                 "JOBKIT_IDENTITY",
+                                 "SLURM_STEP_NODELIST",
+                                 "SLURM_HET_SIZE",
+                                 "SLURM_JOB_NODELIST_HET_GROUP_0",
+                                 "SLURM_JOB_NODELIST_PACK_GROUP_1",
+                                 "SLURM_JOB_NODELIST_HET_GROUP_2"};
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -59,6 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (id.local_world_size > id.world_size) finding("a node larger than the world");
     if (id.num_nodes < 1 || id.node_rank < 0 || id.node_rank >= id.num_nodes) finding("a node rank outside the nodes");
     if (id.num_nodes > id.world_size) finding("more nodes than ranks");
+    if (id.num_components < 1 || id.component < 0 || id.component >= id.num_components) {
+      finding("a component outside the job's");
+    }
+    if (id.component_size < 1 || id.component_size > id.world_size || id.component_rank < 0 ||
+        id.component_rank >= id.component_size || id.component_rank > id.rank) {
+      finding("a component rank outside its component");
+    }
   } catch (const jobkit::error&) {
   }
   try {

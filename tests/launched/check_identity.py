@@ -7,6 +7,7 @@ launcher's variables (SLURM_* under srun, OMPI_COMM_WORLD_* under mpirun), never
 import argparse
 import collections
 import json
+import subprocess
 import sys
 
 
@@ -17,6 +18,7 @@ def main():
     parser.add_argument("--launcher", choices=["slurm", "mpirun"], required=True)
     parser.add_argument("--layout", help="tasks per node in node order, e.g. 4,2,1")
     parser.add_argument("--cyclic", action="store_true", help="expect round-robin rank placement")
+    parser.add_argument("--components", help="a heterogeneous step's ranks per component, e.g. 2,3")
     args = parser.parse_args()
 
     failures = []
@@ -80,6 +82,30 @@ def main():
     if args.cyclic:
         expect(any(ranks != list(range(ranks[0], ranks[0] + len(ranks))) for ranks in hosts.values()),
                f"placement {dict(hosts)} is not cyclic")
+
+    # Heterogeneous jobs: Slurm numbers a step's ranks component after component; each component's
+    # nodes are the hosts of its ranks (expanded by Slurm's own scontrol). Elsewhere, component 0
+    # of 1 is the whole step.
+    sizes = [int(n) for n in args.components.split(",")] if args.components else [args.ranks]
+    first = 0
+    for index, size in enumerate(sizes):
+        ranks = range(first, first + size)
+        hosts_of = sorted({by_rank[r]["hostname"] for r in ranks if r in by_rank}, key=node_of_host.get)
+        for r in ranks:
+            if r not in by_rank:
+                continue
+            jk = by_rank[r]["jobkit"]
+            got = (jk["component"], jk["num_components"], jk["component_rank"], jk["component_size"])
+            want = (index, len(sizes), r - first, size)
+            expect(got == want, f"rank {r}: component, of, rank, size {got}, expected {want}")
+            if args.components:
+                listed = subprocess.run(["scontrol", "show", "hostnames", jk["component_nodes"]], capture_output=True,
+                                        text=True).stdout.split()
+                expect(listed == hosts_of, f"rank {r}: component_nodes {jk['component_nodes']!r} is {listed}, "
+                                           f"the component's ranks run on {hosts_of}")
+            else:
+                expect(jk["component_nodes"] == "", f"rank {r}: component_nodes {jk['component_nodes']!r}")
+        first += size
 
     for failure in failures:
         print("FAIL:", failure)

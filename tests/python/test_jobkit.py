@@ -37,6 +37,8 @@ def test_identity_defaults():
     assert counts == (0, 1, 0, 1, 0, 1)
     assert me.source == "default" and me.job_id == "" and me.hostname
     assert (me.restart_count, me.array_job_id, me.array_task_id) == (0, "", -1)
+    assert (me.component, me.num_components, me.component_rank, me.component_size, me.component_nodes) == (0, 1, 0, 1, "")
+    assert jobkit.component_group().size() == 1
     assert (jobkit.rank(), jobkit.world_size(), jobkit.local_rank(), jobkit.local_world_size()) == (0, 1, 0, 1)
     assert (jobkit.node_rank(), jobkit.num_nodes()) == (0, 1)
     assert jobkit.is_main_process() and jobkit.is_local_main_process() and not jobkit.is_distributed()

@@ -7,6 +7,7 @@
 
 #include "../catch.hpp"
 #include "core/environment.hpp"
+#include "core/host_list.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
 #include "support.hpp"
@@ -421,9 +422,11 @@ TEST_CASE("an inconsistent PMIx server answer is reported, not trusted", "[ident
 TEST_CASE("identity prints as a line and as JSON", "[identity]") {
   auto id = resolve_identity(slurm_step(), nullptr, "c\"2");
   CHECK(jobkit::to_string(id) == "rank 5/7 local 1/2 node 1/3 host c\"2 job 42 step 3 (slurm)");
-  CHECK(jobkit::to_json(id) == R"({"rank":5,"world_size":7,"local_rank":1,"local_world_size":2,"node_rank":1,)"
-                               R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","restart_count":0,)"
-                               R"("array_job_id":"","array_task_id":null,"source":"slurm"})");
+  CHECK(jobkit::to_json(id) ==
+        R"({"rank":5,"world_size":7,"local_rank":1,"local_world_size":2,"node_rank":1,)"
+        R"("num_nodes":3,"hostname":"c\"2","job_id":"42","step_id":"3","restart_count":0,)"
+        R"("array_job_id":"","array_task_id":null,"component":0,"num_components":1,"component_rank":5,)"
+        R"("component_size":7,"component_nodes":"","source":"slurm"})");
   CHECK(jobkit::to_string(identity_source::defaults) == "default");
 }
 
@@ -490,4 +493,140 @@ TEST_CASE("PMIX_LOCAL_PEERS may come in any order (Open MPI 5's mpirun)", "[iden
   CHECK(resolve_identity(map_environment{}, &facts, "h").local_rank == 1);
   facts.local_peers = {5, 5};
   CHECK(contains(error_of(map_environment{}, &facts), "PMIX_LOCAL_PEERS=5,5 does not hold rank 5 once"));
+}
+
+TEST_CASE("Slurm host lists expand in order, keeping a range's width", "[identity][host_list]") {
+  using jobkit::detail::expand_host_list;
+  using list = std::vector<std::string>;
+  CHECK(expand_host_list("L", "c1") == list{"c1"});
+  CHECK(expand_host_list("L", "c[1-3]") == list{"c1", "c2", "c3"});
+  CHECK(expand_host_list("L", "gpu[08-10],cpu5") == list{"gpu08", "gpu09", "gpu10", "cpu5"});
+  CHECK(expand_host_list("L", "n[1,3-4]x") == list{"n1x", "n3x", "n4x"});
+  CHECK(expand_host_list("L", "r[1-2]n[1-2]") == list{"r1n1", "r1n2", "r2n1", "r2n2"});
+  CHECK(expand_host_list("L", "[7-8]") == list{"7", "8"});
+  for (const auto* bad : {"", "c[1-3", "c1-3]", "c[3-1]", "c[]", "c[a]", "c[1-]", "c1,,c2", "c1,", ",c1",
+                          "c[1-99999999]", "c[99999999999]", "a[1-1000]b[1-1000]c[1-2]"}) {
+    INFO(bad);
+    try {
+      expand_host_list("SLURM_STEP_NODELIST", bad);
+      FAIL("accepted");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == errc::invalid_environment);
+      CHECK(contains(e.what(), fmt::format("SLURM_STEP_NODELIST='{}' is not a Slurm host list", bad)));
+    }
+  }
+}
+
+namespace {
+/// Rank 3 of a heterogeneous step of 2 + 3 ranks: component 0 on c1 (2 ranks), component 1 on
+/// c[2-3] (2 + 1), as `srun -N1 -n2 A : -N2 -n3 B` places them (rank 3 is the second on c2).
+map_environment het_step() {
+  return {{"SLURM_JOB_ID", "17"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NUM_TASKS", "5"},
+          {"SLURM_STEP_NUM_NODES", "3"},
+          {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+          {"SLURM_STEP_NODELIST", "c[1-3]"},
+          {"SLURM_PROCID", "3"},
+          {"SLURM_LOCALID", "1"},
+          {"SLURM_NODEID", "1"},
+          {"SLURM_HET_SIZE", "2"},
+          {"SLURM_JOB_NODELIST_PACK_GROUP_0", "c1"},
+          {"SLURM_JOB_NODELIST_PACK_GROUP_1", "c[2-3]"}};
+}
+}  // namespace
+
+TEST_CASE("a heterogeneous job's component comes from the step's layout and the components' nodes", "[identity][het]") {
+  auto id = resolve_identity(het_step(), nullptr, "c2");
+  CHECK(id.rank == 3);
+  CHECK(id.component == 1);
+  CHECK(id.num_components == 2);
+  CHECK(id.component_rank == 1);
+  CHECK(id.component_size == 3);
+  CHECK(id.component_nodes == "c[2-3]");
+  CHECK(contains(jobkit::to_string(id), " component 1/2 rank 1/3 on c[2-3] (slurm)"));
+
+  // Slurm's newer names win over the older ones; rank 0 is component 0's first.
+  auto first = with(het_step(), {{"SLURM_PROCID", "0"},
+                                 {"SLURM_LOCALID", "0"},
+                                 {"SLURM_NODEID", "0"},
+                                 {"SLURM_JOB_NODELIST_HET_GROUP_0", "c1"},
+                                 {"SLURM_JOB_NODELIST_HET_GROUP_1", "c[2-3]"},
+                                 {"SLURM_JOB_NODELIST_PACK_GROUP_1", "wrong[1-2]"}});
+  id = resolve_identity(first, nullptr, "c1");
+  CHECK((id.component == 0 && id.component_rank == 0 && id.component_size == 2 && id.component_nodes == "c1"));
+
+  // A step over component 1 alone (srun --het-group=1): its ranks start at 0 again.
+  auto alone = with(het_step(), {{"SLURM_STEP_NUM_TASKS", "3"},
+                                 {"SLURM_STEP_NUM_NODES", "2"},
+                                 {"SLURM_STEP_TASKS_PER_NODE", "2,1"},
+                                 {"SLURM_STEP_NODELIST", "c[2-3]"},
+                                 {"SLURM_PROCID", "2"},
+                                 {"SLURM_LOCALID", "0"},
+                                 {"SLURM_NODEID", "1"}});
+  id = resolve_identity(alone, nullptr, "c3");
+  CHECK((id.component == 1 && id.component_rank == 2 && id.component_size == 3 && id.component_nodes == "c[2-3]"));
+
+  // A step on part of a component's nodes names them.
+  auto part = with(het_step(), {{"SLURM_STEP_NUM_TASKS", "3"},
+                                {"SLURM_STEP_NUM_NODES", "2"},
+                                {"SLURM_STEP_TASKS_PER_NODE", "2,1"},
+                                {"SLURM_STEP_NODELIST", "c[1,3]"},
+                                {"SLURM_PROCID", "2"},
+                                {"SLURM_LOCALID", "0"},
+                                {"SLURM_NODEID", "1"}});
+  id = resolve_identity(part, nullptr, "c3");
+  CHECK((id.component == 1 && id.component_rank == 0 && id.component_size == 1 && id.component_nodes == "c3"));
+
+  // Outside a heterogeneous job, and for a torchrun inside a task, component 0 of 1 is the whole step.
+  id = resolve_identity(slurm_step(), nullptr, "c2");
+  CHECK((id.component == 0 && id.num_components == 1 && id.component_rank == 5 && id.component_size == 7 &&
+         id.component_nodes.empty()));
+  id = resolve_identity(with(het_step(), {{"JOBKIT_IDENTITY", "torchrun"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}),
+                        nullptr, "c2");
+  CHECK((id.component == 0 && id.num_components == 1 && id.component_size == 1));
+}
+
+TEST_CASE("a heterogeneous job's variables that do not describe one component are errors naming them",
+          "[identity][het][errors]") {
+  const std::vector<bad_case> cases = {
+      {"a component's node list missing",
+       with(het_step(), {}, {"SLURM_JOB_NODELIST_PACK_GROUP_1"}),
+       {"SLURM_JOB_NODELIST_HET_GROUP_1 and SLURM_JOB_NODELIST_PACK_GROUP_1 are not set", "SLURM_HET_SIZE"}},
+      {"a node in two components",
+       with(het_step(), {{"SLURM_JOB_NODELIST_PACK_GROUP_1", "c[1-3]"}}),
+       {"node c1 is in two components' node lists", "SLURM_JOB_NODELIST_PACK_GROUP_0='c1'",
+        "SLURM_JOB_NODELIST_PACK_GROUP_1='c[1-3]'"}},
+      {"a step node in no component",
+       with(het_step(), {{"SLURM_JOB_NODELIST_PACK_GROUP_1", "c2"}}),
+       {"node c3 of SLURM_STEP_NODELIST='c[1-3]' is in none of the components' node lists"}},
+      {"a rank outside its node's component",
+       with(het_step(), {{"SLURM_JOB_NODELIST_PACK_GROUP_0", "c2"}, {"SLURM_JOB_NODELIST_PACK_GROUP_1", "c[1,3]"}}),
+       {"rank 3 on node c2 (component 0 of", "is not among that component's ranks 0 to 1"}},
+      {"node list and layout disagree",
+       with(het_step(), {{"SLURM_STEP_NODELIST", "c[1-2]"}}),
+       {"SLURM_STEP_NODELIST='c[1-2]' names 2 nodes but SLURM_STEP_TASKS_PER_NODE='2(x2),1' lists 3"}},
+      {"no step node list",
+       with(het_step(), {}, {"SLURM_STEP_NODELIST"}),
+       {"SLURM_HET_SIZE='2' says this is a heterogeneous job", "SLURM_STEP_NODELIST"}},
+      {"a bad host list",
+       with(het_step(), {{"SLURM_JOB_NODELIST_PACK_GROUP_0", "c[1"}}),
+       {"SLURM_JOB_NODELIST_PACK_GROUP_0='c[1' is not a Slurm host list"}},
+      {"a bad component count",
+       with(het_step(), {{"SLURM_HET_SIZE", "0"}}),
+       {"SLURM_HET_SIZE='0' must be between 1 and 4096"}},
+      {"the older count alone",
+       with(het_step(), {{"SLURM_PACK_SIZE", "x"}}, {"SLURM_HET_SIZE"}),
+       {"SLURM_PACK_SIZE='x' is not a non-negative integer"}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    try {
+      resolve_identity(c.env, nullptr, "c2");
+      FAIL("accepted");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == errc::invalid_environment);
+      for (const auto& part : c.expected) CHECK(contains(e.what(), part));
+    }
+  }
 }
