@@ -65,17 +65,14 @@ std::pair<std::uint64_t, std::uint32_t> checksum(int fd, const fs::path& file) {
   std::vector<std::byte> buffer(std::size_t{1} << 20);
   std::uint64_t size = 0;
   std::uint32_t crc = 0;
-  for (;;) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int code = errno;
-      throw error(errc::io, fmt::format("cannot read '{}': {}", file.string(), detail::errno_text(code)), code);
-    }
-    if (got == 0) return {size, crc};
-    crc = detail::crc32c({buffer.data(), static_cast<std::size_t>(got)}, crc);
-    size += static_cast<std::uint64_t>(got);
+  const int code = detail::read_each(fd, buffer, [&](std::span<const std::byte> piece) {
+    crc = detail::crc32c(piece, crc);
+    size += piece.size();
+  });
+  if (code != 0) {
+    throw error(errc::io, fmt::format("cannot read '{}': {}", file.string(), detail::errno_text(code)), code);
   }
+  return {size, crc};
 }
 
 /// A descriptor of `file` opened for reading, for detail::descriptor to own.

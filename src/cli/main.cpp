@@ -112,18 +112,15 @@ int run_barrier(const std::vector<std::string_view>& args) {
 
 std::string read_all_stdin() {
   std::string data;
-  char buffer[65536];
-  while (true) {
-    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
-    if (n > 0) {
-      data.append(buffer, static_cast<std::size_t>(n));
-    } else if (n == 0) {
-      return data;
-    } else if (errno != EINTR) {
-      throw jobkit::error(jobkit::errc::invalid_argument,
-                          std::string("broadcast: reading stdin: ") + std::strerror(errno));
-    }
+  std::vector<std::byte> buffer(65536);
+  const int code = jobkit::detail::read_each(STDIN_FILENO, buffer, [&](std::span<const std::byte> piece) {
+    data.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+  });
+  if (code != 0) {
+    throw jobkit::error(jobkit::errc::invalid_argument,
+                        "broadcast: reading stdin: " + jobkit::detail::errno_text(code));
   }
+  return data;
 }
 
 int run_broadcast(const std::vector<std::string_view>& args) {

@@ -16,16 +16,17 @@ struct host_list_parser {
   std::size_t hosts = 0;
 
   [[noreturn]] void bad(std::string_view why) const {
-    throw error(errc::invalid_environment,
-                fmt::format("{}='{}' is not a Slurm host list: {} (expected a form like 'c[1-3],gpu08')", name, value,
-                            why));
+    throw error(
+        errc::invalid_environment,
+        fmt::format("{}='{}' is not a Slurm host list: {} (expected a form like 'c[1-3],gpu08')", name, value, why));
   }
 
   int number(std::string& text) {
     const auto before = rest;
     const auto n = take_decimal(rest);
-    if (!n) bad(rest.empty() || rest.front() < '0' || rest.front() > '9' ? "a bracket misses a number"
-                                                                          : "a number is out of range");
+    if (!n)
+      bad(rest.empty() || rest.front() < '0' || rest.front() > '9' ? "a bracket misses a number"
+                                                                   : "a number is out of range");
     text = std::string(before.substr(0, before.size() - rest.size()));
     return *n;
   }
@@ -49,7 +50,8 @@ struct host_list_parser {
         rest.remove_prefix(1);
         return out;
       }
-      if (!rest.starts_with(",")) bad(rest.empty() ? "a '[' is not closed" : fmt::format("unexpected '{}' in a bracket", rest.front()));
+      if (!rest.starts_with(","))
+        bad(rest.empty() ? "a '[' is not closed" : fmt::format("unexpected '{}' in a bracket", rest.front()));
       rest.remove_prefix(1);
     }
   }

@@ -51,6 +51,19 @@ int write_file_all(int fd, const void* data, std::size_t size) noexcept {
   return 0;
 }
 
+int read_each(int fd, std::span<std::byte> buffer, const std::function<void(std::span<const std::byte>)>& each) {
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n > 0) {
+      each(buffer.first(static_cast<std::size_t>(n)));
+    } else if (n == 0) {
+      return 0;
+    } else if (errno != EINTR) {
+      return errno;
+    }
+  }
+}
+
 int pread_file_all(int fd, void* data, std::size_t size, off_t offset) {
   auto* p = static_cast<char*>(data);
   while (size > 0) {

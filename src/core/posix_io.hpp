@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace jobkit::detail {
@@ -42,6 +44,10 @@ class descriptor {
 int write_file_all(int fd, const void* data, std::size_t size) noexcept;
 /// Reads exactly size bytes at offset; EIO when the file ends early.
 int pread_file_all(int fd, void* data, std::size_t size, off_t offset);
+/// The one read-to-the-end loop: reads into `buffer` again and again, again after EINTR, and hands
+/// each piece read to `each`, until the end of the stream (returns 0) or an error (returns its
+/// errno; EAGAIN when a non-blocking descriptor has nothing more for now).
+int read_each(int fd, std::span<std::byte> buffer, const std::function<void(std::span<const std::byte>)>& each);
 
 // ---- Sockets (non-blocking descriptors), each wait bounded by a deadline. ----
 

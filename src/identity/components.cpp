@@ -27,9 +27,10 @@ std::pair<std::string, std::string> per_component(const environment& env, std::s
     auto name = fmt::format("{}{}{}", stem, infix, n);
     if (auto value = env.get(name)) return {std::move(name), std::string(*value)};
   }
-  reject(fmt::format("{}_HET_GROUP_{} and {}_PACK_GROUP_{} are not set, but this is component {} of a heterogeneous "
-                   "job of {} (SLURM_HET_SIZE)",
-                   stem, n, stem, n, n, env.get("SLURM_HET_SIZE").value_or(env.get("SLURM_PACK_SIZE").value_or(""))));
+  reject(
+      fmt::format("{}_HET_GROUP_{} and {}_PACK_GROUP_{} are not set, but this is component {} of a heterogeneous "
+                  "job of {} (SLURM_HET_SIZE)",
+                  stem, n, stem, n, n, env.get("SLURM_HET_SIZE").value_or(env.get("SLURM_PACK_SIZE").value_or(""))));
 }
 
 }  // namespace
@@ -46,15 +47,16 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
   const auto step_text = env.get("SLURM_STEP_NODELIST");
   const auto layout_text = env.get("SLURM_STEP_TASKS_PER_NODE");
   if (!step_text || !layout_text) {
-    reject(fmt::format("{}='{}' says this is a heterogeneous job, but SLURM_STEP_NODELIST and "
-                     "SLURM_STEP_TASKS_PER_NODE are not both set",
-                     size_name, *size_text));
+    reject(
+        fmt::format("{}='{}' says this is a heterogeneous job, but SLURM_STEP_NODELIST and "
+                    "SLURM_STEP_TASKS_PER_NODE are not both set",
+                    size_name, *size_text));
   }
   const auto step_nodes = expand_host_list("SLURM_STEP_NODELIST", *step_text);
   const auto layout = parse_tasks_per_node("SLURM_STEP_TASKS_PER_NODE", *layout_text);
   if (step_nodes.size() != layout.size()) {
-    reject(fmt::format("SLURM_STEP_NODELIST='{}' names {} nodes but SLURM_STEP_TASKS_PER_NODE='{}' lists {}", *step_text,
-                     step_nodes.size(), *layout_text, layout.size()));
+    reject(fmt::format("SLURM_STEP_NODELIST='{}' names {} nodes but SLURM_STEP_TASKS_PER_NODE='{}' lists {}",
+                       *step_text, step_nodes.size(), *layout_text, layout.size()));
   }
   if (node_rank < 0 || static_cast<std::size_t>(node_rank) >= step_nodes.size()) {
     reject(fmt::format("node rank {} is outside SLURM_STEP_NODELIST='{}'", node_rank, *step_text));
@@ -68,9 +70,9 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
     for (auto& node : expand_host_list(lists.back().first, lists.back().second)) {
       if (auto [it, added] = component_of.emplace(std::move(node), g); !added && it->second != g) {
         reject(fmt::format("node {} is in two components' node lists: {}='{}' and {}='{}'", it->first,
-                         lists[static_cast<std::size_t>(it->second)].first,
-                         lists[static_cast<std::size_t>(it->second)].second, lists.back().first,
-                         lists.back().second));
+                           lists[static_cast<std::size_t>(it->second)].first,
+                           lists[static_cast<std::size_t>(it->second)].second, lists.back().first,
+                           lists.back().second));
       }
     }
   }
@@ -78,9 +80,10 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
   for (std::size_t i = 0; i < step_nodes.size(); ++i) {
     const auto found = component_of.find(step_nodes[i]);
     if (found == component_of.end()) {
-      reject(fmt::format("node {} of SLURM_STEP_NODELIST='{}' is in none of the components' node lists "
-                       "(SLURM_JOB_NODELIST_HET_GROUP_0 to {})",
-                       step_nodes[i], *step_text, components - 1));
+      reject(
+          fmt::format("node {} of SLURM_STEP_NODELIST='{}' is in none of the components' node lists "
+                      "(SLURM_JOB_NODELIST_HET_GROUP_0 to {})",
+                      step_nodes[i], *step_text, components - 1));
     }
     step_component[i] = found->second;
   }
@@ -100,12 +103,14 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
     }
   }
   if (rank < offset || rank >= offset + size) {
-    reject(fmt::format("rank {} on node {} (component {} of SLURM_STEP_NODELIST='{}', SLURM_STEP_TASKS_PER_NODE='{}') "
-                     "is not among that component's ranks {} to {}",
-                     rank, step_nodes[static_cast<std::size_t>(node_rank)], c.index, *step_text, *layout_text, offset,
-                     offset + size - 1));
+    reject(
+        fmt::format("rank {} on node {} (component {} of SLURM_STEP_NODELIST='{}', SLURM_STEP_TASKS_PER_NODE='{}') "
+                    "is not among that component's ranks {} to {}",
+                    rank, step_nodes[static_cast<std::size_t>(node_rank)], c.index, *step_text, *layout_text, offset,
+                    offset + size - 1));
   }
-  if (offset + size > INT_MAX) reject(fmt::format("SLURM_STEP_TASKS_PER_NODE='{}' adds up to more than {} tasks", *layout_text, INT_MAX));
+  if (offset + size > INT_MAX)
+    reject(fmt::format("SLURM_STEP_TASKS_PER_NODE='{}' adds up to more than {} tasks", *layout_text, INT_MAX));
   c.rank = static_cast<int>(rank - offset);
   c.size = static_cast<int>(size);
   // The component's own list when the step has all its nodes (the usual case), else the names.

@@ -87,17 +87,12 @@ int above_stdio(int fd) {
 
 /// Reads what is there without waiting; false at end of stream or on an error.
 bool drain(int fd, std::string& into) {
-  char buffer[4096];
-  for (;;) {
-    const ssize_t got = ::read(fd, buffer, sizeof buffer);
-    if (got > 0) {
-      into.append(buffer, static_cast<std::size_t>(got));
-      if (into.size() > 8 * output_tail_bytes) into.erase(0, into.size() - output_tail_bytes);
-      continue;
-    }
-    if (got < 0 && errno == EINTR) continue;
-    return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
+  std::byte buffer[4096];
+  const int code = read_each(fd, buffer, [&](std::span<const std::byte> piece) {
+    into.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    if (into.size() > 8 * output_tail_bytes) into.erase(0, into.size() - output_tail_bytes);
+  });
+  return code == EAGAIN || code == EWOULDBLOCK;
 }
 
 int open_pidfd(pid_t pid) {

@@ -132,6 +132,7 @@ class Runner:
         self.repo, self.build, self.python, self.python_path, self.work = repo, build, python, python_path, work
         self.step = ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-N2", "-n4"]
         self.above: Path | None = None  # the program or script of the last runnable block
+        self.flags: tuple[list[str], str | None] | None = None  # pkg-config's answer, asked once
 
     def syntax(self, b: Block) -> str | None:
         if b.lang == "python":
@@ -146,11 +147,21 @@ class Runner:
         return None
 
     def compile_flags(self) -> tuple[list[str], str | None]:
-        env = dict(os.environ, PKG_CONFIG_PATH=str(self.build / "meson-uninstalled"))
-        rc, flags = run(["pkg-config", "--cflags", "--libs", "jobkit"], 30, env=env)
-        if rc != 0:
-            return [], f"pkg-config found no uninstalled jobkit in {self.build}/meson-uninstalled: {flags.strip()}"
-        return flags.split(), None
+        if self.flags is None:
+            env = dict(os.environ, PKG_CONFIG_PATH=str(self.build / "meson-uninstalled"))
+            rc, flags = run(["pkg-config", "--cflags", "--libs", "jobkit"], 30, env=env)
+            self.flags = (flags.split(), None) if rc == 0 else (
+                [], f"pkg-config found no uninstalled jobkit in {self.build}/meson-uninstalled: {flags.strip()}")
+        return list(self.flags[0]), self.flags[1]  # a copy: a block may add its own
+
+    def block_dir(self, n: int) -> Path:
+        """A shell block's own directory, with the build, slurm/, scripts/ and examples/ in it."""
+        here = self.work / f"sh{n}"
+        (here / "bin").mkdir(parents=True)
+        (here / "build").symlink_to(self.build)
+        for name in ("slurm", "scripts", "examples"):
+            (here / name).symlink_to(self.repo / name)
+        return here
 
     def cpp(self, b: Block, n: int) -> str | None:
         src = self.work / f"block{n}.cpp"
@@ -217,11 +228,7 @@ class Runner:
         return None if rc == 0 else f"the step exited {rc}:\n{tail(out)}"
 
     def shell(self, b: Block, n: int) -> str | None:
-        here = self.work / f"sh{n}"
-        here.mkdir()
-        (here / "build").symlink_to(self.build)
-        for name in ("slurm", "scripts", "examples"):
-            (here / name).symlink_to(self.repo / name)
+        here = self.block_dir(n)
         rc, out = run(["bash", "-euo", "pipefail", "-c", b.body], 300, cwd=here, env=self.private_cluster_env())
         print(tail(out, 8))
         if rc != 0:
@@ -232,11 +239,7 @@ class Runner:
         """A shell block on the suite's dev cluster; "after": with the block above's program as b.reason names it."""
         if b.kind == "after" and self.above is None:
             return "no runnable block above it"
-        here = self.work / f"sh{n}"
-        (here / "bin").mkdir(parents=True)
-        (here / "build").symlink_to(self.build)
-        for name in ("slurm", "scripts", "examples"):
-            (here / name).symlink_to(self.repo / name)
+        here = self.block_dir(n)
         if b.kind == "after":
             name = here / b.reason
             name.parent.mkdir(parents=True, exist_ok=True)

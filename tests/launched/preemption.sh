@@ -113,6 +113,24 @@ signalled() {
   report_latency "$signal_ns"
 }
 
+# stopped_without_requeue [PROGRAM ARGS...]: submits a --no-requeue job (400 steps and the ARGS),
+# sends it SIGUSR1 1.5 s into its first attempt, waits until it ended, keeps its unfolded log in
+# $out and checks that it completed, its batch script having read the stop from the step's record.
+stopped_without_requeue() {
+  job=$(submit --no-requeue -- --steps 400 "$@") || fail "sbatch failed"
+  wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+  sleep 1.5
+  scancel --signal=USR1 "$job"
+  local deadline=$((SECONDS + 90))
+  until [[ $(field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
+  out=$(unfold <"$work/job-$job.out")
+  echo "$out"
+  [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job ended $(field "$job" JobState), not COMPLETED"
+  grep -q "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued" <<<"$out" ||
+    fail "the batch script did not read the step's record"
+  ! grep -q 'failed with status' <<<"$out" || fail "the stop was counted as a crash"
+}
+
 case $mode in
   preempt)
     # A job of partition high needs every CPU of c2, held by the low job: Slurm pre-empts it.
@@ -197,21 +215,13 @@ case $mode in
     # A job submitted with --no-requeue, stopped by SIGUSR1: every rank stops at one step and
     # commits, the requeue is refused, said once by the step and once by the batch script from the
     # step's record, and the job completes (exit status 0), not counted as a crash.
-    job=$(submit --no-requeue -- --steps 400) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 1.5
-    scancel --signal=USR1 "$job"
-    deadline=$((SECONDS + 90))
-    until [[ $(field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
-    out=$(unfold <"$work/job-$job.out")
-    echo "$out"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job ended $(field "$job" JobState), not COMPLETED"
+    stopped_without_requeue
     [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
     (($(count 'WARNING: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* not requeued: requeue of job [0-9]*: Slurm refused') == 1)) ||
       fail "the step did not say once why the job was not requeued"
     (($(count "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued: requeue of job $job: Slurm refused") == 1)) ||
-      fail "the batch script did not read the step's record"
-    ! grep -q 'failed with status\|finished' <<<"$out" || fail "the stop was taken for a crash or the end"
+      fail "the batch script did not say once why, from the step's record"
+    ! grep -q 'finished' <<<"$out" || fail "the stop was taken for the end"
     stops=$(grep -o 'stop at step [0-9]*' <<<"$out" | sort | uniq -c)
     [[ $(wc -l <<<"$stops") == 1 && $(awk '{print $1}' <<<"$stops") == "$ranks" ]] || fail "ranks stopped at different steps: $stops" ;;
   slow-teardown)
@@ -238,18 +248,7 @@ case $mode in
   slow-teardown-no-requeue)
     # The same slow teardown in a job that cannot be requeued: the ranks stop, the job completes,
     # and the batch script reads the stop from the step's record, not a crash from srun's status.
-    job=$(submit --no-requeue -- --steps 400 --slow-exit-rank 3 --slow-exit-s 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 1.5
-    scancel --signal=USR1 "$job"
-    deadline=$((SECONDS + 90))
-    until [[ $(field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
-    out=$(unfold <"$work/job-$job.out")
-    echo "$out"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job ended $(field "$job" JobState), not COMPLETED"
-    grep -q "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued" <<<"$out" ||
-      fail "the batch script did not read the step's record"
-    ! grep -q 'failed with status' <<<"$out" || fail "the stop was counted as a crash" ;;
+    stopped_without_requeue --slow-exit-rank 3 --slow-exit-s 10 ;;
   stops-then-crash)
     # MAX_RESTARTS=5: six stops (attempts 0 to 5, each signalled once it runs), then attempt 6
     # crashes at its first save: still the first crash, so it is requeued, and attempt 7 finishes.
