@@ -22,11 +22,17 @@ constexpr int max_components = 4096;
 
 /// A variable Slurm sets per component under two names: _HET_GROUP_<n> since 20.02, and the
 /// older _PACK_GROUP_<n> (the only one a `srun A : B` step gets, on 22.05 and 24.11 alike).
-std::pair<std::string, std::string> per_component(const environment& env, std::string_view stem, int n) {
+std::optional<std::pair<std::string, std::string>> find_per_component(const environment& env, std::string_view stem,
+                                                                      int n) {
   for (const auto* infix : {"_HET_GROUP_", "_PACK_GROUP_"}) {
     auto name = fmt::format("{}{}{}", stem, infix, n);
-    if (auto value = env.get(name)) return {std::move(name), std::string(*value)};
+    if (auto value = env.get(name)) return std::pair{std::move(name), std::string(*value)};
   }
+  return std::nullopt;
+}
+
+std::pair<std::string, std::string> per_component(const environment& env, std::string_view stem, int n) {
+  if (auto found = find_per_component(env, stem, n)) return *found;
   reject(
       fmt::format("{}_HET_GROUP_{} and {}_PACK_GROUP_{} are not set, but this is component {} of a heterogeneous "
                   "job of {} (SLURM_HET_SIZE)",
@@ -40,6 +46,10 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
   auto size_text = env.get(size_name);
   if (!size_text) size_text = env.get(size_name = "SLURM_PACK_SIZE");
   if (!size_text) return std::nullopt;
+  // Variables inherited from another job (a job submitted from a heterogeneous job's batch
+  // script keeps its environment) describe that job, not this one: its leader is not this job.
+  const auto leader = find_per_component(env, "SLURM_JOB_ID", 0);
+  if (const auto job = env.get("SLURM_JOB_ID"); leader && job && leader->second != *job) return std::nullopt;
   const int components = parse_count(size_name, *size_text);
   if (components < 1 || components > max_components) {
     reject(fmt::format("{}='{}' must be between 1 and {}", size_name, *size_text, max_components));
@@ -62,13 +72,17 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
     reject(fmt::format("node rank {} is outside SLURM_STEP_NODELIST='{}'", node_rank, *step_text));
   }
 
-  // Every node of the job belongs to one component.
+  // Every node of the job belongs to one component; the lists share one bound.
   std::map<std::string, int, std::less<>> component_of;
   std::vector<std::pair<std::string, std::string>> lists;  // (variable, value) per component
+  std::vector<std::vector<std::string>> expanded;          // their names
+  std::size_t budget = max_listed_hosts;
   for (int g = 0; g < components; ++g) {
     lists.push_back(per_component(env, "SLURM_JOB_NODELIST", g));
-    for (auto& node : expand_host_list(lists.back().first, lists.back().second)) {
-      if (auto [it, added] = component_of.emplace(std::move(node), g); !added && it->second != g) {
+    expanded.push_back(expand_host_list(lists.back().first, lists.back().second, budget));
+    budget -= expanded.back().size();
+    for (const auto& node : expanded.back()) {
+      if (auto [it, added] = component_of.emplace(node, g); !added && it->second != g) {
         reject(fmt::format("node {} is in two components' node lists: {}='{}' and {}='{}'", it->first,
                            lists[static_cast<std::size_t>(it->second)].first,
                            lists[static_cast<std::size_t>(it->second)].second, lists.back().first,
@@ -114,8 +128,8 @@ std::optional<het_component> het_component_of(const environment& env, int rank, 
   c.rank = static_cast<int>(rank - offset);
   c.size = static_cast<int>(size);
   // The component's own list when the step has all its nodes (the usual case), else the names.
-  const auto& [list_name, list_text] = lists[static_cast<std::size_t>(c.index)];
-  c.nodes = expand_host_list(list_name, list_text) == nodes ? list_text : fmt::format("{}", fmt::join(nodes, ","));
+  const auto i = static_cast<std::size_t>(c.index);
+  c.nodes = expanded[i] == nodes ? lists[i].second : fmt::format("{}", fmt::join(nodes, ","));
   return c;
 }
 

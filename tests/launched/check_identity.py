@@ -95,16 +95,16 @@ def main():
             if r not in by_rank:
                 continue
             jk = by_rank[r]["jobkit"]
-            got = (jk["component"], jk["num_components"], jk["component_rank"], jk["component_size"])
+            got = tuple(jk.get(k) for k in ("component", "num_components", "component_rank", "component_size"))
             want = (index, len(sizes), r - first, size)
             expect(got == want, f"rank {r}: component, of, rank, size {got}, expected {want}")
             if args.components:
-                listed = subprocess.run(["scontrol", "show", "hostnames", jk["component_nodes"]], capture_output=True,
+                listed = subprocess.run(["scontrol", "show", "hostnames", str(jk.get("component_nodes"))], capture_output=True,
                                         text=True).stdout.split()
-                expect(listed == hosts_of, f"rank {r}: component_nodes {jk['component_nodes']!r} is {listed}, "
+                expect(listed == hosts_of, f"rank {r}: component_nodes {jk.get('component_nodes')!r} is {listed}, "
                                            f"the component's ranks run on {hosts_of}")
             else:
-                expect(jk["component_nodes"] == "", f"rank {r}: component_nodes {jk['component_nodes']!r}")
+                expect(jk.get("component_nodes") == "", f"rank {r}: component_nodes {jk.get('component_nodes')!r}")
         first += size
 
     for failure in failures:

@@ -6,6 +6,7 @@ usage: het_check.py SIZES   (the step's ranks per component in component order, 
 The truth is Slurm's rule, not jobkit: a step numbers its ranks component after component.
 """
 import os
+import subprocess
 import sys
 
 import jobkit
@@ -39,6 +40,11 @@ in_component = jobkit.all_reduce(rank, group=group)
 if in_component != sum(range(offsets[index], offsets[index] + sizes[index])):
     problems.append(f"all_reduce over the component gave {in_component}")
 nodes = jobkit.all_gather_object(me.hostname, group=group)
+# component_nodes names the hosts of the component's ranks, in order (Slurm's scontrol expands it).
+listed = subprocess.run(["scontrol", "show", "hostnames", me.component_nodes], capture_output=True,
+                        text=True).stdout.split()
+if sorted(listed) != sorted(set(nodes)):
+    problems.append(f"component_nodes {me.component_nodes!r} is {listed}, its ranks run on {sorted(set(nodes))}")
 jobkit.barrier()
 
 print(f"rank {rank}: component {me.component}/{me.num_components} rank {me.component_rank}/{me.component_size} "

@@ -504,8 +504,17 @@ TEST_CASE("Slurm host lists expand in order, keeping a range's width", "[identit
   CHECK(expand_host_list("L", "n[1,3-4]x") == list{"n1x", "n3x", "n4x"});
   CHECK(expand_host_list("L", "r[1-2]n[1-2]") == list{"r1n1", "r1n2", "r2n1", "r2n2"});
   CHECK(expand_host_list("L", "[7-8]") == list{"7", "8"});
-  for (const auto* bad : {"", "c[1-3", "c1-3]", "c[3-1]", "c[]", "c[a]", "c[1-]", "c1,,c2", "c1,", ",c1",
-                          "c[1-99999999]", "c[99999999999]", "a[1-1000]b[1-1000]c[1-2]"}) {
+  // Sizes are counted before anything is expanded: many brackets, long names and many names fail
+  // at once (a 1M-fold bracket repeated 30 times once took 4.7 s and 958 MB before it was refused).
+  std::string brackets = "a";
+  for (int i = 0; i < 30; ++i) brackets += "[0-999999]";
+  const std::string long_name = std::string(300, 'x') + "[1-2]";
+  std::string many_names;
+  for (int i = 0; i < 20; ++i) many_names += fmt::format("{}n[0-9999]", many_names.empty() ? "" : ",");
+  const std::vector<std::string> bad_lists = {
+      "",    "c[1-3", "c1-3]",         "c[3-1]",         "c[]",    "c[a]",    "c[1-]",    "c1,,c2",
+      "c1,", ",c1",   "c[1-99999999]", "c[99999999999]", brackets, long_name, many_names, "a[1-1000]b[1-1000]c[1-2]"};
+  for (const auto& bad : bad_lists) {
     INFO(bad);
     try {
       expand_host_list("SLURM_STEP_NODELIST", bad);
@@ -515,6 +524,9 @@ TEST_CASE("Slurm host lists expand in order, keeping a range's width", "[identit
       CHECK(contains(e.what(), fmt::format("SLURM_STEP_NODELIST='{}' is not a Slurm host list", bad)));
     }
   }
+  CHECK(expand_host_list("L", "n[1-99999]").size() == 99'999);
+  CHECK(expand_host_list("L", "n[1-3]", 3).size() == 3);
+  CHECK_THROWS_AS(expand_host_list("L", "n[1-3]", 2), jobkit::error);
 }
 
 namespace {
@@ -585,6 +597,18 @@ TEST_CASE("a heterogeneous job's component comes from the step's layout and the 
   id = resolve_identity(with(het_step(), {{"JOBKIT_IDENTITY", "torchrun"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}),
                         nullptr, "c2");
   CHECK((id.component == 0 && id.num_components == 1 && id.component_size == 1));
+  // A heterogeneous job's variables inherited by another job (submitted from its batch script)
+  // describe that job: its leader is not this job, and they are not read.
+  id = resolve_identity(with(het_step(), {{"SLURM_JOB_ID_PACK_GROUP_0", "17"}}), nullptr, "c2");
+  CHECK(id.component == 1);
+  CHECK_THROWS_AS(resolve_identity(
+                      with(het_step(), {{"SLURM_JOB_ID_HET_GROUP_0", "17"}, {"SLURM_JOB_NODELIST_PACK_GROUP_1", "c9"}}),
+                      nullptr, "c2"),
+                  jobkit::error);
+  id = resolve_identity(
+      with(het_step(), {{"SLURM_JOB_ID_PACK_GROUP_0", "16"}, {"SLURM_JOB_NODELIST_PACK_GROUP_1", "c9"}}), nullptr,
+      "c2");
+  CHECK((id.component == 0 && id.num_components == 1 && id.component_rank == 3 && id.component_size == 5));
 }
 
 TEST_CASE("a heterogeneous job's variables that do not describe one component are errors naming them",
