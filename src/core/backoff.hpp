@@ -33,4 +33,11 @@ class backoff {
 /// A random factor in [0.5, 1.5) (a per-thread generator seeded from std::random_device).
 double jitter_factor();
 
+/// The one pause before a retry: sleeps `pause`, cut short at `deadline` (not at all once it has
+/// passed).
+void pause_until(backoff::duration pause, std::chrono::steady_clock::time_point deadline);
+/// The same, for a wait that a signal may abandon: in slices of poll(2) of 250 ms at most, each
+/// followed by interruption_point() (a signal ends a slice early), which may throw.
+void interruptible_pause_until(backoff::duration pause, std::chrono::steady_clock::time_point deadline);
+
 }  // namespace jobkit::detail

@@ -22,14 +22,6 @@
 namespace jobkit::detail {
 namespace {
 
-/// Sleeps until `until`, then an interruption point (after each signal too).
-void sleep_until(steady_clock::time_point until) {
-  while (steady_clock::now() < until) {
-    ::poll(nullptr, 0, remaining_ms(until));
-    interruption_point();
-  }
-}
-
 template <std::size_t N>
 bool read_exactly(int fd, std::array<std::byte, N>& out, steady_clock::time_point deadline, std::string& why,
                   bool* transient = nullptr) {
@@ -143,7 +135,7 @@ int connector::connect(const endpoint& e, int peer, const std::string& key, stea
     if (steady_clock::now() + pause >= deadline) break;
     log_.debug("data path: cannot connect to {} yet ({}); attempt {} of {} in {} ms", rank_label(peer, e.host),
                fmt::join(failures, "; "), tried + 1, max_attempts, pause.count());
-    sleep_until(steady_clock::now() + pause);
+    interruptible_pause_until(pause, deadline);
   }
   const auto message =
       fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host), fmt::join(failures, "; "));

@@ -13,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "core/backoff.hpp"
@@ -436,7 +435,7 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
     const auto now = std::chrono::steady_clock::now();
     if (const auto pause = pauses.next(); !found.bytes[i] && status == PMIX_ERR_NOT_FOUND && now + pause < until) {
       if (while_waiting) while_waiting();
-      std::this_thread::sleep_for(pause);
+      pause_until(pause, until);
       continue;
     }
     // Slurm ends a direct get that its owner has not answered after SLURM_PMIX_TIMEOUT (measured

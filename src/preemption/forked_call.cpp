@@ -143,7 +143,7 @@ bool reap(pid_t pid, int pidfd, clock::time_point until, forked_result& result) 
       killed = true;
       until = clock::now() + std::chrono::seconds(1);
     }
-    std::this_thread::sleep_for(pauses.next());
+    pause_until(pauses.next(), until);
   }
   try {
     std::thread([pid] {

@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdint>
 #include <system_error>
-#include <thread>
 #include <tuple>
 
 #include "core/backoff.hpp"
@@ -74,12 +73,6 @@ void refresh_directory(const std::filesystem::path& directory) {
   if (DIR* d = ::opendir(directory.c_str())) ::closedir(d);
 }
 
-/// Sleeps until the next poll (the pauses' next), never past the deadline.
-void pause_before_retry(detail::backoff& pauses, clock::time_point deadline) {
-  detail::interruption_point();
-  std::this_thread::sleep_for(std::min<clock::duration>(pauses.next(), deadline - clock::now()));
-}
-
 }  // namespace
 
 workspace::workspace(std::filesystem::path root, group members, call_options options, std::source_location site)
@@ -113,7 +106,7 @@ workspace::workspace(std::string_view purpose, std::filesystem::path root, group
       throw timeout_error(message);
     }
     refresh_directory(directory_.parent_path());
-    pause_before_retry(pauses, deadline);
+    detail::interruptible_pause_until(pauses.next(), deadline);
   }
   members_.barrier(options, site);
 }
@@ -187,7 +180,7 @@ rank_state workspace::read(int rank, call_options options) const {
                                       describe(rank), path.string(), timeout.count(), describe(members_.rank())));
     }
     refresh_directory(directory_);
-    pause_before_retry(pauses, deadline);
+    detail::interruptible_pause_until(pauses.next(), deadline);
   }
   detail::descriptor fd(fd_number);
   struct stat info {};

@@ -15,6 +15,7 @@
 #include "../catch.hpp"
 #include "core/backoff.hpp"
 #include "core/bounded_call.hpp"
+#include "core/embedder.hpp"
 #include "core/posix_io.hpp"
 #include "core/shared_library.hpp"
 #include "jobkit/error.hpp"
@@ -89,6 +90,25 @@ TEST_CASE("the back-off doubles from its first pause up to its cap", "[core][bac
   std::vector<long long> micro;
   for (int i = 0; i < 10; ++i) micro.push_back(fine.next().count());
   CHECK(micro == std::vector<long long>{100, 200, 400, 800, 1600, 3200, 6400, 12800, 20000, 20000});
+}
+
+TEST_CASE("a pause before a retry ends at the deadline, and an interruptible one runs the hook", "[core][backoff]") {
+  using std::chrono::steady_clock;
+  // Bounds with generous slack: a 60 s pause cut at a deadline 20 ms away returns well before it.
+  auto start = steady_clock::now();
+  jobkit::detail::pause_until(60s, start + 20ms);
+  CHECK(steady_clock::now() - start < 10s);
+  start = steady_clock::now();
+  jobkit::detail::pause_until(60s, start - 1s);  // past: no pause at all
+  jobkit::detail::interruptible_pause_until(60s, start - 1s);
+  CHECK(steady_clock::now() - start < 10s);
+  // The hook runs after each slice (250 ms at most) and may abandon the wait.
+  struct abandoned {};
+  jobkit::detail::set_interrupt_hook([] { throw abandoned{}; });
+  start = steady_clock::now();
+  CHECK_THROWS_AS(jobkit::detail::interruptible_pause_until(60s, start + 60s), abandoned);
+  jobkit::detail::set_interrupt_hook(nullptr);
+  CHECK(steady_clock::now() - start < 10s);
 }
 
 TEST_CASE("the back-off's jitter is a factor from 0.5 to 1.5 of each pause", "[core][backoff]") {
