@@ -131,15 +131,19 @@ void call_in_child(const void* context, void* out) noexcept {
                path, soname, oldest_known_libslurm, newest_known_libslurm);
   }
   const bool step_ids = number >= 45;  // Slurm 26.05: slurm_step_id_t instead of a job id
-  void* get_rem_time = ::dlsym(library, "slurm_get_rem_time");
-  void* requeue = ::dlsym(library, "slurm_requeue");
-  void* strerror = ::dlsym(library, "slurm_strerror");
-  if (!get_rem_time || !requeue || !strerror) {
+  std::vector<std::string> missing;
+  void* get_rem_time = library_symbol(*opened, "slurm_get_rem_time", missing);
+  void* requeue = library_symbol(*opened, "slurm_requeue", missing);
+  void* strerror = library_symbol(*opened, "slurm_strerror", missing);
+  if (!missing.empty()) {
     return say(report, "'%s' lacks slurm_get_rem_time, slurm_requeue or slurm_strerror", path);
   }
   // Slurm 22.05 and later read slurm.conf (SLURM_CONF) here; they end the process when they
-  // find none. Older releases read it at the first request.
-  if (void* init = ::dlsym(library, "slurm_init")) reinterpret_cast<void (*)(const char*)>(init)(nullptr);
+  // find none. Older releases read it at the first request (and have no slurm_init).
+  std::vector<std::string> optional;
+  if (void* init = library_symbol(*opened, "slurm_init", optional)) {
+    reinterpret_cast<void (*)(const char*)>(init)(nullptr);
+  }
   const std::uint32_t job = request.job_id;
   if (request.call == slurm_call::remaining_seconds) {
     report.value = step_ids ? reinterpret_cast<long (*)(slurm_step_id)>(get_rem_time)(step_id_of_job(job))

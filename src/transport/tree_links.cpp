@@ -42,13 +42,12 @@ bool readable_now(int fd) {
   return ::poll(&p, 1, 0) > 0;
 }
 
-/// Closes a link whose peer may still send receipts nobody reads. A close with unread data sends
-/// a reset, and a reset makes the peer's kernel drop what it has not acknowledged yet: so the
-/// close waits (a bounded time) until the peer acknowledged everything sent, which then stays
-/// readable for it however the connection ends.
-void close_after_delivery(int fd) {
-  ::shutdown(fd, SHUT_WR);
-  const auto until = clock::now() + std::chrono::seconds(1);
+/// The one drain-then-close: closes a link (already shut down for writing) whose peer may still
+/// send what nobody reads. A close with unread data sends a reset, and a reset makes the peer's
+/// kernel drop what it has not acknowledged yet: so the close waits, until `until` at most, for
+/// the peer to acknowledge everything sent (an abort in flight, say), which then stays readable
+/// for it however the connection ends. What arrives meanwhile is discarded.
+void close_after_delivery(int fd, clock::time_point until) {
   char discard[4096];
   while (clock::now() < until) {
     ssize_t n = 0;
@@ -82,7 +81,8 @@ tree_links::~tree_links() {
     if (child.unconfirmed.empty()) {
       ::close(child.fd);
     } else {
-      close_after_delivery(child.fd);
+      ::shutdown(child.fd, SHUT_WR);
+      close_after_delivery(child.fd, clock::now() + std::chrono::seconds(1));
     }
   }
   if (parent_ && parent_->fd >= 0) ::close(parent_->fd);
@@ -102,16 +102,7 @@ void tree_links::spread_abort(const std::string& message, int origin, errc code)
   }
   for (auto* l : links) {
     if (l->fd < 0) continue;
-    char discard[4096];
-    try {
-      while (true) {
-        wait_ready(l->fd, POLLIN, deadline);
-        const ssize_t n = ::recv(l->fd, discard, sizeof discard, 0);
-        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
-      }
-    } catch (...) {
-    }
-    ::close(l->fd);
+    close_after_delivery(l->fd, deadline);
     l->fd = -1;
   }
 }
