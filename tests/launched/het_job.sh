@@ -15,37 +15,61 @@ export PYTHONPATH=$4
 work=$5
 need_cluster
 mkdir -p "$work"
+name=jobkit-het-test
+trap 'scancel --name=$name 2>/dev/null' EXIT
 probe=("$here/probe.sh" "$jobkit" info --json)
 check=("$here/check_identity.py" --ranks 5 --launcher slurm --layout 2,2,1 --components 2,3)
+# Slurm before 24.11: srun --mpi=pmix over several components may not return after every task has
+# exited (its mpi/pmix plugin starts one abort agent per component and joins one that never stops;
+# SchedMD ticket 16817, fixed in 24.11.0; docs/launchers.md). There a step whose every task said
+# that it exited with status 0 has succeeded; anything else still fails.
+slurm_version=$(srun --version | awk '{print $2}')
+srun_hang=fail
+[[ $(printf '%s\n' "$slurm_version" 24.11 | sort -V | head -1) == 24.11 ]] || srun_hang=tolerated
+echo "Slurm $slurm_version: a srun that does not return after its tasks exited: $srun_hang"
+
+# identity MPI SOURCE: `srun A : B` with every rank's identity checked, within 120 s (the wait for
+# the allocation included). probe.sh prints a rank's line only after its jobkit exited with status 0:
+# when all five lines came and srun has not returned 20 s later, the hang is srun's (the bug above)
+# where it is tolerated, and fails elsewhere.
+identity() {
+  local file=$work/identity-$1.out pid deadline=$((SECONDS + 120)) all_exited=
+  srun --mpi="$1" -J "$name" -t 2 -N1 -n2 "${probe[@]}" : -t 2 -N2 -n3 "${probe[@]}" >"$file" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    [[ -n $all_exited ]] || (($(grep -c '^{"jobkit"' "$file") < 5)) || all_exited=$SECONDS
+    if ((SECONDS > deadline)) || { [[ -n $all_exited ]] && ((SECONDS - all_exited > 20)); }; then
+      kill -KILL "$pid"
+      break
+    fi
+    sleep 0.5
+  done
+  wait "$pid"
+  status=$?
+  out=$(cat "$file")
+  echo "$out"
+  if ((status == 137)); then
+    [[ $srun_hang == tolerated && -n $all_exited ]] || fail "the step hung"
+    echo "NOTE: every rank exited with status 0, srun did not return: Slurm $slurm_version's ticket 16817"
+  elif ((status != 0)); then
+    fail "srun exit status $status"
+  fi
+  "${check[@]}" --source "$2" <<<"$out"
+}
 
 case $mode in
-  identity-pmix)
-    timeout 120 srun --mpi=pmix -N1 -n2 "${probe[@]}" : -N2 -n3 "${probe[@]}" | "${check[@]}" --source pmix ;;
-  identity-none)
-    timeout 120 srun --mpi=none -N1 -n2 "${probe[@]}" : -N2 -n3 "${probe[@]}" | "${check[@]}" --source slurm ;;
+  identity-pmix) identity pmix pmix ;;
+  identity-none) identity none slurm ;;
   batch)
     out_file=$work/het-batch.out
     rm -f "$out_file"
-    cat >"$work/het.sbatch" <<EOS
-#!/bin/bash
-#SBATCH -N1 -n2
-#SBATCH hetjob
-#SBATCH -N2 -n3
-set -u
-export PYTHONPATH=$PYTHONPATH
-step=(timeout 90 srun --mpi=pmix --kill-on-bad-exit=1)
-echo "== both components"
-"\${step[@]}" --het-group=0,1 "$python" "$here/het_check.py" 2,3; echo "status \$?"
-echo "== both components, jobkit barrier"
-"\${step[@]}" --het-group=0,1 "$jobkit" barrier --timeout 60; echo "status \$?"
-echo "== both components, jobkit exec"
-"\${step[@]}" --het-group=0,1 "$jobkit" exec -- "$python" "$here/het_check.py" 2,3; echo "status \$?"
-echo "== component 1"
-HET_FIRST_COMPONENT=1 "\${step[@]}" --het-group=1 "$python" "$here/het_check.py" 3; echo "status \$?"
-echo "== plain srun"
-"\${step[@]}" "$python" "$here/het_check.py" 2; echo "status \$?"
-EOS
-    timeout 600 sbatch --wait -o "$out_file" "$work/het.sbatch"
+    job=$(sbatch --parsable -J "$name" -o "$out_file" "$here/het_steps.sh" "$here" "$jobkit" "$python" "$work" \
+      "$srun_hang") || fail "sbatch failed"
+    deadline=$((SECONDS + 480))
+    while [[ -n $(squeue -h -j "$job" -o %i 2>/dev/null) ]]; do
+      ((SECONDS < deadline)) || { cat "$out_file"; fail "job $job ran past 480 s (cancelled on exit)"; }
+      sleep 1
+    done
     out=$(cat "$out_file")
     echo "$out"
     [[ $(grep -c '^status 0$' <<<"$out") == 5 ]] || fail "not every step of the het job succeeded"
