@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "_module.hpp"
 #include "core/embedder.hpp"
 #include "core/timeout.hpp"
@@ -490,11 +492,12 @@ namespace jobkit_python {
 
 std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
   if (!seconds) return std::chrono::milliseconds{0};
-  if (!std::isfinite(*seconds) || *seconds <= 0) {
+  const auto timeout = jobkit::detail::timeout_from_seconds(*seconds);
+  if (!timeout) {
     throw jobkit::error(jobkit::errc::invalid_argument,
-                        "timeout=" + std::to_string(*seconds) + ": a positive number of seconds, or None");
+                        fmt::format("timeout={}: {}", *seconds, jobkit::detail::timeout_seconds_rule));
   }
-  return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(*seconds));
+  return *timeout;
 }
 
 std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
@@ -507,6 +510,14 @@ PYBIND11_MODULE(_jobkit, m) {
   m.def("set_package_dir", [](const std::string& dir) { package_dir = dir + "/"; });
   m.def("call_site", &python_site);
   define_errors(m);
+  // The rule of every timeout in seconds (core/timeout.hpp), for jobkit._timeout: its milliseconds,
+  // or None when refused, and what a refusal says.
+  m.def("timeout_from_seconds", [](double seconds) -> std::optional<std::int64_t> {
+    const auto timeout = jobkit::detail::timeout_from_seconds(seconds);
+    if (!timeout) return std::nullopt;
+    return timeout->count();
+  });
+  m.attr("timeout_seconds_rule") = std::string(jobkit::detail::timeout_seconds_rule);
   define_identity(m);
   // The device rule of <jobkit/nccl.hpp> (CUDA-free, so in every build): jobkit.select_device.
   m.def(

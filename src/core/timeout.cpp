@@ -19,12 +19,12 @@ std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view 
   char* end = nullptr;
   errno = 0;
   const double seconds = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(seconds) || seconds <= 0 ||
-      seconds > 1e9) {
+  const auto timeout = detail::timeout_from_seconds(seconds);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !timeout) {
     throw error(errc::invalid_argument,
                 fmt::format("{}='{}' is not a positive number of seconds (e.g. 300 or 2.5)", name, value));
   }
-  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+  return *timeout;
 }
 
 namespace detail {
@@ -97,6 +97,11 @@ std::chrono::milliseconds report_after_rule(std::optional<std::string_view> valu
 std::chrono::milliseconds report_after(std::chrono::milliseconds deadline) {
   static const auto value = process_environment().get("JOBKIT_WHERE_REPORT_AFTER");
   return report_after_rule(value, deadline);
+}
+
+std::optional<std::chrono::milliseconds> timeout_from_seconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e9) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
 }
 
 std::chrono::milliseconds timeout_of(std::chrono::milliseconds timeout, std::string_view operation) {

@@ -30,6 +30,13 @@ std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value)
 std::chrono::milliseconds report_after(std::chrono::milliseconds deadline);
 /// report_after's rule for one value of the variable (nullopt: unset).
 std::chrono::milliseconds report_after_rule(std::optional<std::string_view> value, std::chrono::milliseconds deadline);
+/// The rule of every timeout given as a number of seconds (a variable, a command's --timeout,
+/// parse_timeout, the Python module's timeout=): more than 0, finite and at most 1e9 s (31 years).
+/// The timeout in milliseconds, rounded up; nullopt when `seconds` breaks the rule.
+std::optional<std::chrono::milliseconds> timeout_from_seconds(double seconds);
+/// What a refused timeout_from_seconds is told, after "NAME=VALUE: ".
+inline constexpr std::string_view timeout_seconds_rule = "must be more than 0 seconds, finite and at most 1e9";
+
 /// The one timeout policy of every blocking call: zero means default_timeout(), a positive
 /// value is used as it is, a negative one is refused.
 /// @throws jobkit::error (invalid_argument) naming `operation` when timeout is negative

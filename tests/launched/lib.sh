@@ -29,6 +29,17 @@ need_cluster() {
   # to 150 s for the queue to empty.
   deadline=$((SECONDS + 150))
   while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
+  # Launched tests run one at a time: a job still there is an earlier test's leftover (a hung srun
+  # keeps its allocation), which would make every later test wait for nodes. Cancel it, saying so.
+  local left
+  left=$(timeout 10 squeue -h -o %A 2>/dev/null | sort -u | xargs)
+  if [[ -n $left ]]; then
+    echo "NOTE: job(s) $left still held nodes 150 s after the earlier test: cancelled"
+    # shellcheck disable=SC2086 # one argument per job
+    scancel $left
+    deadline=$((SECONDS + 60))
+    while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
+  fi
   # netns: every node is a host of its own on a network; loopback: all on 127.0.0.1.
   echo "network: $("$repo/slurm/dev-cluster.sh" net-mode 2>/dev/null || echo unknown)"
 }

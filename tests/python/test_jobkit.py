@@ -471,6 +471,17 @@ def test_helpers_take_a_timedelta_as_collectives_do(tmp_path):
         jobkit.run_on_main(lambda: 7, timeout="5")  # type: ignore[arg-type]
 
 
+def test_one_timeout_rule_for_python_and_cpp():
+    """timeout= keeps the C++ library's rule of JOBKIT_TIMEOUT and --timeout: more than 0 seconds,
+    finite, at most 1e9; the edges are refused in Python as there, before any wait."""
+    rule = "must be more than 0 seconds, finite and at most 1e9"
+    for bad in (0, -1, 1e300, float("inf"), float("nan"), datetime.timedelta(days=20000 * 365)):
+        with pytest.raises(jobkit.InvalidArgumentError, match=rf"^timeout=.*: {rule}$"):
+            jobkit.barrier(timeout=bad)
+    assert jobkit.run_on_main(lambda: 5, timeout=1e9) == 5  # the largest, and a fraction of a millisecond:
+    assert jobkit.run_on_main(lambda: 6, timeout=0.0001) == 6
+
+
 def test_a_closed_workspace_and_an_int_payload_are_refused(tmp_path):
     """After close() a Workspace says it is closed; an int payload is no buffer (bytes(5) would be
     five zero bytes, silently)."""
