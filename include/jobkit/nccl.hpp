@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/detail/nccl_data_type.hpp"
 #include "jobkit/error.hpp"
 
 namespace jobkit::nccl {
@@ -90,38 +91,6 @@ struct communicator_options {
 /// libnccl of jobkit's major version can be loaded, naming what was tried
 int runtime_version();
 
-/// Throws jobkit::error (nccl) with ncclGetErrorString, ncclGetLastError and what was called.
-[[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm);
-
-template <class T>
-constexpr ncclDataType_t data_type_of() {
-  if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, char>)
-    return ncclInt8;
-  else if constexpr (std::is_same_v<T, std::uint8_t>)
-    return ncclUint8;
-  else if constexpr (std::is_same_v<T, std::int32_t>)
-    return ncclInt32;
-  else if constexpr (std::is_same_v<T, std::uint32_t>)
-    return ncclUint32;
-  else if constexpr (std::is_same_v<T, std::int64_t>)
-    return ncclInt64;
-  else if constexpr (std::is_same_v<T, std::uint64_t>)
-    return ncclUint64;
-  else if constexpr (std::is_same_v<T, __half>)
-    return ncclFloat16;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return ncclBfloat16;
-  else if constexpr (std::is_same_v<T, float>)
-    return ncclFloat32;
-  else if constexpr (std::is_same_v<T, double>)
-    return ncclFloat64;
-  else
-    static_assert(!sizeof(T), "NCCL has no data type for this element type");
-}
-
-/// NCCL's reduction for a jobkit::reduce_op. @throws jobkit::error for band, bor, bxor
-ncclRedOp_t reduction_of(reduce_op op);
-
 /// A move-only NCCL communicator: finalised and destroyed when it goes out of scope normally,
 /// aborted when it goes out of scope during stack unwinding or after abort().
 class communicator {
@@ -158,29 +127,33 @@ class communicator {
   // runtime_version()): a program that calls NCCL only through them need not link NCCL itself.
   template <class T>
   void all_reduce(const T* send, T* recv, std::size_t count, reduce_op op, cudaStream_t stream) {
-    enqueue(operation::all_reduce, send, recv, count, data_type_of<T>(), op, 0, stream);
+    enqueue(operation::all_reduce, send, recv, count, jobkit::detail::nccl_data_type_of<T>(), op, 0, stream);
   }
   template <class T>
   void broadcast(const T* send, T* recv, std::size_t count, int root, cudaStream_t stream) {
-    enqueue(operation::broadcast, send, recv, count, data_type_of<T>(), reduce_op::sum, root, stream);
+    enqueue(operation::broadcast, send, recv, count, jobkit::detail::nccl_data_type_of<T>(), reduce_op::sum, root,
+            stream);
   }
   /// recv holds size() * send_count elements.
   template <class T>
   void all_gather(const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
-    enqueue(operation::all_gather, send, recv, send_count, data_type_of<T>(), reduce_op::sum, 0, stream);
+    enqueue(operation::all_gather, send, recv, send_count, jobkit::detail::nccl_data_type_of<T>(), reduce_op::sum, 0,
+            stream);
   }
   /// send holds size() * recv_count elements.
   template <class T>
   void reduce_scatter(const T* send, T* recv, std::size_t recv_count, reduce_op op, cudaStream_t stream) {
-    enqueue(operation::reduce_scatter, send, recv, recv_count, data_type_of<T>(), op, 0, stream);
+    enqueue(operation::reduce_scatter, send, recv, recv_count, jobkit::detail::nccl_data_type_of<T>(), op, 0, stream);
   }
   template <class T>
   void send(const T* data, std::size_t count, int peer, cudaStream_t stream) {
-    enqueue(operation::send, data, nullptr, count, data_type_of<T>(), reduce_op::sum, peer, stream);
+    enqueue(operation::send, data, nullptr, count, jobkit::detail::nccl_data_type_of<T>(), reduce_op::sum, peer,
+            stream);
   }
   template <class T>
   void recv(T* data, std::size_t count, int peer, cudaStream_t stream) {
-    enqueue(operation::recv, nullptr, data, count, data_type_of<T>(), reduce_op::sum, peer, stream);
+    enqueue(operation::recv, nullptr, data, count, jobkit::detail::nccl_data_type_of<T>(), reduce_op::sum, peer,
+            stream);
   }
 
   /// The scalar helpers of <jobkit/collectives.hpp>, through NCCL on this communicator's device:

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "jobkit/collectives.hpp"
 #include "jobkit/error.hpp"
 
 namespace jobkit::detail {
@@ -76,3 +77,13 @@ const nccl_calls& nccl_api();
 const cuda_calls& cuda_api();
 
 }  // namespace jobkit::detail
+
+namespace jobkit::nccl {
+
+/// Throws jobkit::error (nccl) with ncclGetErrorString, ncclGetLastError and what was called.
+[[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm);
+
+/// NCCL's reduction for a jobkit::reduce_op. @throws jobkit::error for band, bor, bxor
+ncclRedOp_t reduction_of(reduce_op op);
+
+}  // namespace jobkit::nccl

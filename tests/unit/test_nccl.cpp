@@ -20,10 +20,10 @@ using test_support::contains;
 
 }  // namespace
 
-static_assert(jobkit::nccl::data_type_of<float>() == ncclFloat32);
-static_assert(jobkit::nccl::data_type_of<double>() == ncclFloat64);
-static_assert(jobkit::nccl::data_type_of<std::int64_t>() == ncclInt64);
-static_assert(jobkit::nccl::data_type_of<__nv_bfloat16>() == ncclBfloat16);
+static_assert(jobkit::detail::nccl_data_type_of<float>() == ncclFloat32);
+static_assert(jobkit::detail::nccl_data_type_of<double>() == ncclFloat64);
+static_assert(jobkit::detail::nccl_data_type_of<std::int64_t>() == ncclInt64);
+static_assert(jobkit::detail::nccl_data_type_of<__nv_bfloat16>() == ncclBfloat16);
 
 TEST_CASE("device rule: one visible device, or one per local rank, else a clear error", "[nccl]") {
   using jobkit::nccl::select_device;
