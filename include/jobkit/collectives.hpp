@@ -41,10 +41,14 @@ struct rooted_options {
   std::string signature{};               ///< as call_options::signature
 };
 
-/// Reductions of all_reduce. band, bor and bxor apply to integral types only.
-enum class reduce_op { sum, prod, min, max, band, bor, bxor };
+/// Reductions of all_reduce. band, bor and bxor apply to integral types only; avg (the sum
+/// divided by the group's size) to floating-point types only.
+enum class reduce_op { sum, prod, min, max, band, bor, bxor, avg };
 
+/// "sum", "prod", "min", "max", "band", "bor", "bxor", "avg".
 std::string_view to_string(reduce_op op) noexcept;
+/// The reduce_op of that name (to_string's). @throws jobkit::error (invalid_argument) naming it
+reduce_op reduce_op_of(std::string_view name);
 
 /// Arithmetic types, and std::vector or std::array of them (reduced element by element).
 template <class T>

@@ -254,26 +254,17 @@ def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Time
     """all_reduce of a number or a list/tuple of numbers: the result, of the same kind."""
     scalar = not isinstance(value, (list, tuple))
     values = [value] if scalar else list(value)
-    wire = "sum" if name == "avg" else name
     native = _native(group, "all_reduce")
     result: Sequence[float]  # ints from the integer reduction
+    # Integers reduce as 64-bit integers, except for avg (a float); the C++ library's rule refuses
+    # what the values cannot take (bitwise ops on floats).
     if name != "avg" and all(isinstance(v, _numbers.Integral) for v in values):
-        result = _jobkit.group_all_reduce_int([int(v) for v in values], wire, native, _seconds(timeout))
+        result = _jobkit.group_all_reduce_int([int(v) for v in values], name, native, _seconds(timeout))
     else:
-        if name in ("band", "bor", "bxor"):
-            raise InvalidArgumentError(f"all_reduce: op={name} needs integral values, not {values!r}")
-        result = _jobkit.group_all_reduce_float([float(v) for v in values], wire, native, _seconds(timeout))
-    if name == "avg":
-        members = _world_size() if group is None else group.size()
-        result = [v / members for v in result]
+        result = _jobkit.group_all_reduce_float([float(v) for v in values], name, native, _seconds(timeout))
     if scalar:
         return type(value)(result[0]) if not isinstance(value, (int, float)) else result[0]
     return type(value)(result) if isinstance(value, tuple) else result
-
-
-def _world_size() -> int:
-    """The number of ranks in the world."""
-    return _jobkit.identity()[1]
 
 
 def broadcast(tensor: Any, src: int = 0, group: Optional[Group] = None, async_op: bool = False, *,

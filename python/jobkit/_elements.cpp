@@ -35,10 +35,6 @@ constexpr std::array<elem_info, 15> elems{{{elem::f16, "float16", 2},
                                            {elem::u64, "uint64", 8},
                                            {elem::b8, "bool", 1}}};
 
-constexpr std::array<const char*, 8> op_names{"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
-
-bool bitwise(op o) { return o == op::band || o == op::bor || o == op::bxor; }
-
 float from_bf16(std::uint16_t v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16); }
 
 std::uint16_t to_bf16(float f) {
@@ -61,13 +57,6 @@ elem elem_of(const std::string& name) {
           "complex64, complex128, int8 to int64, uint8 to uint64, bool)");
 }
 
-op op_of(const std::string& name) {
-  for (std::size_t i = 0; i < op_names.size(); ++i) {
-    if (name == op_names[i]) return static_cast<op>(i);
-  }
-  invalid("op='" + name + "' is not one of sum, prod, min, max, avg, band, bor, bxor");
-}
-
 /// The type a reduction works in: float32 for the 16-bit floats, the element itself otherwise.
 elem wide(elem e) { return e == elem::f16 || e == elem::bf16 ? elem::f32 : e; }
 
@@ -75,13 +64,10 @@ elem wide(elem e) { return e == elem::f16 || e == elem::bf16 ? elem::f32 : e; }
 void check_op(elem e, op o, const char* collective) {
   const bool floating = e == elem::f16 || e == elem::bf16 || e == elem::f32 || e == elem::f64;
   const bool complex = e == elem::c64 || e == elem::c128;
-  const auto refuse = [&](const char* why) {
-    invalid(std::string(collective) + ": op=" + op_names[static_cast<std::size_t>(o)] + " on dtype " + info(e).name +
-            ": " + why);
-  };
-  if (bitwise(o) && (floating || complex)) refuse("bitwise ops take integer and bool dtypes only");
-  if (o == op::avg && !(floating || complex)) refuse("avg takes floating-point and complex dtypes only");
-  if (complex && (o == op::min || o == op::max)) refuse("complex numbers have no order");
+  const auto as = complex    ? jobkit::detail::reduced_as::complex
+                  : floating ? jobkit::detail::reduced_as::floating
+                             : jobkit::detail::reduced_as::integral;
+  jobkit::detail::check_reduce_op(collective, o, as, std::string("dtype ") + info(e).name);
 }
 
 /// The array's elements in its reduction type (a copy of the bytes, or widened to float32).

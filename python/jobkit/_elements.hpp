@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "jobkit/collectives.hpp"
+
 namespace jobkit_python {
 
 /// Throws jobkit::error (invalid_argument) with `message`.
@@ -26,11 +28,11 @@ const elem_info& info(elem e);
 /// The element type named `name`. @throws jobkit::error (invalid_argument) for another name
 elem elem_of(const std::string& name);
 
-enum class op { sum, prod, min, max, avg, band, bor, bxor };
+/// The reductions are the C++ library's, their names and rule too (jobkit::reduce_op_of,
+/// jobkit/detail/reduce_ops.hpp).
+using op = jobkit::reduce_op;
 
-/// The op named `name` (lower case). @throws jobkit::error (invalid_argument) for another name
-op op_of(const std::string& name);
-/// Refuses an op that the dtype has no meaning for, before any communication.
+/// Refuses an op that the dtype has no meaning for, before any communication (the library's rule).
 void check_op(elem e, op o, const char* collective);
 
 /// The type a reduction works in: float32 for the 16-bit floats, the element itself otherwise.

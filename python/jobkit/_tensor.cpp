@@ -136,7 +136,7 @@ void reduce(jobkit::group& g, std::span<std::byte> values, elem e, op o, const j
 void all_reduce(const py::module_& m, const py::tuple& target, const std::string& op_name, const py::object& gr,
                 opt_seconds timeout) {
   const auto a = array_of(target);
-  const auto o = op_of(op_name);
+  const auto o = jobkit::reduce_op_of(op_name);
   check_op(a.type, o, "all_reduce");
   auto& g = group_of(gr);
   const jobkit::call_options options{timeout_of(timeout), a.signature() + ", op " + op_name};
@@ -154,7 +154,7 @@ void reduce_scatter(const py::module_& m, const py::tuple& target, const py::lis
                     const py::object& gr, opt_seconds timeout) {
   const auto out = array_of(target);
   const auto parts = arrays_of(inputs);
-  const auto o = op_of(op_name);
+  const auto o = jobkit::reduce_op_of(op_name);
   check_op(out.type, o, "reduce_scatter");
   auto& g = group_of(gr);
   const auto members = static_cast<std::size_t>(g.size());
@@ -276,18 +276,10 @@ py::list to_list(const std::vector<std::string>& items) {
   return out;
 }
 
-jobkit::reduce_op number_op(const std::string& name) {
-  for (const auto o : {jobkit::reduce_op::sum, jobkit::reduce_op::prod, jobkit::reduce_op::min, jobkit::reduce_op::max,
-                       jobkit::reduce_op::band, jobkit::reduce_op::bor, jobkit::reduce_op::bxor}) {
-    if (jobkit::to_string(o) == name) return o;
-  }
-  invalid("all_reduce: op='" + name + "' is not one of sum, prod, min, max, band, bor, bxor");
-}
-
 template <class T>
 std::vector<T> reduce_numbers(const py::module_& m, const std::vector<T>& values, const std::string& op_name,
                               const py::object& gr, opt_seconds timeout) {
-  const auto o = number_op(op_name);
+  const auto o = jobkit::reduce_op_of(op_name);  // the library refuses what the values cannot take
   auto& g = group_of(gr);
   return blocking(m, g, [&] { return g.all_reduce(values, o, {timeout_of(timeout)}); });
 }

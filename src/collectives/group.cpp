@@ -18,19 +18,6 @@
 
 namespace jobkit {
 
-std::string_view to_string(reduce_op op) noexcept {
-  switch (op) {
-    case reduce_op::sum: return "sum";
-    case reduce_op::prod: return "prod";
-    case reduce_op::min: return "min";
-    case reduce_op::max: return "max";
-    case reduce_op::band: return "band";
-    case reduce_op::bor: return "bor";
-    case reduce_op::bxor: return "bxor";
-  }
-  return "unknown";
-}
-
 namespace {
 
 /// What `jobkit where` and the step's own report say of a call (src/where/record.hpp).
@@ -62,15 +49,6 @@ where::call_info where_info(const detail::group_state& state, const detail::exch
 }
 
 }  // namespace
-
-namespace detail {
-
-void throw_bitwise_on_floating(std::string_view op) {
-  throw error(errc::invalid_argument,
-              fmt::format("all_reduce: op={} needs an integral type, not a floating-point one", op));
-}
-
-}  // namespace detail
 
 group::group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
 

@@ -83,7 +83,7 @@ namespace jobkit::nccl {
 /// Throws jobkit::error (nccl) with ncclGetErrorString, ncclGetLastError and what was called.
 [[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, ncclComm_t comm);
 
-/// NCCL's reduction for a jobkit::reduce_op. @throws jobkit::error for band, bor, bxor
+/// NCCL's reduction for a jobkit::reduce_op (avg: ncclAvg). @throws jobkit::error for band, bor, bxor
 ncclRedOp_t reduction_of(reduce_op op);
 
 }  // namespace jobkit::nccl

@@ -159,6 +159,7 @@ ncclRedOp_t reduction_of(reduce_op op) {
     case reduce_op::prod: return ncclProd;
     case reduce_op::min: return ncclMin;
     case reduce_op::max: return ncclMax;
+    case reduce_op::avg: return ncclAvg;
     default: break;
   }
   throw error(errc::invalid_argument, fmt::format("NCCL has no reduction for op={}", to_string(op)));

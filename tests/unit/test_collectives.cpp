@@ -100,11 +100,43 @@ TEST_CASE("all_reduce is exact, in rank order, identical everywhere", "[collecti
   }
 }
 
+TEST_CASE("avg is the sum divided by the size, the same bits on every rank", "[collectives]") {
+  auto results = on_ranks(3, [](group& g) {
+    return std::vector<double>{g.all_reduce(0.1 * (g.rank() + 1), reduce_op::avg),
+                               g.all_reduce(std::vector<double>{1.0 * g.rank(), 3.0}, reduce_op::avg).at(0)};
+  });
+  for (const auto& r : results) {
+    REQUIRE(r.value);
+    CHECK(r.value->at(0) == (0.1 * 1 + 0.1 * 2 + 0.1 * 3) / 3);  // folded in rank order
+    CHECK(r.value->at(1) == 1.0);
+  }
+}
+
+TEST_CASE("reduce_op's names, one table", "[collectives]") {
+  for (const auto op : {reduce_op::sum, reduce_op::prod, reduce_op::min, reduce_op::max, reduce_op::band,
+                        reduce_op::bor, reduce_op::bxor, reduce_op::avg}) {
+    CHECK(jobkit::reduce_op_of(jobkit::to_string(op)) == op);
+  }
+  CHECK_THROWS_WITH(jobkit::reduce_op_of("mean"),
+                    Catch::Contains("op='mean' is not one of sum, prod, min, max, band, bor, bxor, avg"));
+  using jobkit::detail::reduced_as;
+  CHECK(jobkit::detail::reduce_op_refusal(reduce_op::band, reduced_as::integral).empty());
+  CHECK_FALSE(jobkit::detail::reduce_op_refusal(reduce_op::band, reduced_as::floating).empty());
+  CHECK_FALSE(jobkit::detail::reduce_op_refusal(reduce_op::avg, reduced_as::integral).empty());
+  CHECK(jobkit::detail::reduce_op_refusal(reduce_op::avg, reduced_as::complex).empty());
+  CHECK_FALSE(jobkit::detail::reduce_op_refusal(reduce_op::max, reduced_as::complex).empty());
+}
+
 TEST_CASE("all_reduce refuses what cannot be reduced, on every rank", "[collectives]") {
   auto bitwise = on_ranks(2, [](group& g) { return g.all_reduce(1.5, reduce_op::bxor); });
   for (const auto& r : bitwise) {
     CHECK(r.code == jobkit::errc::invalid_argument);
-    CHECK(contains(r.error, "bxor"));
+    CHECK(contains(r.error, "all_reduce: op=bxor on a floating-point type: bitwise ops"));
+  }
+  auto average = on_ranks(2, [](group& g) { return g.all_reduce(3, reduce_op::avg); });
+  for (const auto& r : average) {
+    CHECK(r.code == jobkit::errc::invalid_argument);
+    CHECK(contains(r.error, "all_reduce: op=avg on an integral type: avg takes floating-point"));
   }
   auto lengths =
       on_ranks(3, [](group& g) { return g.all_reduce(std::vector<int>(g.rank() == 2 ? 4u : 3u, 1), reduce_op::sum); });

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "jobkit/detail/reduce_ops.hpp"
+
 namespace jobkit {
 
 template <class T>
@@ -135,7 +137,8 @@ namespace detail {
 template <class T>
 T combine_scalar(T a, T b, reduce_op op) {
   switch (op) {
-    case reduce_op::sum: return static_cast<T>(a + b);
+    case reduce_op::sum:
+    case reduce_op::avg: return static_cast<T>(a + b);  // avg: the sum, divided at the end
     case reduce_op::prod: return static_cast<T>(a * b);
     case reduce_op::min: return std::min(a, b);
     case reduce_op::max: return std::max(a, b);
@@ -148,7 +151,7 @@ T combine_scalar(T a, T b, reduce_op op) {
       default: return static_cast<T>(a ^ b);
     }
   }
-  return a;  // unreachable: all_reduce refuses bitwise operations on floating-point types
+  return a;  // unreachable: check_reduce_op refuses bitwise operations on floating-point types
 }
 }  // namespace detail
 
@@ -160,12 +163,11 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
     else
       return std::is_floating_point_v<typename T::value_type>;
   }();
-  if (floating && (op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor)) {
-    detail::throw_bitwise_on_floating(to_string(op));
-  }
+  detail::check_reduce_op("all_reduce", op, floating ? detail::reduced_as::floating : detail::reduced_as::integral,
+                          floating ? "a floating-point type" : "an integral type");
   auto ex = make_exchange(detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
                           options.timeout, site);
-  return fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
+  T total = fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
     if constexpr (std::is_arithmetic_v<T>) {
       return detail::combine_scalar(a, b, op);
     } else {
@@ -174,6 +176,16 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
       return a;
     }
   });
+  if constexpr (floating) {
+    if (op == reduce_op::avg) {  // every rank divides the same bits by the same size
+      if constexpr (std::is_arithmetic_v<T>) {
+        total /= static_cast<T>(size());
+      } else {
+        for (auto& x : total) x /= static_cast<typename T::value_type>(size());
+      }
+    }
+  }
+  return total;
 }
 
 template <sendable T, binary_operation_of<T> Op>

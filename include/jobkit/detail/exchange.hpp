@@ -62,7 +62,4 @@ struct group_state;
 /// "file.cpp:42": a call site as errors name it.
 std::string site_text(const std::source_location& site);
 
-/// Throws jobkit::error (invalid_argument) for a bitwise reduction of floating-point values.
-[[noreturn]] void throw_bitwise_on_floating(std::string_view op);
-
 }  // namespace jobkit::detail
