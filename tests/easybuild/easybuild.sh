@@ -10,7 +10,8 @@
 #     through the module's $CMAKE_PREFIX_PATH) and tests/consumer's meson.build (dependency('jobkit')
 #     through the module's $PKG_CONFIG_PATH: no subproject, no wrap), each run single-rank.
 # Each phase is timed. Everything it writes is under WORK_DIR (removed first); it installs nothing:
-# eb (pip install easybuild) and Lmod (apt-get install lmod) must be there, or it exits 77 (skip).
+# eb (pip install easybuild; scripts/install-deps.sh puts it in /opt/jobkit-easybuild) and Lmod
+# (apt-get install lmod) must be there, or it exits 77 (skip).
 # eb runs with a configuration of its own (no config files, no $EASYBUILD_* of the caller).
 # usage: tests/easybuild/easybuild.sh WORK_DIR
 #   EB=/path/to/eb        another eb than the one on PATH
@@ -29,7 +30,11 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 
 eb=${EB:-$(command -v eb || true)}
+# scripts/install-deps.sh installs it in a venv of its own.
+[[ -n $eb ]] || [[ ! -x /opt/jobkit-easybuild/bin/eb ]] || eb=/opt/jobkit-easybuild/bin/eb
 [[ -n $eb && -x $eb ]] || skip "eb is not installed (pip install easybuild, or set EB=/path/to/eb)"
+# eb (a shell script) runs the first python on PATH unless told: the one of its venv, when it has one.
+[[ -n ${EB_PYTHON:-} || ! -x ${eb%/*}/python ]] || export EB_PYTHON=${eb%/*}/python
 lmod_init=
 for f in ${LMOD_PKG:+"$LMOD_PKG/init/bash"} /usr/share/lmod/lmod/init/bash /usr/share/lmod/init/bash \
          /opt/apps/lmod/lmod/init/bash; do
@@ -58,7 +63,9 @@ module --force purge >/dev/null 2>&1 || true
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^EASYBUILD_' || true)
 mkdir -p "$work/config"
 export XDG_CONFIG_HOME=$work/config XDG_CONFIG_DIRS=$work/config
-export CCACHE_DISABLE=1  # meson would compile through ccache, whose cache is outside $work
+# meson compiles through ccache when it is on PATH: only into the cache the caller names (the suite's,
+# scripts/test.sh's CCACHE_DIR), never into one outside $work that nobody asked for.
+[[ -n ${CCACHE_DIR:-} ]] || export CCACHE_DISABLE=1
 mkdir -p "$work/tmp"
 export TMPDIR=$work/tmp
 eb_args=(--prefix="$work/eb" --tmpdir="$work/tmp" --modules-tool=Lmod --module-syntax=Lua)
@@ -137,7 +144,14 @@ pkgconfig() {
   v=$(pkg-config --modversion jobkit)
   prefix=$(pkg-config --variable=prefix jobkit)
   echo "pkg-config: jobkit $v in $prefix; cflags: $(pkg-config --cflags jobkit); libs: $(pkg-config --libs jobkit)"
-  [[ $v == "$version" && $prefix == "$root" ]]
+  [[ $v == "$version" && $prefix == "$root" ]] || return 1
+  # jobkit.pc needs fmt.pc only: libpmix is opened at run time, so a node or a module without
+  # pmix.pc can build against jobkit.
+  local alone=$work/pkgconfig-without-pmix
+  mkdir -p "$alone"
+  cp "$(pkg-config --variable=pcfiledir fmt)/fmt.pc" "$alone/"
+  PKG_CONFIG_LIBDIR=$root/lib/pkgconfig:$alone pkg-config --cflags --libs jobkit ||
+    { echo "jobkit.pc needs more than fmt.pc"; return 1; }
 }
 
 cmake_find() {
