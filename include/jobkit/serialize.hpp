@@ -210,7 +210,8 @@ void write_value(byte_writer& w, const T& value) {
                   !has_serializer<element> && !std::is_same_v<element, bool>) {
       w.write_bytes(std::data(value), count * sizeof(element));
     } else {
-      for (const auto& element_value : value) write_value(w, element_value);
+      // As the element type: libc++'s std::vector<bool> hands out a proxy (__bit_const_reference), not a bool.
+      for (const auto& element_value : value) write_value<element>(w, element_value);
     }
   }
 }

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <system_error>
 
 #include "core/embedder.hpp"
@@ -20,6 +21,19 @@
 namespace jobkit::detail {
 
 std::string errno_text(int error_number) { return std::generic_category().message(error_number); }
+
+const char* signal_abbreviation(int signal) noexcept {
+#if defined(__GLIBC__) && !__GLIBC_PREREQ(2, 32)
+  // Linux's standard signals on x86-64 and arm64 (signal(7)), as glibc 2.32's sigabbrev_np names them.
+  static constexpr const char* names[] = {nullptr,  "HUP",  "INT",    "QUIT", "ILL",   "TRAP", "ABRT", "BUS",
+                                          "FPE",    "KILL", "USR1",   "SEGV", "USR2",  "PIPE", "ALRM", "TERM",
+                                          "STKFLT", "CHLD", "CONT",   "STOP", "TSTP",  "TTIN", "TTOU", "URG",
+                                          "XCPU",   "XFSZ", "VTALRM", "PROF", "WINCH", "POLL", "PWR",  "SYS"};
+  return signal > 0 && signal < static_cast<int>(std::size(names)) ? names[signal] : nullptr;
+#else
+  return ::sigabbrev_np(signal);
+#endif
+}
 
 descriptor::~descriptor() {
   if (fd_ >= 0) ::close(fd_);

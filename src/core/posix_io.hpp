@@ -20,6 +20,11 @@ int remaining_ms(steady_clock::time_point deadline);
 /// strerror's text for an errno value, thread-safe.
 std::string errno_text(int error_number);
 
+/// A signal's abbreviation without "SIG" ("TERM" for SIGTERM), nullptr for a number with none:
+/// sigabbrev_np where glibc has it (2.32 and later); built against an older glibc (the portable
+/// wheel, scripts/portable-wheel.sh: glibc 2.28), a table of Linux's standard signals.
+const char* signal_abbreviation(int signal) noexcept;
+
 /// An open file descriptor, closed on destruction.
 class descriptor {
  public:

@@ -1,5 +1,7 @@
 #include "network/fabric.hpp"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

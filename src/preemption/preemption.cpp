@@ -51,7 +51,7 @@ void release_handlers(installed_handlers& h, const std::vector<int>& signals) {
 }
 
 std::string signal_name(int signal) {
-  if (const char* abbrev = ::sigabbrev_np(signal)) return fmt::format("SIG{}", abbrev);
+  if (const char* abbrev = detail::signal_abbreviation(signal)) return fmt::format("SIG{}", abbrev);
   return fmt::format("signal {}", signal);
 }
 

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/posix_io.hpp"
 #include "jobkit/config.hpp"
 #include "jobkit/error.hpp"
 #include "preemption/forked_call.hpp"
@@ -178,7 +179,7 @@ std::string no_answer(const forked_result& result, std::chrono::milliseconds dea
   } else if (result.exit_status >= 0) {
     why = fmt::format("libslurm exited with status {}", result.exit_status);
   } else if (result.signal != 0) {
-    const char* name = ::sigabbrev_np(result.signal);
+    const char* name = detail::signal_abbreviation(result.signal);
     why = name ? fmt::format("libslurm's process was ended by SIG{}", name)
                : fmt::format("libslurm's process was ended by signal {}", result.signal);
   } else {

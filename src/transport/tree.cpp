@@ -4,6 +4,8 @@
 
 #include "transport/tree.hpp"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
