@@ -44,7 +44,8 @@ std::string_view reduce_op_refusal(reduce_op op, reduced_as as) noexcept {
   const bool bitwise = op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor;
   if (bitwise && as != reduced_as::integral) return "bitwise ops take integral (and bool) elements only";
   if (op == reduce_op::avg && as == reduced_as::integral) return "avg takes floating-point and complex elements only";
-  if (as == reduced_as::complex && (op == reduce_op::min || op == reduce_op::max)) return "complex numbers have no order";
+  if (as == reduced_as::complex && (op == reduce_op::min || op == reduce_op::max))
+    return "complex numbers have no order";
   return {};
 }
 
