@@ -102,6 +102,9 @@ pack() {
 inject() {
   mkdir -p "$work/easyconfigs"
   cp "$repo"/easybuild/*.eb "$work/easyconfigs/"
+  # A unity build, as the consumers' builds of jobkit are: the module's build is under test, not the
+  # code, which each platform's own build compiles file by file (docs/testing.md).
+  echo "configopts += ' -Dunity=on -Dunity_size=100'" >>"$work/easyconfigs/$name.eb"
   "$eb" "${eb_args[@]}" "$work/easyconfigs/$name.eb" --inject-checksums --force >"$work/inject.log" 2>&1 ||
     { cat "$work/inject.log"; return 1; }
   rm -f "$work/easyconfigs/"*.bak_*
