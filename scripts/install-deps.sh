@@ -29,7 +29,6 @@ case $codename in
   bookworm)
     packages+=(clang-format)   # the format check (scripts/check-format.sh) runs on Debian 12 only
     packages+=(debootstrap)    # the Debian 13 root (scripts/debian13.sh)
-    packages+=(lmod)           # the EasyBuild module test (tests/easybuild), with eb from PyPI below
     # clang 16 (14, Debian's default, lacks std::source_location), its libFuzzer and sanitizer
     # runtimes, llvm-symbolizer.
     fuzz_packages=(clang-16 libclang-rt-16-dev llvm-16) ;;
@@ -54,12 +53,4 @@ if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-# EasyBuild from PyPI, in a venv of its own (Debian 12 only: tests/easybuild), pinned.
-easybuild_version=5.4.1
-if [[ $codename == bookworm && ! -x /opt/jobkit-easybuild/bin/eb ]]; then
-  ((EUID == 0)) || { echo "install-deps: run as root to install EasyBuild in /opt/jobkit-easybuild" >&2; exit 1; }
-  echo "install-deps: installing EasyBuild $easybuild_version in /opt/jobkit-easybuild"
-  /usr/bin/python3 -m venv /opt/jobkit-easybuild
-  /opt/jobkit-easybuild/bin/pip install -q "easybuild==$easybuild_version"
 fi

@@ -41,6 +41,7 @@ prefix() { sed -u "s/^/[debian13] /"; }
 status=0
 # Every package of this machine first (apt is not shared between the lanes), debootstrap included.
 phase install-deps scripts/install-deps.sh --fuzz || status=1
+phase install-easybuild scripts/install-easybuild.sh || status=1
 
 # PyPI's files for the python-venv test (torch with its CUDA libraries, about 3 GB), fetched beside
 # the builds when not cached: the network's time, not the CPUs'.

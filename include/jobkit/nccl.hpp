@@ -127,6 +127,7 @@ class communicator {
   // runtime_version()): a program that calls NCCL only through them need not link NCCL itself.
   template <class T>
   void all_reduce(const T* send, T* recv, std::size_t count, reduce_op op, cudaStream_t stream) {
+    check_op<T>("all_reduce", op);
     enqueue(operation::all_reduce, send, recv, count, jobkit::detail::nccl_data_type_of<T>(), op, 0, stream);
   }
   template <class T>
@@ -143,6 +144,7 @@ class communicator {
   /// send holds size() * recv_count elements.
   template <class T>
   void reduce_scatter(const T* send, T* recv, std::size_t recv_count, reduce_op op, cudaStream_t stream) {
+    check_op<T>("reduce_scatter", op);
     enqueue(operation::reduce_scatter, send, recv, recv_count, jobkit::detail::nccl_data_type_of<T>(), op, 0, stream);
   }
   template <class T>
@@ -171,6 +173,15 @@ class communicator {
   struct empty {};
   explicit communicator(empty) {}
   enum class operation { all_reduce, broadcast, all_gather, reduce_scatter, send, recv };
+  /// The library's rule of which op applies to which elements (avg: no integers), before NCCL,
+  /// whose ncclAvg would divide integers.
+  template <class T>
+  static void check_op(const char* collective, reduce_op op) {
+    jobkit::detail::check_reduce_op(
+        collective, op,
+        std::is_integral_v<T> ? jobkit::detail::reduced_as::integral : jobkit::detail::reduced_as::floating,
+        std::is_integral_v<T> ? "an integral type" : "a floating-point type");
+  }
   /// One NCCL call on this communicator (`peer` is the root of a broadcast); waits while a
   /// non-blocking communicator answers ncclInProgress. @throws jobkit::error (nccl)
   void enqueue(operation op, const void* send, void* recv, std::size_t count, ncclDataType_t type, reduce_op reduction,

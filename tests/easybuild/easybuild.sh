@@ -10,7 +10,7 @@
 #     through the module's $CMAKE_PREFIX_PATH) and tests/consumer's meson.build (dependency('jobkit')
 #     through the module's $PKG_CONFIG_PATH: no subproject, no wrap), each run single-rank.
 # Each phase is timed. Everything it writes is under WORK_DIR (removed first); it installs nothing:
-# eb (pip install easybuild; scripts/install-deps.sh puts it in /opt/jobkit-easybuild) and Lmod
+# eb (pip install easybuild; scripts/install-easybuild.sh puts it in /opt/jobkit-easybuild) and Lmod
 # (apt-get install lmod) must be there, or it exits 77 (skip).
 # eb runs with a configuration of its own (no config files, no $EASYBUILD_* of the caller).
 # usage: tests/easybuild/easybuild.sh WORK_DIR

@@ -410,6 +410,11 @@ void gpu_checks(reporter& r) {
     r.expect_error("errors.bitwise_op", jobkit::errc::invalid_argument, "NCCL has no reduction for op=band",
                    [&] { comm->all_reduce(buffer.as<const int>(), buffer.as<int>(), 16, reduce_op::band, stream); });
   });
+  r.guarded("errors.avg_integral", [&] {
+    device_buffer buffer(64);
+    r.expect_error("errors.avg_integral", jobkit::errc::invalid_argument, "avg takes floating-point",
+                   [&] { comm->all_reduce(buffer.as<const int>(), buffer.as<int>(), 16, reduce_op::avg, stream); });
+  });
 
   // split, split_node, split_one_per_node, and a color that takes no part.
   r.guarded("split", [&] {

@@ -34,6 +34,7 @@ echo "Slurm $slurm_version: a srun that does not return after its tasks exited: 
 # where it is tolerated, and fails elsewhere.
 identity() {
   local file=$work/identity-$1.out pid deadline=$((SECONDS + 120)) all_exited=
+  : >"$file"  # empty before srun starts: the loop below counts its lines
   srun --mpi="$1" -J "$name" -t 2 -N1 -n2 "${probe[@]}" : -t 2 -N2 -n3 "${probe[@]}" >"$file" &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
@@ -66,7 +67,8 @@ case $mode in
     job=$(sbatch --parsable -J "$name" -o "$out_file" "$here/het_steps.sh" "$here" "$jobkit" "$python" "$work" \
       "$srun_hang") || fail "sbatch failed"
     deadline=$((SECONDS + 480))
-    while [[ -n $(squeue -h -j "$job" -o %i 2>/dev/null) ]]; do
+    # Until the job has left the queue (a squeue that fails counts as "still there").
+    while ! queue=$(timeout 10 squeue -h -o %A 2>/dev/null) || grep -qx "$job" <<<"$queue"; do
       ((SECONDS < deadline)) || { cat "$out_file"; fail "job $job ran past 480 s (cancelled on exit)"; }
       sleep 1
     done

@@ -15,7 +15,7 @@ here=$1 jobkit=$2 python=$3 work=$4 srun_hang=$5
 
 # run TITLE SRUN_OPTIONS... -- CMD...: one step, each task saying how its command exited.
 run() {
-  local title=$1 options=() status tasks
+  local title=$1 options=() status tasks steps
   shift
   while [[ $1 != -- ]]; do options+=("$1"); shift; done
   shift
@@ -25,7 +25,9 @@ run() {
   status=$?
   cat "$work/step.out"
   tasks=$(grep -c '^task [0-9]* exited 0$' "$work/step.out")
-  if ((status == 124 || status == 137)) && [[ $srun_hang == tolerated ]] && ((tasks == 5)); then
+  # Slurm's bug leaves no step behind (every slurmstepd has ended): a step still listed is not it.
+  steps=$(timeout 10 squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null | grep -vE '\.(batch|extern)$')
+  if ((status == 124 || status == 137)) && [[ $srun_hang == tolerated ]] && ((tasks == 5)) && [[ -z $steps ]]; then
     echo "NOTE: every task exited with status 0 and srun did not return (Slurm's ticket 16817)"
     status=0
   fi
@@ -33,7 +35,7 @@ run() {
 }
 
 run "both components" --het-group=0,1 -- "$python" "$here/het_check.py" 2,3
-run "both components, jobkit barrier" --het-group=0,1 -- "$jobkit" barrier --timeout 60
+run "both components, jobkit barrier" --het-group=0,1 -- "$jobkit" barrier --timeout 20
 run "both components, jobkit exec" --het-group=0,1 -- "$jobkit" exec -- "$python" "$here/het_check.py" 2,3
 run "component 1" --het-group=1 --export=ALL,HET_FIRST_COMPONENT=1 -- "$python" "$here/het_check.py" 3
 run "plain srun" -- "$python" "$here/het_check.py" 2

@@ -23,23 +23,22 @@ need_cluster() {
   local nodes
   nodes=$(sinfo -h -N -o %N | sort -u | wc -l)
   ((nodes >= 3)) || skip "the dev cluster has $nodes nodes, these tests need 3"
-  # An earlier test's job may still be completing and hold its nodes (with the stalled lookup above,
-  # a slurmstepd's step-complete message timed out and was resent 60 s later, the job completing
+  # Launched tests run one at a time (all are is_parallel: false), so a job still running or
+  # pending now is an earlier test's leftover (a hung srun keeps its allocation), which would make
+  # this and every later test wait for nodes: cancel it, saying so.
+  local left
+  left=$(timeout 10 squeue -h -u "$(id -un)" -t PENDING,RUNNING,SUSPENDED -o %F 2>/dev/null | sort -u | xargs)
+  if [[ -n $left ]]; then
+    echo "NOTE: job(s) $left left by an earlier test: cancelled"
+    # shellcheck disable=SC2086 # one argument per job
+    scancel $left
+  fi
+  # A job may still be completing and hold its nodes (with the stalled lookup above, a
+  # slurmstepd's step-complete message timed out and was resent 60 s later, the job completing
   # after 75 s): a step on those nodes would wait for them, and srun print that it waits. Wait up
   # to 150 s for the queue to empty.
   deadline=$((SECONDS + 150))
   while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
-  # Launched tests run one at a time: a job still there is an earlier test's leftover (a hung srun
-  # keeps its allocation), which would make every later test wait for nodes. Cancel it, saying so.
-  local left
-  left=$(timeout 10 squeue -h -o %A 2>/dev/null | sort -u | xargs)
-  if [[ -n $left ]]; then
-    echo "NOTE: job(s) $left still held nodes 150 s after the earlier test: cancelled"
-    # shellcheck disable=SC2086 # one argument per job
-    scancel $left
-    deadline=$((SECONDS + 60))
-    while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
-  fi
   # netns: every node is a host of its own on a network; loopback: all on 127.0.0.1.
   echo "network: $("$repo/slurm/dev-cluster.sh" net-mode 2>/dev/null || echo unknown)"
 }

@@ -76,6 +76,7 @@ TEST_CASE("the duplicate check runs over a group and fails on every member", "[n
 
 TEST_CASE("reductions NCCL lacks are refused by name", "[nccl]") {
   CHECK(jobkit::nccl::reduction_of(jobkit::reduce_op::max) == ncclMax);
+  CHECK(jobkit::nccl::reduction_of(jobkit::reduce_op::avg) == ncclAvg);
   CHECK_THROWS_WITH(jobkit::nccl::reduction_of(jobkit::reduce_op::bxor), "NCCL has no reduction for op=bxor");
 }
 
