@@ -177,10 +177,7 @@ class communicator {
   /// whose ncclAvg would divide integers.
   template <class T>
   static void check_op(const char* collective, reduce_op op) {
-    jobkit::detail::check_reduce_op(
-        collective, op,
-        std::is_integral_v<T> ? jobkit::detail::reduced_as::integral : jobkit::detail::reduced_as::floating,
-        std::is_integral_v<T> ? "an integral type" : "a floating-point type");
+    jobkit::detail::check_reduce_op(collective, op, std::is_integral_v<T>);
   }
   /// One NCCL call on this communicator (`peer` is the root of a broadcast); waits while a
   /// non-blocking communicator answers ncclInProgress. @throws jobkit::error (nccl)

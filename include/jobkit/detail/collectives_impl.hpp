@@ -163,8 +163,7 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
     else
       return std::is_floating_point_v<typename T::value_type>;
   }();
-  detail::check_reduce_op("all_reduce", op, floating ? detail::reduced_as::floating : detail::reduced_as::integral,
-                          floating ? "a floating-point type" : "an integral type");
+  detail::check_reduce_op("all_reduce", op, !floating);
   auto ex = make_exchange(detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
                           options.timeout, site);
   T total = fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {

@@ -23,4 +23,11 @@ std::string_view reduce_op_refusal(reduce_op op, reduced_as as) noexcept;
 /// not apply; `elements` says what the caller passed ("dtype float32", "a floating-point type").
 void check_reduce_op(std::string_view collective, reduce_op op, reduced_as as, std::string_view elements);
 
+/// The same for the C++ element types, which are integral or floating-point (CUDA's half types
+/// too): "an integral type" or "a floating-point type".
+inline void check_reduce_op(std::string_view collective, reduce_op op, bool integral) {
+  check_reduce_op(collective, op, integral ? reduced_as::integral : reduced_as::floating,
+                  integral ? "an integral type" : "a floating-point type");
+}
+
 }  // namespace jobkit::detail
