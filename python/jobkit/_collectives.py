@@ -234,7 +234,8 @@ def all_reduce(tensor: Any, op: Any = "sum", group: Optional[Group] = None, asyn
 
     A number, or a list or tuple of numbers, is reduced instead and the result returned: integers
     (numbers.Integral: int, bool, numpy integers) as 64-bit integers, others as doubles; avg
-    returns a float.
+    returns floats (a numpy integer's too: its type would truncate the average), any other op a
+    number of the type passed.
 
     op: sum, prod, min, max, avg (floating-point and complex dtypes), band, bor, bxor (integer and
     bool dtypes); strings in any case or torch.distributed.ReduceOp. float16 and bfloat16 are
@@ -263,7 +264,10 @@ def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Time
     else:
         result = _jobkit.group_all_reduce_float([float(v) for v in values], name, native, _seconds(timeout))
     if scalar:
-        return type(value)(result[0]) if not isinstance(value, (int, float)) else result[0]
+        # Another number type (numpy's) is kept, except an integer's for avg: it would truncate the average.
+        if isinstance(value, (int, float)) or (name == "avg" and isinstance(value, _numbers.Integral)):
+            return result[0]
+        return type(value)(result[0])
     return type(value)(result) if isinstance(value, tuple) else result
 
 

@@ -7,7 +7,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -38,6 +37,7 @@ namespace py = pybind11;
 namespace {
 
 using jobkit_python::bytes_of;
+using jobkit_python::duration_of;
 using jobkit_python::timeout_of;
 
 /// Frames of files under this directory are the package's own: the call site is the first
@@ -334,7 +334,7 @@ void define_identity(py::module_& m) {
   // The step's report by itself, for torch's own collectives (_torch_where.py): the rule of when,
   // and the report, as for jobkit's calls (src/where/watch.hpp).
   m.def("where_report_after", [](double deadline_s) {
-    const auto deadline = std::chrono::milliseconds(static_cast<long long>(std::max(0.0, deadline_s) * 1000));
+    const auto deadline = duration_of(deadline_s, "deadline_s");
     return static_cast<double>(jobkit::detail::report_after(deadline).count()) / 1000;
   });
   m.def("where_report", [](int rank, const std::string& call, const std::string& site, long waited_s) {
@@ -437,11 +437,7 @@ void define_preemption(py::module_& m) {
                [](std::optional<std::vector<int>> signals, double time_margin, int check_every, opt_seconds timeout) {
                  jobkit::stop_options options;
                  if (signals) options.signals = *signals;
-                 if (!std::isfinite(time_margin) || time_margin < 0) {
-                   throw jobkit::error(jobkit::errc::invalid_argument,
-                                       "time_margin=" + std::to_string(time_margin) + ": a number of seconds >= 0");
-                 }
-                 options.time_margin = std::chrono::seconds(static_cast<std::int64_t>(std::ceil(time_margin)));
+                 options.time_margin = std::chrono::ceil<std::chrono::seconds>(duration_of(time_margin, "time_margin"));
                  options.check_every = check_every;
                  options.timeout = timeout_of(timeout);
                  return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
@@ -452,7 +448,7 @@ void define_preemption(py::module_& m) {
       .def_property_readonly("cause", [](const jobkit::stop_guard& g) { return cause_tuple(g.cause()); });
   m.def("time_left", [](double max_age) {
     start_runtime();
-    const auto left = jobkit::time_left(std::chrono::seconds(static_cast<std::int64_t>(max_age)));
+    const auto left = jobkit::time_left(std::chrono::ceil<std::chrono::seconds>(duration_of(max_age, "max_age")));
     return left ? std::optional<double>(static_cast<double>(left->count())) : std::nullopt;
   });
   m.def("requeue", [] { blocking<false>([] { jobkit::requeue(); }); });
@@ -500,6 +496,15 @@ std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
   return *timeout;
 }
 
+std::chrono::milliseconds duration_of(double seconds, std::string_view name) {
+  const auto duration = jobkit::detail::duration_from_seconds(seconds);
+  if (!duration) {
+    throw jobkit::error(jobkit::errc::invalid_argument,
+                        fmt::format("{}={}: {}", name, seconds, jobkit::detail::duration_seconds_rule));
+  }
+  return *duration;
+}
+
 std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
 
 }  // namespace jobkit_python
@@ -510,14 +515,20 @@ PYBIND11_MODULE(_jobkit, m) {
   m.def("set_package_dir", [](const std::string& dir) { package_dir = dir + "/"; });
   m.def("call_site", &python_site);
   define_errors(m);
-  // The rule of every timeout in seconds (core/timeout.hpp), for jobkit._timeout: its milliseconds,
-  // or None when refused, and what a refusal says.
+  // The rules of every timeout and every other span of time in seconds (core/timeout.hpp), for
+  // jobkit._timeout: its milliseconds, or None when refused, and what a refusal says.
   m.def("timeout_from_seconds", [](double seconds) -> std::optional<std::int64_t> {
     const auto timeout = jobkit::detail::timeout_from_seconds(seconds);
     if (!timeout) return std::nullopt;
     return timeout->count();
   });
   m.attr("timeout_seconds_rule") = std::string(jobkit::detail::timeout_seconds_rule);
+  m.def("duration_from_seconds", [](double seconds) -> std::optional<std::int64_t> {
+    const auto duration = jobkit::detail::duration_from_seconds(seconds);
+    if (!duration) return std::nullopt;
+    return duration->count();
+  });
+  m.attr("duration_seconds_rule") = std::string(jobkit::detail::duration_seconds_rule);
   define_identity(m);
   // The device rule of <jobkit/nccl.hpp> (CUDA-free, so in every build): jobkit.select_device.
   m.def(

@@ -8,12 +8,18 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace jobkit_python {
 
 /// A call's `timeout` in seconds (None: the call's default) as milliseconds, rounded up.
 /// @throws jobkit::error (invalid_argument) for a value that is not a positive number
 std::chrono::milliseconds timeout_of(std::optional<double> seconds);
+
+/// A span of time in seconds, the argument `name` (a margin, an age; 0: none), as milliseconds
+/// rounded up, by duration_from_seconds's rule (core/timeout.hpp).
+/// @throws jobkit::error (invalid_argument) "NAME=VALUE: " and the rule for a value it refuses
+std::chrono::milliseconds duration_of(double seconds, std::string_view name);
 
 /// The bytes of a Python bytes object.
 std::string bytes_of(const pybind11::handle& object);

@@ -1,7 +1,6 @@
 """Pre-emption and time limits of ``import jobkit``: the stop decision every rank takes at the same
 step (StopGuard, stop_requested), the time the job has left, and a requeue."""
 
-import math as _math
 from dataclasses import dataclass as _dataclass
 from datetime import timedelta as _timedelta
 from typing import Iterable as _Iterable
@@ -10,8 +9,8 @@ from typing import Optional as _Optional
 from typing import Union as _Union
 
 from . import _jobkit
-from ._jobkit import InvalidArgumentError
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
+from ._timeout import duration as _duration
 from ._timeout import seconds as _seconds
 from ._workspace import _open
 
@@ -37,7 +36,8 @@ class StopGuard:
 
     While a guard lives these signals no longer raise in Python (Ctrl-C does not interrupt a
     wait): the guard records them, and stop_requested() reports them on every rank. The previous
-    handlers come back with close() or at the end of a ``with`` block.
+    handlers come back with close() or at the end of a ``with`` block. time_margin: seconds (0:
+    none) or a datetime.timedelta, rounded up to whole seconds; 0 or more, finite and at most 1e9.
 
         with jobkit.StopGuard(time_margin=300) as stop:
             for step in range(start, steps):
@@ -49,11 +49,12 @@ class StopGuard:
                     break
     """
 
-    def __init__(self, signals: _Optional[_Iterable[int]] = None, time_margin: float = 0, check_every: int = 1,
-                 timeout: _Seconds = None) -> None:
+    def __init__(self, signals: _Optional[_Iterable[int]] = None, time_margin: "_Union[float, _timedelta]" = 0,
+                 check_every: int = 1, timeout: _Seconds = None) -> None:
         # None once closed: a later call fails with InvalidArgumentError
         self._guard: _Optional[_jobkit.StopGuard] = _jobkit.StopGuard(
-            None if signals is None else [int(s) for s in signals], float(time_margin), check_every, _seconds(timeout))
+            None if signals is None else [int(s) for s in signals], _duration(time_margin, "time_margin", "StopGuard"),
+            check_every, _seconds(timeout))
 
     def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop
@@ -92,11 +93,9 @@ def time_left(max_age: "_Union[float, _timedelta]" = 60) -> _Optional[float]:
     23.02+), else from Slurm through libslurm in a child process (kept for max_age seconds and
     counted down in between); 0 past the end; None outside Slurm, without a time limit, or when
     libslurm gave no answer. InvalidEnvironmentError when SLURM_JOB_END_TIME is malformed.
-    max_age: seconds (0: ask every time) or a datetime.timedelta, rounded up to whole seconds."""
-    seconds = max_age.total_seconds() if isinstance(max_age, _timedelta) else max_age
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not _math.isfinite(seconds) or seconds < 0:
-        raise InvalidArgumentError(f"time_left(max_age={max_age!r}): seconds, 0 or more, or a datetime.timedelta")
-    return _jobkit.time_left(float(_math.ceil(seconds)))
+    max_age: seconds (0: ask every time) or a datetime.timedelta, rounded up to whole seconds; 0 or
+    more, finite and at most 1e9 (InvalidArgumentError otherwise)."""
+    return _jobkit.time_left(_duration(max_age, "max_age", "time_left"))
 
 
 def requeue() -> None:

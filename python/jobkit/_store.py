@@ -23,6 +23,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from . import _jobkit
+from ._timeout import milliseconds
 
 _TOKEN_BYTES = 32
 _LENGTH = struct.Struct(">I")
@@ -173,13 +174,17 @@ def _key(key):
 class JobkitStore(dist.Store):
     """A torch.distributed Store served by rank 0 and found through jobkit (see the module's
     docstring). Collective to create: every rank of the step constructs it at the same point.
-    timeout bounds get() and wait() (default 30 minutes, torch's)."""
+    timeout bounds get() and wait() (default 30 minutes, torch's): seconds or a timedelta, more
+    than 0, finite and at most 1e9 (jobkit's timeout rule: checked here, and at every get() and
+    wait() since torch's set_timeout() sets it unchecked)."""
 
     def __init__(self, timeout=timedelta(minutes=30), jobkit_timeout=None):
         super().__init__()
         from . import broadcast_object, identity
 
-        self.set_timeout(timeout)  # torch's own field: a PrefixStore's set_timeout reaches it too
+        milliseconds(timeout, caller="JobkitStore")  # refused before any rank waits
+        # torch's own field, a timedelta: a PrefixStore's set_timeout reaches it too
+        self.set_timeout(timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
         self._rank = identity().rank
         self._lock = threading.Lock()  # guards _idle
         self._idle = []  # connections to rank 0 no request is using
@@ -233,14 +238,12 @@ class JobkitStore(dist.Store):
     def _timeout(self):
         return self.timeout
 
-    def _timeout_ms(self, timeout=None):
-        span = timeout if timeout is not None else self._timeout
-        return str(int(span.total_seconds() * 1000)).encode()
+    def _timeout_ms(self, caller, timeout=None):
+        """timeout, else the store's own, in milliseconds by jobkit's timeout rule."""
+        return milliseconds(timeout if timeout is not None else self._timeout, caller=caller)
 
-    def _timed_out(self, what, timeout=None):
-        span = timeout if timeout is not None else self._timeout
-        return StoreTimeoutError(f"jobkit store: timeout: {what} not set within {span.total_seconds():g} s "
-                                 f"(rank {self._rank})")
+    def _timed_out(self, what, ms):
+        return StoreTimeoutError(f"jobkit store: timeout: {what} not set within {ms / 1000:g} s (rank {self._rank})")
 
     def set(self, key, value):
         value = value.encode() if isinstance(value, str) else bytes(value)
@@ -250,14 +253,15 @@ class JobkitStore(dist.Store):
             self._request(b"S", [_key(key), value])
 
     def get(self, key):
+        ms = self._timeout_ms("JobkitStore.get")
         if self._table is not None:
-            value = self._table.get(_key(key), self._timeout.total_seconds())
+            value = self._table.get(_key(key), ms / 1000)
             if value is None:
-                raise self._timed_out(f"key '{key}'")
+                raise self._timed_out(f"key '{key}'", ms)
             return value
-        status, answer = self._request(b"G", [_key(key), self._timeout_ms()])
+        status, answer = self._request(b"G", [_key(key), str(ms).encode()])
         if status == b"T":
-            raise self._timed_out(f"key '{key}'")
+            raise self._timed_out(f"key '{key}'", ms)
         return answer[0]
 
     def add(self, key, amount):
@@ -274,13 +278,13 @@ class JobkitStore(dist.Store):
 
     def wait(self, keys, timeout=None):
         encoded = [_key(k) for k in keys]
+        ms = self._timeout_ms("JobkitStore.wait", timeout)
         if self._table is not None:
-            span = timeout if timeout is not None else self._timeout
-            ok = self._table.wait(encoded, span.total_seconds())
+            ok = self._table.wait(encoded, ms / 1000)
         else:
-            ok = self._request(b"W", [self._timeout_ms(timeout)] + encoded)[0] == b"O"
+            ok = self._request(b"W", [str(ms).encode()] + encoded)[0] == b"O"
         if not ok:
-            raise self._timed_out(f"keys {list(keys)}", timeout)
+            raise self._timed_out(f"keys {list(keys)}", ms)
 
     def check(self, keys):
         encoded = [_key(k) for k in keys]

@@ -1,34 +1,65 @@
-"""The timeout rule of ``import jobkit``, written once: every collective, helper, Workspace, StopGuard,
-Checkpoints and ``jobkit.torch.init_process_group`` reads its ``timeout`` here.
+"""The rules of ``import jobkit`` for spans of time, written once: every collective, helper,
+Workspace, StopGuard, Checkpoints, JobkitStore and ``jobkit.torch.init_process_group`` reads its
+``timeout`` here, StopGuard its ``time_margin`` and time_left its ``max_age``.
 
-A timeout is a number of seconds (an int or a float; a bool is refused, though Python counts it an
-int), a ``datetime.timedelta``, or None (the caller's default: JOBKIT_TIMEOUT for jobkit's calls, 30
-minutes for init_process_group, torch's). Its seconds keep the rule of every timeout jobkit reads,
-the C++ library's (``timeout_from_seconds``, src/core/timeout.hpp): more than 0, finite and at most
-1e9. Anything else is a jobkit.InvalidArgumentError whose message starts ``name=value: ``.
+A span is a number of seconds (an int or a float; a bool is refused, though Python counts it an
+int) or a ``datetime.timedelta``; a timeout may also be None (the caller's default: JOBKIT_TIMEOUT
+for jobkit's calls, 30 minutes for init_process_group, torch's). Its seconds keep the rules of the
+C++ library (src/core/timeout.hpp): a timeout ``timeout_from_seconds``'s, more than 0, finite and
+at most 1e9; a margin or an age ``duration_from_seconds``'s, 0 or more, finite and at most 1e9.
+Anything else is a jobkit.InvalidArgumentError whose message starts ``[caller: ]name=value: ``.
 """
 
 from __future__ import annotations
 
+import math as _math
 from datetime import timedelta as _timedelta
-from typing import Optional, Union
+from typing import Callable, Optional, Tuple, Union
 
-from ._jobkit import InvalidArgumentError, timeout_from_seconds, timeout_seconds_rule
+from ._jobkit import (InvalidArgumentError, duration_from_seconds, duration_seconds_rule, timeout_from_seconds,
+                      timeout_seconds_rule)
 
-Timeout = Union[None, int, float, _timedelta]
+Duration = Union[int, float, _timedelta]
+Timeout = Union[None, Duration]
+
+
+def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[[float], Optional[int]],
+             rule_text: str) -> Tuple[float, int]:
+    """span in seconds and in milliseconds (rounded up) when `rule` takes it, or
+    InvalidArgumentError ``"[caller: ]name=span: why"``."""
+    where = f"{caller}: " if caller else ""
+    if isinstance(span, _timedelta):
+        value = span.total_seconds()
+    elif isinstance(span, (int, float)) and not isinstance(span, bool):
+        try:
+            value = float(span)
+        except OverflowError:  # an int past a double's range
+            value = _math.inf if span > 0 else -_math.inf
+    else:
+        raise InvalidArgumentError(f"{where}{name}={span!r}: {kinds}")
+    ms = rule(value)
+    if ms is None:
+        raise InvalidArgumentError(f"{where}{name}={span!r}: {rule_text}")
+    return value, ms
 
 
 def seconds(timeout: Timeout, name: str = "timeout", caller: str = "") -> Optional[float]:
     """timeout in seconds (None stays None), or InvalidArgumentError ``"[caller: ]name=value: why"``."""
     if timeout is None:
         return None
-    where = f"{caller}: " if caller else ""
-    if isinstance(timeout, _timedelta):
-        value = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        value = float(timeout)
-    else:
-        raise InvalidArgumentError(f"{where}{name}={timeout!r}: a number of seconds, a datetime.timedelta or None")
-    if timeout_from_seconds(value) is None:
-        raise InvalidArgumentError(f"{where}{name}={timeout!r}: {timeout_seconds_rule}")
-    return value
+    return _checked(timeout, name, caller, "a number of seconds, a datetime.timedelta or None", timeout_from_seconds,
+                    timeout_seconds_rule)[0]
+
+
+def milliseconds(timeout: Duration, name: str = "timeout", caller: str = "") -> int:
+    """A timeout that is never None (seconds()'s rule) in milliseconds, rounded up as the C++ library
+    rounds it."""
+    return _checked(timeout, name, caller, "a number of seconds or a datetime.timedelta", timeout_from_seconds,
+                    timeout_seconds_rule)[1]
+
+
+def duration(span: Duration, name: str, caller: str = "") -> float:
+    """A margin's or an age's span (0: none) in seconds, or InvalidArgumentError
+    ``"[caller: ]name=value: why"``."""
+    return _checked(span, name, caller, "a number of seconds or a datetime.timedelta", duration_from_seconds,
+                    duration_seconds_rule)[0]

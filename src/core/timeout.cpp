@@ -99,9 +99,14 @@ std::chrono::milliseconds report_after(std::chrono::milliseconds deadline) {
   return report_after_rule(value, deadline);
 }
 
-std::optional<std::chrono::milliseconds> timeout_from_seconds(double seconds) {
-  if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e9) return std::nullopt;
+std::optional<std::chrono::milliseconds> duration_from_seconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e9) return std::nullopt;
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+}
+
+std::optional<std::chrono::milliseconds> timeout_from_seconds(double seconds) {
+  if (!(seconds > 0)) return std::nullopt;
+  return duration_from_seconds(seconds);
 }
 
 std::chrono::milliseconds timeout_of(std::chrono::milliseconds timeout, std::string_view operation) {

@@ -30,8 +30,15 @@ std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value)
 std::chrono::milliseconds report_after(std::chrono::milliseconds deadline);
 /// report_after's rule for one value of the variable (nullopt: unset).
 std::chrono::milliseconds report_after_rule(std::optional<std::string_view> value, std::chrono::milliseconds deadline);
+/// The rule of every span of time given as a number of seconds where 0 means none (a margin, an
+/// age, a deadline that never comes): 0 or more, finite and at most 1e9 s (31 years), so that its
+/// conversion to any std::chrono duration down to nanoseconds holds. The span in milliseconds,
+/// rounded up; nullopt when `seconds` breaks the rule.
+std::optional<std::chrono::milliseconds> duration_from_seconds(double seconds);
+/// What a refused duration_from_seconds is told, after "NAME=VALUE: ".
+inline constexpr std::string_view duration_seconds_rule = "must be 0 or more seconds, finite and at most 1e9";
 /// The rule of every timeout given as a number of seconds (a variable, a command's --timeout,
-/// parse_timeout, the Python module's timeout=): more than 0, finite and at most 1e9 s (31 years).
+/// parse_timeout, the Python module's timeout=): duration_from_seconds's, and more than 0.
 /// The timeout in milliseconds, rounded up; nullopt when `seconds` breaks the rule.
 std::optional<std::chrono::milliseconds> timeout_from_seconds(double seconds);
 /// What a refused timeout_from_seconds is told, after "NAME=VALUE: ".

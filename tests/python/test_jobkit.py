@@ -7,6 +7,7 @@ import inspect
 import io
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -114,6 +115,20 @@ def test_all_reduce():
     assert jobkit.all_reduce([1, 3], "avg") == [1.0, 3.0]
     with pytest.raises(jobkit.InvalidArgumentError, match="op='mean'"):
         jobkit.all_reduce(1, "mean")
+
+
+def test_avg_of_integer_numbers_is_a_float_as_documented():
+    """avg of numbers returns floats, numpy's integers included (before: numpy.int64(avg), truncated);
+    an integer array, reduced in place, cannot hold it: refused by the C++ library's rule."""
+    assert type(jobkit.all_reduce(3, "avg")) is float and type(jobkit.all_reduce(True, "avg")) is float
+    np = pytest.importorskip("numpy")
+    average = jobkit.all_reduce(np.int64(3), op="avg")
+    assert type(average) is float and average == 3.0
+    assert jobkit.all_reduce((np.int32(1), np.int64(3)), "avg") == (1.0, 3.0)
+    assert type(jobkit.all_reduce(np.int64(3), op="sum")) is np.int64  # other ops keep the type
+    assert type(jobkit.all_reduce(np.float32(1.5), op="avg")) is np.float32
+    with pytest.raises(jobkit.InvalidArgumentError, match="op=avg on dtype int64"):
+        jobkit.all_reduce(np.array([3], dtype=np.int64), op="avg")
 
 
 def test_errors_name_rank_host_and_python_call_site():
@@ -480,6 +495,82 @@ def test_one_timeout_rule_for_python_and_cpp():
             jobkit.barrier(timeout=bad)
     assert jobkit.run_on_main(lambda: 5, timeout=1e9) == 5  # the largest, and a fraction of a millisecond:
     assert jobkit.run_on_main(lambda: 6, timeout=0.0001) == 6
+
+
+HUGE = datetime.timedelta(days=20000 * 365)  # 6.3e11 s
+BAD_SPANS = (-1, -0.5, 1e300, float("inf"), float("-inf"), float("nan"), 10 ** 400, HUGE,
+             datetime.timedelta(seconds=-1))
+SPAN_RULE = "must be 0 or more seconds, finite and at most 1e9"
+
+
+def test_one_rule_for_margins_and_ages(monkeypatch):
+    """StopGuard's time_margin and time_left's max_age keep the C++ library's rule of a span in
+    seconds (duration_from_seconds): a timeout's, but 0 is taken (no margin; ask every time)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("JOBKIT_LIBSLURM", "/nonexistent/libslurm.so")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 600))
+    for bad in BAD_SPANS:
+        with pytest.raises(jobkit.InvalidArgumentError, match=rf"^StopGuard: time_margin={re.escape(repr(bad))}: "
+                                                             rf"{SPAN_RULE}$"):
+            jobkit.StopGuard(time_margin=bad)
+        with pytest.raises(jobkit.InvalidArgumentError, match=rf"^time_left: max_age={re.escape(repr(bad))}: "
+                                                             rf"{SPAN_RULE}$"):
+            jobkit.time_left(bad)
+    for wrong in ("60", True, None):
+        with pytest.raises(jobkit.InvalidArgumentError, match=r"a number of seconds or a datetime.timedelta$"):
+            jobkit.StopGuard(time_margin=wrong)  # type: ignore[arg-type]
+        with pytest.raises(jobkit.InvalidArgumentError, match=r"^time_left: max_age=.*: a number of seconds"):
+            jobkit.time_left(wrong)  # type: ignore[arg-type]
+    for good in (0, 0.5, 1e9, datetime.timedelta(minutes=5), datetime.timedelta(0)):
+        with jobkit.StopGuard(time_margin=good) as stop:
+            assert stop.stop_requested() == (good == 1e9)  # 600 s left: below a margin of 1e9 s only
+        assert 598 <= jobkit.time_left(good) <= 600
+    # The extension's own guard against an overflowing conversion, for a caller that skips jobkit's:
+    # the C++ library's words after the argument's name.
+    for bad in (-1.0, 1e300, float("inf"), float("nan")):
+        with pytest.raises(jobkit.InvalidArgumentError, match=rf"time_margin=-?(1|1e\+300|inf|nan): {SPAN_RULE}"):
+            jobkit._jobkit.StopGuard(None, bad, 1, None)
+        with pytest.raises(jobkit.InvalidArgumentError, match=rf"max_age=-?(1|1e\+300|inf|nan): {SPAN_RULE}"):
+            jobkit._jobkit.time_left(bad)
+
+
+def test_the_report_of_torch_collectives_keeps_the_rule_of_spans():
+    """where_report_after (the threshold of torch's collectives, _torch_where.py) takes its deadline
+    by the rule of spans: 0 (none: never), else a quarter of it, at least 10 s."""
+    after = jobkit._jobkit.where_report_after
+    assert after(0) == 0 and after(20) == 10 and after(1800) == 450 and after(1e9) == 2.5e8
+    for bad in BAD_SPANS:
+        seconds = bad.total_seconds() if isinstance(bad, datetime.timedelta) else float(min(bad, 1e308))
+        with pytest.raises(jobkit.InvalidArgumentError, match=rf"deadline_s=.*: {SPAN_RULE}"):
+            after(seconds)
+
+
+def test_one_timeout_rule_for_a_jobkit_store():
+    """A JobkitStore's timeout keeps the rule of every timeout= (more than 0 seconds, finite, at
+    most 1e9): when made, at wait(keys, timeout), and for the timeout torch's set_timeout() sets."""
+    pytest.importorskip("torch")
+    import jobkit.torch
+
+    rule = "must be more than 0 seconds, finite and at most 1e9"
+    for bad in (0, datetime.timedelta(0)) + BAD_SPANS:
+        with pytest.raises(jobkit.InvalidArgumentError,
+                           match=rf"^JobkitStore: timeout={re.escape(repr(bad))}: {rule}$"):
+            jobkit.torch.JobkitStore(bad)
+    store = jobkit.torch.JobkitStore(2.5)
+    assert store.timeout == datetime.timedelta(seconds=2.5)
+    store.set("key", "value")
+    for bad in (0, datetime.timedelta(0)) + BAD_SPANS:
+        with pytest.raises(jobkit.InvalidArgumentError,
+                           match=rf"^JobkitStore.wait: timeout={re.escape(repr(bad))}: {rule}$"):
+            store.wait(["key"], bad)
+    store.wait(["key"], 1e9)
+    with pytest.raises(RuntimeError, match=r"timeout: keys \['absent'\] not set within 0.001 s"):
+        store.wait(["absent"], datetime.timedelta(microseconds=1))  # rounded up to a millisecond
+    store.set_timeout(HUGE)
+    with pytest.raises(jobkit.InvalidArgumentError, match=rf"^JobkitStore.get: timeout={re.escape(repr(HUGE))}: "):
+        store.get("key")
+    store.set_timeout(datetime.timedelta(seconds=1))
+    assert store.get("key") == b"value"
 
 
 def test_a_closed_workspace_and_an_int_payload_are_refused(tmp_path):

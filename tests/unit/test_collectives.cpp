@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "core/timeout.hpp"
 #include "jobkit/runtime.hpp"
 #include "support.hpp"
 #include "transport/inprocess.hpp"
@@ -300,6 +302,24 @@ TEST_CASE("JOBKIT_TIMEOUT is seconds, positive, and named when wrong", "[collect
   for (const char* bad : {"", "abc", "0", "-1", "10s", "inf", "nan", "1e300"}) {
     CHECK_THROWS_WITH(parse_timeout("JOBKIT_TIMEOUT", bad),
                       Catch::Contains(std::string("JOBKIT_TIMEOUT='") + bad + "'"));
+  }
+}
+
+TEST_CASE("a timeout and a duration in seconds keep one rule; only a duration may be 0", "[collectives]") {
+  using jobkit::detail::duration_from_seconds;
+  using jobkit::detail::timeout_from_seconds;
+  CHECK(timeout_from_seconds(2.5) == 2500ms);
+  CHECK(timeout_from_seconds(0.0001) == 1ms);  // rounded up
+  CHECK(timeout_from_seconds(1e9) == std::chrono::seconds(1'000'000'000));
+  CHECK(duration_from_seconds(0) == 0ms);
+  CHECK(duration_from_seconds(2.5) == 2500ms);
+  CHECK(duration_from_seconds(1e9) == std::chrono::seconds(1'000'000'000));
+  CHECK_FALSE(timeout_from_seconds(0));
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const double bad : {-1.0, -inf, nan, inf, 1e300, 1e9 + 1}) {
+    INFO(bad);
+    CHECK_FALSE(timeout_from_seconds(bad));
+    CHECK_FALSE(duration_from_seconds(bad));
   }
 }
 
