@@ -2,8 +2,8 @@
 Workspace, StopGuard, Checkpoints, JobkitStore and ``jobkit.torch.init_process_group`` reads its
 ``timeout`` here, StopGuard its ``time_margin`` and time_left its ``max_age``.
 
-A span is a number of seconds (an int or a float; a bool is refused, though Python counts it an
-int) or a ``datetime.timedelta``; a timeout may also be None (the caller's default: JOBKIT_TIMEOUT
+A span is a number of seconds (an int, a float or another real number such as numpy's; a bool is
+refused, though Python counts it an int) or a ``datetime.timedelta``; a timeout may also be None (the caller's default: JOBKIT_TIMEOUT
 for jobkit's calls, 30 minutes for init_process_group, torch's). Its seconds keep the rules of the
 C++ library (src/core/timeout.hpp): a timeout ``timeout_from_seconds``'s, more than 0, finite and
 at most 1e9; a margin or an age ``duration_from_seconds``'s, 0 or more, finite and at most 1e9.
@@ -13,6 +13,7 @@ Anything else is a jobkit.InvalidArgumentError whose message starts ``[caller: ]
 from __future__ import annotations
 
 import math as _math
+import numbers as _numbers
 from datetime import timedelta as _timedelta
 from typing import Callable, Optional, Tuple, Union
 
@@ -30,7 +31,7 @@ def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[
     where = f"{caller}: " if caller else ""
     if isinstance(span, _timedelta):
         value = span.total_seconds()
-    elif isinstance(span, (int, float)) and not isinstance(span, bool):
+    elif isinstance(span, _numbers.Real) and not isinstance(span, bool):  # numpy's numbers too
         try:
             value = float(span)
         except OverflowError:  # an int past a double's range

@@ -521,7 +521,13 @@ def test_one_rule_for_margins_and_ages(monkeypatch):
             jobkit.StopGuard(time_margin=wrong)  # type: ignore[arg-type]
         with pytest.raises(jobkit.InvalidArgumentError, match=r"^time_left: max_age=.*: a number of seconds"):
             jobkit.time_left(wrong)  # type: ignore[arg-type]
-    for good in (0, 0.5, 1e9, datetime.timedelta(minutes=5), datetime.timedelta(0)):
+    goods = [0, 0.5, 1e9, datetime.timedelta(minutes=5), datetime.timedelta(0)]
+    try:
+        import numpy as np
+        goods += [np.int64(300), np.float32(0.5)]  # real numbers of any type, as float() took them
+    except ImportError:
+        pass
+    for good in goods:
         with jobkit.StopGuard(time_margin=good) as stop:
             assert stop.stop_requested() == (good == 1e9)  # 600 s left: below a margin of 1e9 s only
         assert 598 <= jobkit.time_left(good) <= 600
