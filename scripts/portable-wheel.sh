@@ -31,6 +31,9 @@
 #             builds: about 2 minutes the first time) and the build tools' venvs, one per Python
 #             version (default ${XDG_CACHE_HOME:-$HOME/.cache}/jobkit-portable-wheel). CI can keep it.
 #   JOBKIT_WHEEL_JOBS   compile jobs (default 2)
+#   CCACHE_DIR          where ccache is on PATH, the compiler runs under it (as clang, the paths
+#             relative to OUT_DIR/.build): a second build of the same source compiles nothing.
+#             JOBKIT_WHEEL_CCACHE=0 turns that off.
 # Runs from any checkout: it builds the files git tracks and the untracked ones it does not ignore
 # (what a clean clone holds), never the checkout itself. Needs network access to PyPI unless the
 # cache is filled.
@@ -113,10 +116,20 @@ if [[ $pmix_includedir == /usr/include ]]; then
   cp -L /usr/include/pmix*.h "$work/include/" && { [[ ! -d /usr/include/pmix ]] || cp -rL /usr/include/pmix "$work/include/"; }
 fi
 
+# ccache, where there, over a two-line wrapper (ccache takes one word as the compiler, not "zig
+# c++"): zig's compiler is clang, which ccache cannot tell from the name; the wrapper's content,
+# which holds zig's versioned path, stands for the compiler in ccache's hash.
+compiler=("'$zig'" "'c++'")
+if [[ ${JOBKIT_WHEEL_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null; then
+  printf '#!/bin/sh\nexec "%s" c++ "$@"\n' "$zig" >"$work/zig-c++" && chmod +x "$work/zig-c++" ||
+    fail "cannot write $work/zig-c++"
+  compiler=("'$(command -v ccache)'" "'$work/zig-c++'")
+  export CCACHE_COMPILERTYPE=clang CCACHE_COMPILERCHECK=content CCACHE_BASEDIR=$work CCACHE_NOHASHDIR=true
+fi
 cat >"$work/zig-$glibc.ini" <<EOF
 # scripts/portable-wheel.sh: zig's clang for glibc $glibc, with its libc++ linked in statically.
 [binaries]
-cpp = ['$zig', 'c++', '-target', 'x86_64-linux-gnu.$glibc']
+cpp = [${compiler[0]}, ${compiler[1]}, '-target', 'x86_64-linux-gnu.$glibc']
 ar = ['$zig', 'ar']
 [built-in options]
 cpp_args = ['-isystem', '$work/include']
@@ -157,6 +170,7 @@ for python in "${pythons[@]}"; do
     nice -n 10 "$py" -m pip wheel -v --no-build-isolation --no-deps --wheel-dir "$dist" \
     --config-settings=setup-args=--native-file="$work/zig-$glibc.ini" \
     --config-settings=setup-args=-Dpython_export_init_only=true \
+    --config-settings=setup-args=-Dunity=on --config-settings=setup-args=-Dunity_size=100 \
     --config-settings=compile-args=-j"$jobs" \
     --config-settings=build-dir="$work/build-$tag" "$work/src" >"$work/build-$tag.log" 2>&1) ||
     { tail -40 "$work/build-$tag.log" >&2; fail "$tag: pip wheel failed (log: $work/build-$tag.log)"; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite on both platforms, side by side: Debian 12 on this machine and Debian 13 in its
 # root (scripts/debian13.sh, made or reused from its cache), each platform a lane of its own (and,
-# beside them, the fetch of PyPI's files for the python-venv test when they are not cached):
+# beside them, the fetch of PyPI's files for the python-venv test when they are not cached, and the
+# build of the portable wheels that both platforms' portable-wheel tests install):
 #   Debian 12: its build, then its tests (scripts/test.sh --build-only, --no-checked) and, beside
 #              them, its unit tests under ASan+UBSan and TSan and its fuzz targets (--checked-only);
 #   Debian 13: the root (made when its recipe changed), its build, then its tests.
@@ -18,7 +19,7 @@ times=$(mktemp)
 logs=$(mktemp -d)
 mkdir -p "$build" "$build13"
 touch "$build/.jobkit-building" "$build13/.jobkit-building"
-trap 'rm -f "$times" "$build/.jobkit-building" "$build13/.jobkit-building"; rm -rf "$logs"' EXIT
+trap 'rm -f "$times" "$build/.jobkit-building" "$build13/.jobkit-building" "$build/portable-wheels/.jobkit-building"; rm -rf "$logs"' EXIT
 t0=$(date +%s)
 
 # phase NAME CMD...: runs CMD, and records when it started and ended and how it exited (its output
@@ -47,6 +48,14 @@ phase install-easybuild scripts/install-easybuild.sh || status=1
 # the builds when not cached: the network's time, not the CPUs'.
 phase pypi-wheels tests/launched/venv.sh --fetch > >(sed -u "s/^/[pypi-wheels] /") 2>&1 &
 fetch=$!
+# The portable wheels (scripts/portable-wheel.sh), built once here for both platforms' portable-wheel
+# tests, which wait while the directory holds .jobkit-building; at a lower CPU priority, beside the
+# builds (zig's compiler under ccache: seconds when cached).
+export JOBKIT_PORTABLE_WHEELS=$build/portable-wheels
+rm -rf "$JOBKIT_PORTABLE_WHEELS" && mkdir -p "$JOBKIT_PORTABLE_WHEELS" && touch "$JOBKIT_PORTABLE_WHEELS/.jobkit-building"
+phase portable-wheels nice -n 10 tests/launched/portable_wheel.sh --build "$JOBKIT_PORTABLE_WHEELS" \
+  > >(sed -u "s/^/[portable-wheels] /") 2>&1 &
+portable=$!
 
 # built DIR: the build in DIR has ended, well or not.
 built() { rm -f "$1/.jobkit-building"; }
@@ -81,6 +90,7 @@ lane12=$!
 wait $lane12 || status=1
 wait $lane13 || status=1
 wait $fetch || status=1
+wait $portable || status=1
 # The prefixing sed of the lanes above ends with them; give its last lines a moment.
 sleep 1
 

@@ -1,10 +1,12 @@
-"""A DDP training step as a torch user writes it, run on every rank of a step by tests/launched/venv.sh
-(a venv with PyPI's torch), under srun --mpi=pmix or under jobkit exec.
+"""A DDP training step as a torch user writes it, run on every rank of a step under srun --mpi=pmix or
+under jobkit exec: by tests/launched/venv.sh (a venv with PyPI's torch) and portable_wheel.sh (the
+portable wheel beside PyPI's torch, and beside Debian 13's).
 
 usage: ddp_check.py ORDER INIT
   ORDER  torch-first | jobkit-first: which of the two modules the script imports first;
          torch-only: an unchanged torch script, which never imports jobkit (INIT env only)
-  INIT   jobkit: jobkit.torch.init_process_group("gloo") (its TCPStore must be torch's libuv one);
+  INIT   jobkit: jobkit.torch.init_process_group("gloo") (its TCPStore must be torch's libuv one
+                 where torch has libuv);
          env:    torch.distributed.init_process_group("gloo") from the variables jobkit exec set
                  (init_method env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)
 
@@ -46,13 +48,25 @@ def expect(ok, what):
         print(f"rank {os.environ.get('SLURM_PROCID', '?')}: WRONG: {what}", flush=True)
 
 
+def torch_has_libuv():
+    """Whether this torch was built with libuv (PyPI's is; Debian's is not): its TCPStore's default
+    backend then, and jobkit's store must be that one."""
+    try:
+        dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=10), use_libuv=True)
+    except RuntimeError as e:
+        if "libuv" in str(e):
+            return False
+        raise
+    return True
+
+
 def initialise():
     """Returns a description of the store."""
     if INIT == "jobkit":
         import jobkit.torch
         store = jobkit.torch.init_process_group("gloo", timeout=300.0)
         libuv = getattr(store, "libuvBackend", None)
-        expect(libuv is True, f"jobkit's TCPStore is not torch's libuv one (libuvBackend={libuv!r})")
+        expect(libuv is torch_has_libuv(), f"jobkit's TCPStore is not torch's default one (libuvBackend={libuv!r})")
         return f"jobkit store libuv={libuv}"
     if INIT == "env":
         for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "JOBKIT_TORCH_VARIABLES"):

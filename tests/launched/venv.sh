@@ -18,41 +18,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd -P)
 
-# The first python3 on PATH, else pyenv's newest, whose prefix is not the system's and which has
-# pip and venv; its minor version must be one PyPI's torch has wheels for (3.10 to 3.14).
-find_python() {
-  local candidate real
-  for candidate in $(type -ap python3) "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/python3; do
-    [[ -x $candidate ]] || continue
-    real=$("$candidate" -c 'import sys, venv, ensurepip
-if sys.base_prefix != "/usr" and (3, 10) <= sys.version_info[:2] <= (3, 14): print(sys.executable)' 2>/dev/null) ||
-      continue
-    [[ -n $real ]] && { echo "$real"; return 0; }
-  done
-  return 0
-}
 source "$here/lib.sh"
-# fetch_wheelhouse PYTHON: sets $wheelhouse, the pinned files for PYTHON's version, fetched from
-# PyPI once (into a .partial directory renamed when complete) and named by the requirements' hash.
-fetch_wheelhouse() {
-  local python=$1 requirements=$here/pypi-requirements.txt tag
-  local cache=${JOBKIT_PYPI_WHEELS:-/var/cache/jobkit/pypi-wheels}
-  tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') || fail "$python does not run"
-  wheelhouse=$cache/$tag-$(sha256sum "$requirements" | cut -c1-12)
-  [[ ! -d $wheelhouse ]] || return 0
-  mkdir -p "$cache" || fail "cannot make JOBKIT_PYPI_WHEELS '$cache'"
-  exec 9>"$cache/.lock"
-  flock -w 1800 9 || fail "another fetch holds $cache/.lock"
-  if [[ ! -d $wheelhouse ]]; then
-    rm -rf "$wheelhouse.partial"
-    TIMEFORMAT="wheelhouse fetched from PyPI in %R s"
-    time (env -u PIP_NO_INDEX -u PIP_FIND_LINKS "$python" -m pip download --only-binary=:all: \
-      --dest "$wheelhouse.partial" -r "$requirements" >"$cache/fetch.log" 2>&1) ||
-      { tail -20 "$cache/fetch.log"; fail "pip download from PyPI failed (log: $cache/fetch.log)"; }
-    mv "$wheelhouse.partial" "$wheelhouse" || fail "cannot rename $wheelhouse.partial"
-  fi
-  exec 9>&-
-}
 
 case ${1:-} in
   --find-python) find_python; exit 0 ;;
