@@ -78,10 +78,17 @@ void group::check_root(std::string_view operation, int root) const {
 }
 
 void group::connect(const detail::exchange& ex) {
-  if (!state_->connect) return;
+  auto& state = *state_;
+  switch (state.phase) {
+    case detail::group_phase::connected: return;
+    case detail::group_phase::failed:
+      detail::raise(state.failure->code, "this group is unusable after an earlier failure: " + state.failure->reason,
+                    state.failure->native_status);
+    case detail::group_phase::pending: break;
+  }
   std::optional<error> failed;
   try {
-    state_->connect(*state_, ex.timeout);
+    state.pending->connect(state, ex.timeout);
   } catch (const timeout_error& e) {
     failed.emplace(timeout_error(
         detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())), e.native_status()));
@@ -89,19 +96,14 @@ void group::connect(const detail::exchange& ex) {
     failed.emplace(e.code(), detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())),
                    e.native_status());
   }
+  state.pending.reset();
   if (!failed) {
-    state_->connect = nullptr;
+    state.phase = detail::group_phase::connected;
     return;
   }
-  // The setup's PMIx fence may still be pending and its key is spent: a retry cannot match the
-  // other ranks, so the group stays failed.
-  const auto code = failed->code();
-  const std::string reason = failed->what();
-  const int status = failed->native_status();
-  state_->connect = [code, reason, status](detail::group_state&, std::chrono::milliseconds) {
-    throw error(code, "this group is unusable after an earlier failure: " + reason, status);
-  };
-  detail::raise(code, reason, status);
+  state.phase = detail::group_phase::failed;
+  state.failure = detail::group_failure{failed->code(), failed->what(), failed->native_status()};
+  detail::raise(state.failure->code, state.failure->reason, state.failure->native_status);
 }
 
 std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {

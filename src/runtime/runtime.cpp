@@ -33,6 +33,23 @@ struct runtime::impl {
   std::optional<std::pair<errc, std::string>> setup_failure;
   std::shared_ptr<const bool> alive = std::make_shared<const bool>(true);
 
+  /// The world group's connector: this runtime's endpoint exchange and tree (connect below). A
+  /// copy of the world group may outlive an explicit runtime: it must not reach a freed one.
+  class world_connector final : public detail::group_connector {
+   public:
+    world_connector(impl& runtime, const std::shared_ptr<const bool>& alive) : runtime_(runtime), alive_(alive) {}
+    void connect(detail::group_state&, std::chrono::milliseconds timeout) override {
+      if (alive_.expired()) {
+        throw error(errc::invalid_argument, "this world group's runtime was destroyed before its first collective");
+      }
+      runtime_.connect(timeout);
+    }
+
+   private:
+    impl& runtime_;
+    std::weak_ptr<const bool> alive_;
+  };
+
   /// The launcher's rendezvous: PMIx, else PMI-2.
   detail::rendezvous& require_rendezvous() {
     if (pmix) return *pmix;
@@ -54,14 +71,8 @@ struct runtime::impl {
         world_state->world_ranks.resize(static_cast<std::size_t>(id.world_size));
         for (int r = 0; r < id.world_size; ++r) world_state->world_ranks[static_cast<std::size_t>(r)] = r;
         world_state->rank = id.rank;
-        // A copy of the world group may outlive an explicit runtime: it must not reach a freed one.
-        world_state->connect = [this, alive = std::weak_ptr<const bool>(alive)](detail::group_state&,
-                                                                                std::chrono::milliseconds deadline) {
-          if (alive.expired()) {
-            throw error(errc::invalid_argument, "this world group's runtime was destroyed before its first collective");
-          }
-          connect(deadline);
-        };
+        world_state->phase = detail::group_phase::pending;
+        world_state->pending = std::make_unique<world_connector>(*this, alive);
         world_state->make_subgroup = subgroup_maker();
         world = group(world_state);
       }

@@ -30,7 +30,80 @@ using jobkit::reduce_op;
 using test_support::contains;
 using test_support::on_ranks;
 
-namespace {}  // namespace
+namespace {
+
+/// A group_connector double: counts its calls, fails the first `failures` of them with `code`,
+/// and connects the group over a single-rank link otherwise.
+class counting_connector final : public jobkit::detail::group_connector {
+ public:
+  counting_connector(int& calls, int failures, jobkit::errc code) : calls_(calls), failures_(failures), code_(code) {}
+  void connect(jobkit::detail::group_state& state, std::chrono::milliseconds) override {
+    if (++calls_ <= failures_) throw jobkit::error(code_, "the endpoints never came", 7);
+    auto connected = jobkit::detail::make_single_rank_group_state(0, "node-a");
+    state.link = std::move(connected->link);
+    state.hosts = connected->hosts;
+    state.local_ranks = connected->local_ranks;
+  }
+
+ private:
+  int& calls_;
+  int failures_;
+  jobkit::errc code_;
+};
+
+/// A single-rank group whose data path is pending, set up by a counting_connector.
+group pending_group(int& calls, int failures, jobkit::errc code = jobkit::errc::timeout) {
+  auto state = std::make_shared<jobkit::detail::group_state>();
+  state->world_ranks = {0};
+  state->phase = jobkit::detail::group_phase::pending;
+  state->pending = std::make_unique<counting_connector>(calls, failures, code);
+  return group(state);
+}
+
+}  // namespace
+
+TEST_CASE("a pending group connects in its first collective, once", "[collectives]") {
+  int calls = 0;
+  auto g = pending_group(calls, 0);
+  CHECK(calls == 0);
+  g.barrier();
+  CHECK(calls == 1);
+  CHECK(g.all_reduce(2, reduce_op::sum) == 2);
+  g.setup();
+  CHECK(calls == 1);
+}
+
+TEST_CASE("a group whose setup failed stays failed, naming the first failure", "[collectives]") {
+  for (const auto code : {jobkit::errc::timeout, jobkit::errc::peer_failure}) {
+    int calls = 0;
+    auto g = pending_group(calls, 1, code);
+    try {
+      g.barrier();
+      FAIL("the setup's failure did not reach the caller");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == code);
+      CHECK(e.native_status() == 7);
+      CHECK((dynamic_cast<const jobkit::timeout_error*>(&e) != nullptr) == (code == jobkit::errc::timeout));
+      CHECK(contains(e.what(), "barrier at "));
+      CHECK(contains(e.what(), "setting up the data path: the endpoints never came"));
+    }
+    // Never retried: the setup's fence and key are spent, a retry could not match the other ranks.
+    for (int i = 0; i < 2; ++i) {
+      try {
+        g.broadcast(1);
+        FAIL("a failed group ran a collective");
+      } catch (const jobkit::error& e) {
+        CHECK(e.code() == code);
+        CHECK(e.native_status() == 7);
+        CHECK(contains(e.what(), "this group is unusable after an earlier failure: barrier at "));
+        // The class of its code, as the first time: a timeout_error is caught as one.
+        CHECK((dynamic_cast<const jobkit::timeout_error*>(&e) != nullptr) == (code == jobkit::errc::timeout));
+        CHECK(contains(e.what(), "the endpoints never came"));
+      }
+    }
+    CHECK(calls == 1);
+  }
+}
 
 TEST_CASE("a single rank gets identity results without a launcher", "[collectives]") {
   auto& world = jobkit::world();
