@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -470,8 +471,11 @@ void define_preemption(py::module_& m) {
       .def("part", [](const jobkit::checkpoints& c, std::int64_t step) { return c.part(step).string(); })
       .def("requeue",
            [](jobkit::checkpoints& c, const std::string& reason, int signal, int rank, double time_left) {
-             jobkit::stop_cause cause{jobkit::stop_reason::none, signal, rank,
-                                      std::chrono::seconds(static_cast<std::int64_t>(time_left))};
+             // The seconds by the rule of spans (a StopCause a caller made may hold any float);
+             // a negative one, past the job's end, counts as 0.
+             jobkit::stop_cause cause{
+                 jobkit::stop_reason::none, signal, rank,
+                 std::chrono::floor<std::chrono::seconds>(duration_of(std::max(time_left, 0.0), "time_left"))};
              for (const auto r : {jobkit::stop_reason::signal, jobkit::stop_reason::time_limit}) {
                if (reason == jobkit::to_string(r)) cause.reason = r;
              }

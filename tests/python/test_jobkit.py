@@ -466,6 +466,11 @@ def test_checkpoints_requeue_outside_slurm_is_recorded_not_done(tmp_path, monkey
             saved.requeue(stop.cause)
         saved.commit()
         assert saved.requeue(stop.cause) is False
+        # A StopCause made by hand: its seconds keep the rule of spans (no overflowing conversion).
+        for bad in (float("inf"), float("nan"), 1e300):
+            made = dataclasses.replace(stop.cause, reason="time_limit", time_left=bad)
+            with pytest.raises(jobkit.InvalidArgumentError, match=r"time_left=(inf|nan|1e\+300): "):
+                saved.requeue(made)
     records = [name for name in os.listdir(tmp_path / "ckpt") if name.startswith(".stopped-")]
     assert len(records) == 1 and records[0].endswith(".r0")
     with open(tmp_path / "ckpt" / records[0]) as f:
