@@ -31,9 +31,9 @@
 #             builds: about 2 minutes the first time) and the build tools' venvs, one per Python
 #             version (default ${XDG_CACHE_HOME:-$HOME/.cache}/jobkit-portable-wheel). CI can keep it.
 #   JOBKIT_WHEEL_JOBS   compile jobs (default 2)
-#   CCACHE_DIR          where ccache is on PATH, the compiler runs under it (as clang, the paths
-#             relative to OUT_DIR/.build): a second build of the same source compiles nothing.
-#             JOBKIT_WHEEL_CCACHE=0 turns that off.
+#   CCACHE_DIR          where ccache is on PATH, the compiler runs under it (as clang): a second
+#             build of the same source into the same OUT_DIR compiles nothing (the unity build's
+#             files name the sources by their paths there). JOBKIT_WHEEL_CCACHE=0 turns it off.
 # Runs from any checkout: it builds the files git tracks and the untracked ones it does not ignore
 # (what a clean clone holds), never the checkout itself. Needs network access to PyPI unless the
 # cache is filled.

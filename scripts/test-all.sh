@@ -19,7 +19,7 @@ times=$(mktemp)
 logs=$(mktemp -d)
 mkdir -p "$build" "$build13"
 touch "$build/.jobkit-building" "$build13/.jobkit-building"
-trap 'rm -f "$times" "$build/.jobkit-building" "$build13/.jobkit-building" "$build/portable-wheels/.jobkit-building"; rm -rf "$logs"' EXIT
+trap 'rm -f "$times" "$build/.jobkit-building" "$build13/.jobkit-building" "$build13/portable-wheels/.jobkit-building"; rm -rf "$logs"' EXIT
 t0=$(date +%s)
 
 # phase NAME CMD...: runs CMD, and records when it started and ended and how it exited (its output
@@ -50,11 +50,16 @@ phase pypi-wheels tests/launched/venv.sh --fetch > >(sed -u "s/^/[pypi-wheels] /
 fetch=$!
 # The portable wheels (scripts/portable-wheel.sh), built once here for both platforms' portable-wheel
 # tests, which wait while the directory holds .jobkit-building; at a lower CPU priority, beside the
-# builds (zig's compiler under ccache: seconds when cached).
-export JOBKIT_PORTABLE_WHEELS=$build/portable-wheels
+# builds (zig's compiler under ccache: seconds when cached). In Debian 13's build directory, which
+# is inside the repository, so that the root sees it at the same path.
+export JOBKIT_PORTABLE_WHEELS=$build13/portable-wheels
 rm -rf "$JOBKIT_PORTABLE_WHEELS" && mkdir -p "$JOBKIT_PORTABLE_WHEELS" && touch "$JOBKIT_PORTABLE_WHEELS/.jobkit-building"
-phase portable-wheels nice -n 10 tests/launched/portable_wheel.sh --build "$JOBKIT_PORTABLE_WHEELS" \
-  > >(sed -u "s/^/[portable-wheels] /") 2>&1 &
+{
+  phase portable-wheels nice -n 10 tests/launched/portable_wheel.sh --build "$JOBKIT_PORTABLE_WHEELS"
+  s=$?
+  rm -f "$JOBKIT_PORTABLE_WHEELS/.jobkit-building"
+  exit $s
+} > >(sed -u "s/^/[portable-wheels] /") 2>&1 &
 portable=$!
 
 # built DIR: the build in DIR has ended, well or not.

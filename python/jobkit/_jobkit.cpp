@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -472,10 +473,10 @@ void define_preemption(py::module_& m) {
       .def("requeue",
            [](jobkit::checkpoints& c, const std::string& reason, int signal, int rank, double time_left) {
              // The seconds by the rule of spans (a StopCause a caller made may hold any float);
-             // a negative one, past the job's end, counts as 0.
-             jobkit::stop_cause cause{
-                 jobkit::stop_reason::none, signal, rank,
-                 std::chrono::floor<std::chrono::seconds>(duration_of(std::max(time_left, 0.0), "time_left"))};
+             // a finite negative one, past the job's end, counts as 0.
+             const double seconds = std::isfinite(time_left) ? std::max(time_left, 0.0) : time_left;
+             jobkit::stop_cause cause{jobkit::stop_reason::none, signal, rank,
+                                      std::chrono::floor<std::chrono::seconds>(duration_of(seconds, "time_left"))};
              for (const auto r : {jobkit::stop_reason::signal, jobkit::stop_reason::time_limit}) {
                if (reason == jobkit::to_string(r)) cause.reason = r;
              }

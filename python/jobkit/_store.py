@@ -14,6 +14,7 @@ byte and fields, each a 4-byte big-endian length and its bytes. Nothing received
 """
 
 import hmac
+import numbers
 import secrets
 import socket
 import struct
@@ -167,6 +168,14 @@ class StoreTimeoutError(_jobkit.TimeoutError, RuntimeError):
     with "timeout" in its message that torch's own code catches (its store-based barrier)."""
 
 
+def _milliseconds(timeout, caller):
+    """A store's timeout in milliseconds: torch's 0 (``Store::kNoTimeout``: no timeout) as the longest
+    wait jobkit's timeout rule allows (1e9 s), anything else by that rule."""
+    no_timeout = timeout == timedelta(0) if isinstance(timeout, timedelta) else (
+        isinstance(timeout, numbers.Real) and not isinstance(timeout, bool) and timeout == 0)
+    return milliseconds(1e9 if no_timeout else timeout, caller=caller)
+
+
 def _key(key):
     return key.encode() if isinstance(key, str) else bytes(key)
 
@@ -176,15 +185,16 @@ class JobkitStore(dist.Store):
     docstring). Collective to create: every rank of the step constructs it at the same point.
     timeout bounds get() and wait() (default 30 minutes, torch's): seconds or a timedelta, more
     than 0, finite and at most 1e9 (jobkit's timeout rule: checked here, and at every get() and
-    wait() since torch's set_timeout() sets it unchecked)."""
+    wait() since torch's set_timeout() sets it unchecked), or 0, torch's ``Store::kNoTimeout``
+    (no timeout), which waits the longest the rule allows, 1e9 s."""
 
     def __init__(self, timeout=timedelta(minutes=30), jobkit_timeout=None):
         super().__init__()
         from . import broadcast_object, identity
 
-        milliseconds(timeout, caller="JobkitStore")  # refused before any rank waits
+        _milliseconds(timeout, "JobkitStore")  # refused before any rank waits
         # torch's own field, a timedelta: a PrefixStore's set_timeout reaches it too
-        self.set_timeout(timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        self.set_timeout(timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout)))
         self._rank = identity().rank
         self._lock = threading.Lock()  # guards _idle
         self._idle = []  # connections to rank 0 no request is using
@@ -239,8 +249,8 @@ class JobkitStore(dist.Store):
         return self.timeout
 
     def _timeout_ms(self, caller, timeout=None):
-        """timeout, else the store's own, in milliseconds by jobkit's timeout rule."""
-        return milliseconds(timeout if timeout is not None else self._timeout, caller=caller)
+        """timeout, else the store's own, in milliseconds (_milliseconds)."""
+        return _milliseconds(timeout if timeout is not None else self._timeout, caller)
 
     def _timed_out(self, what, ms):
         return StoreTimeoutError(f"jobkit store: timeout: {what} not set within {ms / 1000:g} s (rank {self._rank})")

@@ -95,6 +95,9 @@ void group::connect(const detail::exchange& ex) {
   } catch (const error& e) {
     failed.emplace(e.code(), detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())),
                    e.native_status());
+  } catch (const std::exception& e) {  // not jobkit's (no memory, no thread): the setup is spent all the same
+    failed.emplace(errc::internal,
+                   detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())));
   }
   state.pending.reset();
   if (!failed) {

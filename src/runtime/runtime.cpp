@@ -113,6 +113,9 @@ struct runtime::impl {
         // match the other ranks.
         setup_failure.emplace(e.code(), e.what());
         throw;
+      } catch (const std::exception& e) {  // not jobkit's (no memory, no thread): spent all the same
+        setup_failure.emplace(errc::internal, e.what());
+        throw;
       }
     }
     return *fabric;

@@ -131,7 +131,7 @@ unfold() {
     { print }'
 }
 
-# The first python3 on PATH, else pyenv's newest, whose prefix is not the system's and which has
+# The first python3 on PATH, else the first of pyenv's by name, whose prefix is not the system's and which has
 # pip and venv; its minor version must be one PyPI's torch has wheels for (3.10 to 3.14).
 find_python() {
   local candidate real

@@ -2,8 +2,8 @@
 # The portable wheels (scripts/portable-wheel.sh: manylinux_2_28_x86_64, built by zig's clang against
 # glibc 2.28, libpmix opened at run time), each file built once on Debian 12 and installed unchanged
 # wherever this runs, into fresh venvs, then run under srun --mpi=pmix on 3 nodes:
-#   every Python (the user's, pyenv's 3.11, and pyenv's 3.13 on Debian 12; python3.13 on Debian 13),
-#     the wheel alone: wheel_check.py on an uneven layout (identity against Slurm's, collectives), the
+#   each Python (the user's, pyenv's 3.11, and a 3.13, pyenv's, on Debian 12; python3.13 on Debian
+#     13), the wheel alone: wheel_check.py on an uneven layout (identity against Slurm's, collectives), the
 #     wheel's `jobkit info` (uneven) and `jobkit exec` (cyclic);
 #   beside torch (PyPI's in a venv of the user's Python on Debian 12, Debian's on Debian 13): a DDP
 #     step initialised by jobkit.torch.init_process_group under the wheel's own `jobkit exec`
@@ -23,15 +23,20 @@ source "$(dirname "$0")/lib.sh"
 
 # The venvs this platform tests a wheel in: "ROLE PYTHON" lines. ROLE plain: a venv of the wheel
 # alone (wheel_check.py asserts that neither torch nor numpy is there); torch-venv: beside PyPI's
-# torch; system-torch: a venv that sees the system's packages, beside its torch. Debian 12: the
-# user's Python (find_python: plain and torch-venv) and pyenv's 3.13 (plain); Debian 13: its
-# python3.13 (plain and system-torch).
+# torch; system-torch: a venv that sees the system's packages, beside its torch. The user's Python
+# (find_python: pyenv's 3.11 on Debian 12; none in the Debian 13 root) plain and with PyPI's torch,
+# and a Python 3.13 of another version than the user's (pyenv's on Debian 12, the system's on
+# Debian 13) plain, and beside the system's torch where it is the system's.
 pythons() {
-  local user py313
+  local user py313 tag=
   user=$(find_python)
-  [[ -z $user ]] || printf 'plain %s\ntorch-venv %s\n' "$user" "$user"
+  if [[ -n $user ]]; then
+    printf 'plain %s\ntorch-venv %s\n' "$user" "$user"
+    tag=$("$user" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  fi
+  [[ $tag != 3.13 ]] || return 0
   for py313 in $(type -ap python3.13) "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3; do
-    [[ -x $py313 && $py313 != "$user" ]] || continue
+    [[ -x $py313 ]] || continue
     "$py313" -c 'import ensurepip, venv' 2>/dev/null || continue
     echo "plain $py313"
     if [[ $("$py313" -c 'import sys; print(sys.base_prefix)') == /usr ]] &&
@@ -42,11 +47,17 @@ pythons() {
   done
 }
 
-# build DIR: the wheels for every Python pythons() lists, into DIR.
+# build DIR: the wheels for every Python pythons() lists, into DIR; one for Python 3.13 always (the
+# Debian 13 root's Python, whose test takes the wheel built here).
 build() {
-  local dir=$1 args=() py
-  while read -r _ py; do args+=(--python "$py"); done < <(pythons | sort -u -k2,2)
-  ((${#args[@]})) || fail "no Python here to build a portable wheel for"
+  local dir=$1 args=() py version have313=
+  while read -r _ py; do
+    args+=(--python "$py")
+    version=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || fail "$py does not run"
+    [[ $version != 3.13 ]] || have313=yes
+  done < <(pythons | sort -u -k2,2)
+  [[ -n $have313 ]] ||
+    fail "no Python 3.13 with venv here (pyenv install 3.13): Debian 13's portable-wheel test needs a cp313 wheel"
   export JOBKIT_WHEEL_CACHE=${JOBKIT_WHEEL_CACHE:-/var/cache/jobkit/portable-wheel}
   export CCACHE_DIR=${CCACHE_DIR:-${JOBKIT_CCACHE_DIR:-/var/cache/jobkit/ccache}}
   "$repo/scripts/portable-wheel.sh" "${args[@]}" "$dir"
@@ -55,11 +66,12 @@ build() {
 if [[ ${1:-} == --build ]]; then
   [[ -n ${2:-} ]] || fail "usage: $0 --build DIR"
   mkdir -p "$2" || fail "cannot make DIR '$2'"
+  # The marker goes however this ends, so that no test waits for a build that is over; the log
+  # stays for the tests to show.
+  trap 'rm -f "$2/.jobkit-building"' EXIT
   touch "$2/.jobkit-building"
-  build "$2"
-  rc=$?
-  rm -f "$2/.jobkit-building"
-  exit $rc
+  (build "$2") 2>&1 | tee "$2/build.log"
+  exit "${PIPESTATUS[0]}"
 fi
 
 source_dir=${1:-}
@@ -87,16 +99,18 @@ if [[ -n $wheels ]]; then
 else
   wheels=$work/wheels
   echo "JOBKIT_PORTABLE_WHEELS unset: building the wheels into $wheels"
-  build "$wheels" || fail "scripts/portable-wheel.sh failed"
+  "$0" --build "$wheels" >/dev/null 2>&1 || { tail -30 "$wheels/build.log"; fail "scripts/portable-wheel.sh failed"; }
 fi
-# wheel_for PYTHON: the one manylinux_2_28 wheel of PYTHON's version in $wheels.
+# wheel_for PYTHON: sets wheel, the one manylinux_2_28 wheel of PYTHON's version in $wheels.
 wheel_for() {
   local tag found
   tag=$("$1" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') || fail "$1 does not run"
   found=("$wheels"/jobkit-*-"$tag"-"$tag"-manylinux_2_28_x86_64.whl)
-  [[ ${#found[@]} == 1 && -f ${found[0]} ]] ||
+  if [[ ${#found[@]} != 1 || ! -f ${found[0]} ]]; then
+    [[ ! -f $wheels/build.log ]] || { echo "the end of $wheels/build.log:"; tail -30 "$wheels/build.log"; }
     fail "not one $tag manylinux_2_28 wheel in $wheels: $(ls "$wheels" 2>/dev/null | tr '\n' ' ')"
-  echo "${found[0]}"
+  fi
+  wheel=${found[0]}
 }
 version=$(meson introspect --projectinfo "$source_dir/meson.build" |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])') || fail "no project version from meson introspect"
@@ -112,8 +126,8 @@ small_cyclic=(-N3 -n5 --distribution=cyclic)
 
 # install ROLE PYTHON: a fresh venv with the wheel (and, for torch-venv, PyPI's torch); sets venv, py, cli.
 install() {
-  local role=$1 python=$2 wheel options=()
-  wheel=$(wheel_for "$python") || exit 1
+  local role=$1 python=$2 options=()
+  wheel_for "$python"
   venv=$work/venv-$role-$(basename "$wheel" | cut -d- -f3)
   [[ $role != system-torch ]] || options=(--system-site-packages)
   "$python" -m venv "${options[@]}" "$venv" || fail "$python -m venv ${options[*]} $venv failed"
@@ -132,7 +146,9 @@ install() {
   local extension
   extension=$("$py" -c 'import jobkit._jobkit as m; print(m.__file__)') || fail "$role: jobkit does not import"
   [[ $extension == "$venv"/* ]] || fail "$role: jobkit._jobkit is not the venv's: $extension"
-  ! ldd "$extension" "$cli" | grep -qE 'not found|libstdc\+\+|libpmix|libfmt' || { ldd "$extension" "$cli"; fail "$role: the wheel's files need more than glibc"; }
+  local needed
+  needed=$(ldd "$extension" "$cli") || fail "$role: ldd $extension $cli failed"
+  ! grep -qE 'not found|libstdc\+\+|libpmix|libfmt' <<<"$needed" || { echo "$needed"; fail "$role: the wheel's files need more than glibc"; }
 }
 
 # check RANKS WHAT ORDER INIT: the last DDP step's every rank trained, with ORDER and INIT.

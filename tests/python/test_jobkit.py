@@ -467,9 +467,9 @@ def test_checkpoints_requeue_outside_slurm_is_recorded_not_done(tmp_path, monkey
         saved.commit()
         assert saved.requeue(stop.cause) is False
         # A StopCause made by hand: its seconds keep the rule of spans (no overflowing conversion).
-        for bad in (float("inf"), float("nan"), 1e300):
+        for bad in (float("inf"), float("-inf"), float("nan"), 1e300):
             made = dataclasses.replace(stop.cause, reason="time_limit", time_left=bad)
-            with pytest.raises(jobkit.InvalidArgumentError, match=r"time_left=(inf|nan|1e\+300): "):
+            with pytest.raises(jobkit.InvalidArgumentError, match=r"time_left=(-?inf|nan|1e\+300): "):
                 saved.requeue(made)
     records = [name for name in os.listdir(tmp_path / "ckpt") if name.startswith(".stopped-")]
     assert len(records) == 1 and records[0].endswith(".r0")
@@ -558,23 +558,34 @@ def test_the_report_of_torch_collectives_keeps_the_rule_of_spans():
 
 def test_one_timeout_rule_for_a_jobkit_store():
     """A JobkitStore's timeout keeps the rule of every timeout= (more than 0 seconds, finite, at
-    most 1e9): when made, at wait(keys, timeout), and for the timeout torch's set_timeout() sets."""
+    most 1e9): when made, at wait(keys, timeout), and for the timeout torch's set_timeout() sets;
+    0 is torch's no timeout."""
     pytest.importorskip("torch")
     import jobkit.torch
 
     rule = "must be more than 0 seconds, finite and at most 1e9"
-    for bad in (0, datetime.timedelta(0)) + BAD_SPANS:
+    for bad in BAD_SPANS:
         with pytest.raises(jobkit.InvalidArgumentError,
                            match=rf"^JobkitStore: timeout={re.escape(repr(bad))}: {rule}$"):
             jobkit.torch.JobkitStore(bad)
     store = jobkit.torch.JobkitStore(2.5)
     assert store.timeout == datetime.timedelta(seconds=2.5)
     store.set("key", "value")
-    for bad in (0, datetime.timedelta(0)) + BAD_SPANS:
+    for bad in BAD_SPANS:
         with pytest.raises(jobkit.InvalidArgumentError,
                            match=rf"^JobkitStore.wait: timeout={re.escape(repr(bad))}: {rule}$"):
             store.wait(["key"], bad)
     store.wait(["key"], 1e9)
+    # 0 is torch's Store::kNoTimeout (no timeout): the longest wait jobkit's rule allows.
+    for none in (0, 0.0, datetime.timedelta(0)):
+        store.wait(["key"], none)
+    assert jobkit.torch.JobkitStore(0).timeout == datetime.timedelta(0)
+    store.set_timeout(datetime.timedelta(0))
+    assert store.get("key") == b"value"
+    # Real numbers of any type, as every timeout= takes them.
+    np = pytest.importorskip("numpy")
+    assert jobkit.torch.JobkitStore(np.int64(3)).timeout == datetime.timedelta(seconds=3)
+    store.wait(["key"], np.float32(0.5))
     with pytest.raises(RuntimeError, match=r"timeout: keys \['absent'\] not set within 0.001 s"):
         store.wait(["absent"], datetime.timedelta(microseconds=1))  # rounded up to a millisecond
     store.set_timeout(HUGE)

@@ -13,6 +13,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -51,6 +52,19 @@ class counting_connector final : public jobkit::detail::group_connector {
   jobkit::errc code_;
 };
 
+/// A group_connector double that fails as a library under jobkit might: not with a jobkit::error.
+class foreign_failure_connector final : public jobkit::detail::group_connector {
+ public:
+  explicit foreign_failure_connector(int& calls) : calls_(calls) {}
+  void connect(jobkit::detail::group_state&, std::chrono::milliseconds) override {
+    ++calls_;
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "no thread");
+  }
+
+ private:
+  int& calls_;
+};
+
 /// A single-rank group whose data path is pending, set up by a counting_connector.
 group pending_group(int& calls, int failures, jobkit::errc code = jobkit::errc::timeout) {
   auto state = std::make_shared<jobkit::detail::group_state>();
@@ -70,6 +84,25 @@ TEST_CASE("a pending group connects in its first collective, once", "[collective
   CHECK(calls == 1);
   CHECK(g.all_reduce(2, reduce_op::sum) == 2);
   g.setup();
+  CHECK(calls == 1);
+}
+
+TEST_CASE("a setup that fails with another exception fails the group for good too", "[collectives]") {
+  int calls = 0;
+  auto state = std::make_shared<jobkit::detail::group_state>();
+  state->world_ranks = {0};
+  state->phase = jobkit::detail::group_phase::pending;
+  state->pending = std::make_unique<foreign_failure_connector>(calls);
+  group g(state);
+  for (const auto* expected : {"setting up the data path: no thread", "unusable after an earlier failure"}) {
+    try {
+      g.barrier();
+      FAIL("a group whose setup failed ran a collective");
+    } catch (const jobkit::error& e) {
+      CHECK(e.code() == jobkit::errc::internal);
+      CHECK(contains(e.what(), expected));
+    }
+  }
   CHECK(calls == 1);
 }
 
