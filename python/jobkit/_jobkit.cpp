@@ -42,6 +42,41 @@ using jobkit_python::bytes_of;
 using jobkit_python::duration_of;
 using jobkit_python::timeout_of;
 
+/// A rule of spans of time in seconds (core/timeout.hpp): its conversion to milliseconds
+/// (nullopt: refused) and what a refusal is told after "NAME=VALUE: ".
+struct seconds_rule {
+  std::string_view name;  // the rule's in the module: NAME_from_seconds, NAME_seconds_rule
+  std::optional<std::chrono::milliseconds> (*convert)(double seconds);
+  std::string_view text;
+};
+/// Every timeout's rule (more than 0 seconds), and the rule of a span where 0 means none (a
+/// margin, an age).
+constexpr seconds_rule timeout_rule{"timeout", &jobkit::detail::timeout_from_seconds,
+                                    jobkit::detail::timeout_seconds_rule};
+constexpr seconds_rule duration_rule{"duration", &jobkit::detail::duration_from_seconds,
+                                     jobkit::detail::duration_seconds_rule};
+
+/// `seconds`, the argument `name`, as milliseconds rounded up, by `rule`.
+/// @throws jobkit::error (invalid_argument) "NAME=VALUE: " and the rule's text for a value it refuses
+std::chrono::milliseconds span_of(double seconds, std::string_view name, const seconds_rule& rule) {
+  const auto span = rule.convert(seconds);
+  if (!span) throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("{}={}: {}", name, seconds, rule.text));
+  return *span;
+}
+
+/// Both rules in the module, for jobkit._timeout: NAME_from_seconds, the milliseconds or None when
+/// refused, and NAME_seconds_rule, what a refusal says.
+void define_seconds_rules(py::module_& m) {
+  for (const seconds_rule rule : {timeout_rule, duration_rule}) {
+    m.def((std::string(rule.name) + "_from_seconds").c_str(), [rule](double seconds) -> std::optional<std::int64_t> {
+      const auto span = rule.convert(seconds);
+      if (!span) return std::nullopt;
+      return span->count();
+    });
+    m.attr((std::string(rule.name) + "_seconds_rule").c_str()) = std::string(rule.text);
+  }
+}
+
 /// Frames of files under this directory are the package's own: the call site is the first
 /// frame outside it.
 std::string package_dir;
@@ -492,22 +527,11 @@ void define_preemption(py::module_& m) {
 namespace jobkit_python {
 
 std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
-  if (!seconds) return std::chrono::milliseconds{0};
-  const auto timeout = jobkit::detail::timeout_from_seconds(*seconds);
-  if (!timeout) {
-    throw jobkit::error(jobkit::errc::invalid_argument,
-                        fmt::format("timeout={}: {}", *seconds, jobkit::detail::timeout_seconds_rule));
-  }
-  return *timeout;
+  return seconds ? span_of(*seconds, "timeout", timeout_rule) : std::chrono::milliseconds{0};
 }
 
 std::chrono::milliseconds duration_of(double seconds, std::string_view name) {
-  const auto duration = jobkit::detail::duration_from_seconds(seconds);
-  if (!duration) {
-    throw jobkit::error(jobkit::errc::invalid_argument,
-                        fmt::format("{}={}: {}", name, seconds, jobkit::detail::duration_seconds_rule));
-  }
-  return *duration;
+  return span_of(seconds, name, duration_rule);
 }
 
 std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }
@@ -520,20 +544,7 @@ PYBIND11_MODULE(_jobkit, m) {
   m.def("set_package_dir", [](const std::string& dir) { package_dir = dir + "/"; });
   m.def("call_site", &python_site);
   define_errors(m);
-  // The rules of every timeout and every other span of time in seconds (core/timeout.hpp), for
-  // jobkit._timeout: its milliseconds, or None when refused, and what a refusal says.
-  m.def("timeout_from_seconds", [](double seconds) -> std::optional<std::int64_t> {
-    const auto timeout = jobkit::detail::timeout_from_seconds(seconds);
-    if (!timeout) return std::nullopt;
-    return timeout->count();
-  });
-  m.attr("timeout_seconds_rule") = std::string(jobkit::detail::timeout_seconds_rule);
-  m.def("duration_from_seconds", [](double seconds) -> std::optional<std::int64_t> {
-    const auto duration = jobkit::detail::duration_from_seconds(seconds);
-    if (!duration) return std::nullopt;
-    return duration->count();
-  });
-  m.attr("duration_seconds_rule") = std::string(jobkit::detail::duration_seconds_rule);
+  define_seconds_rules(m);  // core/timeout.hpp's rules of spans in seconds
   define_identity(m);
   // The device rule of <jobkit/nccl.hpp> (CUDA-free, so in every build): jobkit.select_device.
   m.def(
