@@ -14,7 +14,6 @@ byte and fields, each a 4-byte big-endian length and its bytes. Nothing received
 """
 
 import hmac
-import numbers
 import secrets
 import socket
 import struct
@@ -171,9 +170,7 @@ class StoreTimeoutError(_jobkit.TimeoutError, RuntimeError):
 def _milliseconds(timeout, caller):
     """A store's timeout in milliseconds: torch's 0 (``Store::kNoTimeout``: no timeout) as the longest
     wait jobkit's timeout rule allows (1e9 s), anything else by that rule."""
-    no_timeout = timeout == timedelta(0) if isinstance(timeout, timedelta) else (
-        isinstance(timeout, numbers.Real) and not isinstance(timeout, bool) and timeout == 0)
-    return milliseconds(1e9 if no_timeout else timeout, caller=caller)
+    return milliseconds(timeout, caller=caller, zero_is_none=True)
 
 
 def _key(key):

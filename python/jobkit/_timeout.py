@@ -23,11 +23,14 @@ from ._jobkit import (InvalidArgumentError, duration_from_seconds, duration_seco
 Duration = Union[int, float, _timedelta]
 Timeout = Union[None, Duration]
 
+_LONGEST = 1e9  # the longest span the rules take, in seconds: a wait with no timeout
+
 
 def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[[float], Optional[int]],
-             rule_text: str) -> Tuple[float, int]:
+             rule_text: str, zero_is_none: bool = False) -> Tuple[float, int]:
     """span in seconds and in milliseconds (rounded up) when `rule` takes it, or
-    InvalidArgumentError ``"[caller: ]name=span: why"``."""
+    InvalidArgumentError ``"[caller: ]name=span: why"``. With zero_is_none, a span of 0 is no
+    timeout: the longest the rule takes."""
     where = f"{caller}: " if caller else ""
     if isinstance(span, _timedelta):
         value = span.total_seconds()
@@ -38,6 +41,8 @@ def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[
             value = _math.inf if span > 0 else -_math.inf
     else:
         raise InvalidArgumentError(f"{where}{name}={span!r}: {kinds}")
+    if zero_is_none and value == 0:
+        value = _LONGEST
     ms = rule(value)
     if ms is None:
         raise InvalidArgumentError(f"{where}{name}={span!r}: {rule_text}")
@@ -52,11 +57,12 @@ def seconds(timeout: Timeout, name: str = "timeout", caller: str = "") -> Option
                     timeout_seconds_rule)[0]
 
 
-def milliseconds(timeout: Duration, name: str = "timeout", caller: str = "") -> int:
+def milliseconds(timeout: Duration, name: str = "timeout", caller: str = "", zero_is_none: bool = False) -> int:
     """A timeout that is never None (seconds()'s rule) in milliseconds, rounded up as the C++ library
-    rounds it."""
+    rounds it. With zero_is_none, 0 (torch's ``Store::kNoTimeout``) is no timeout: the longest wait
+    the rule takes, 1e9 s."""
     return _checked(timeout, name, caller, "a number of seconds or a datetime.timedelta", timeout_from_seconds,
-                    timeout_seconds_rule)[1]
+                    timeout_seconds_rule, zero_is_none)[1]
 
 
 def duration(span: Duration, name: str, caller: str = "") -> float:
