@@ -7,7 +7,7 @@ from typing import Optional as _Optional
 
 from . import _jobkit
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
-from ._timeout import seconds as _seconds
+from ._timeout import timeout_ms as _timeout_ms
 
 if _TYPE_CHECKING:
     from _typeshed import StrPath as _StrPath  # str or os.PathLike[str]
@@ -22,7 +22,7 @@ class Checkpoints:
     Collective to create; keep: complete steps kept after a commit (0: all)."""
 
     def __init__(self, root: "_StrPath", keep: int = 2, timeout: _Seconds = None) -> None:
-        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, _seconds(timeout))
+        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, _timeout_ms(timeout))
 
     def latest(self) -> _Optional[int]:
         """The newest step complete on every file system, the same on every rank, or None. Collective."""

@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from . import _jobkit
 from ._jobkit import InvalidArgumentError
 from ._timeout import Timeout
-from ._timeout import seconds as _seconds
+from ._timeout import timeout_ms as _timeout_ms
 
 _PROTOCOL = _pickle.HIGHEST_PROTOCOL
 
@@ -82,7 +82,7 @@ class Group:
     def split(self, color: int, key: Optional[int] = None, timeout: Timeout = None) -> Optional["Group"]:
         """Collective over the members (MPI_Comm_split): those passing the same color form a new
         group ordered by (key, rank here); key defaults to rank(); a negative color gets None."""
-        native = self._native.split(int(color), self.rank() if key is None else int(key), _seconds(timeout))
+        native = self._native.split(int(color), self.rank() if key is None else int(key), _timeout_ms(timeout))
         return None if native is None else Group(native)
 
     def __repr__(self) -> str:
@@ -93,7 +93,7 @@ class Group:
 def make_group(ranks: Sequence[int], timeout: Timeout = None) -> Group:
     """A group of the listed world ranks (group rank i is ranks[i]); collective over them only."""
     _started()
-    return Group(_jobkit.make_group([int(r) for r in ranks], _seconds(timeout)))
+    return Group(_jobkit.make_group([int(r) for r in ranks], _timeout_ms(timeout)))
 
 
 def node_group() -> Group:
@@ -247,7 +247,7 @@ def all_reduce(tensor: Any, op: Any = "sum", group: Optional[Group] = None, asyn
     if isinstance(tensor, (_numbers.Number, list, tuple)):
         return _reduce_numbers(tensor, name, group, timeout)
     native = _native(group, "all_reduce")
-    _jobkit.array_all_reduce(_view(tensor, "tensor"), name, native, _seconds(timeout))
+    _jobkit.array_all_reduce(_view(tensor, "tensor"), name, native, _timeout_ms(timeout))
     return None
 
 
@@ -260,9 +260,9 @@ def _reduce_numbers(value: Any, name: str, group: Optional[Group], timeout: Time
     # Integers reduce as 64-bit integers, except for avg (a float); the C++ library's rule refuses
     # what the values cannot take (bitwise ops on floats).
     if name != "avg" and all(isinstance(v, _numbers.Integral) for v in values):
-        result = _jobkit.group_all_reduce_int([int(v) for v in values], name, native, _seconds(timeout))
+        result = _jobkit.group_all_reduce_int([int(v) for v in values], name, native, _timeout_ms(timeout))
     else:
-        result = _jobkit.group_all_reduce_float([float(v) for v in values], name, native, _seconds(timeout))
+        result = _jobkit.group_all_reduce_float([float(v) for v in values], name, native, _timeout_ms(timeout))
     if scalar:
         # Another number type (numpy's) is kept, except an integer's for avg: it would truncate the average.
         if isinstance(value, (int, float)) or (name == "avg" and isinstance(value, _numbers.Integral)):
@@ -276,7 +276,7 @@ def broadcast(tensor: Any, src: int = 0, group: Optional[Group] = None, async_op
     """src's tensor into every member's tensor, in place (same dtype and shape everywhere)."""
     _no_async(async_op, "broadcast")
     native = _native(group, "broadcast")
-    _jobkit.array_broadcast(_view(tensor, "tensor"), _root(group, src, "src"), native, _seconds(timeout))
+    _jobkit.array_broadcast(_view(tensor, "tensor"), _root(group, src, "src"), native, _timeout_ms(timeout))
 
 
 def all_gather(tensor_list: List[Any], tensor: Any, group: Optional[Group] = None, async_op: bool = False, *,
@@ -286,7 +286,7 @@ def all_gather(tensor_list: List[Any], tensor: Any, group: Optional[Group] = Non
     _no_async(async_op, "all_gather")
     native = _native(group, "all_gather")
     outputs = [_view(t, f"tensor_list[{i}]") for i, t in enumerate(tensor_list)]
-    _jobkit.array_all_gather(outputs, _view(tensor, "tensor", False), native, _seconds(timeout))
+    _jobkit.array_all_gather(outputs, _view(tensor, "tensor", False), native, _timeout_ms(timeout))
 
 
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Optional[Group] = None,
@@ -296,7 +296,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Optiona
     _no_async(async_op, "all_gather_into_tensor")
     native = _native(group, "all_gather_into_tensor")
     _jobkit.array_all_gather_flat(_view(output_tensor, "output_tensor"), _view(input_tensor, "input_tensor", False),
-                                  native, _seconds(timeout))
+                                  native, _timeout_ms(timeout))
 
 
 def reduce_scatter(output: Any, input_list: List[Any], op: Any = "sum", group: Optional[Group] = None,
@@ -307,7 +307,7 @@ def reduce_scatter(output: Any, input_list: List[Any], op: Any = "sum", group: O
     name = _op(op, "reduce_scatter")
     native = _native(group, "reduce_scatter")
     inputs = [_view(t, f"input_list[{i}]", False) for i, t in enumerate(input_list)]
-    _jobkit.array_reduce_scatter(_view(output, "output"), inputs, name, native, _seconds(timeout))
+    _jobkit.array_reduce_scatter(_view(output, "output"), inputs, name, native, _timeout_ms(timeout))
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum", group: Optional[Group] = None,
@@ -317,7 +317,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum", group: Optio
     name = _op(op, "reduce_scatter_tensor")
     native = _native(group, "reduce_scatter_tensor")
     _jobkit.array_reduce_scatter(_view(output, "output"), [_view(input, "input", False)], name, native,
-                                 _seconds(timeout))
+                                 _timeout_ms(timeout))
 
 
 def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst: int = 0, group: Optional[Group] = None,
@@ -332,7 +332,7 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst: int = 0, g
         if gather_list is None:
             raise InvalidArgumentError(f"gather: gather_list is None on dst={dst}: one tensor per member is due")
         outputs = [_view(t, f"gather_list[{i}]") for i, t in enumerate(gather_list)]
-    _jobkit.array_gather(_view(tensor, "tensor", False), outputs, root, native, _seconds(timeout))
+    _jobkit.array_gather(_view(tensor, "tensor", False), outputs, root, native, _timeout_ms(timeout))
 
 
 def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src: int = 0, group: Optional[Group] = None,
@@ -346,7 +346,7 @@ def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src: int = 0,
         if scatter_list is None:
             raise InvalidArgumentError(f"scatter: scatter_list is None on src={src}: one tensor per member is due")
         inputs = [_view(t, f"scatter_list[{i}]", False) for i, t in enumerate(scatter_list)]
-    _jobkit.array_scatter(_view(tensor, "tensor"), inputs, root, native, _seconds(timeout))
+    _jobkit.array_scatter(_view(tensor, "tensor"), inputs, root, native, _timeout_ms(timeout))
 
 
 def broadcast_into(buffer: Any, src: int = 0, group: Optional[Group] = None, *, timeout: Timeout = None) -> None:
@@ -366,22 +366,22 @@ def all_gather_into(mine: Any, all: Any, group: Optional[Group] = None, *, timeo
 
 def barrier(group: Optional[Group] = None, *, timeout: Timeout = None) -> None:
     """Returns when every member has arrived."""
-    _jobkit.group_barrier(_native(group, "barrier"), _seconds(timeout))
+    _jobkit.group_barrier(_native(group, "barrier"), _timeout_ms(timeout))
 
 
 def broadcast_object(obj: Any, src: int = 0, group: Optional[Group] = None, *, timeout: Timeout = None) -> Any:
     """src's obj on every member (src gets obj itself back)."""
     native, root = _native(group, "broadcast_object"), _root(group, src, "src")
     if _world_rank() == src:
-        _jobkit.group_broadcast_bytes(_pickle.dumps(obj, _PROTOCOL), root, native, _seconds(timeout))
+        _jobkit.group_broadcast_bytes(_pickle.dumps(obj, _PROTOCOL), root, native, _timeout_ms(timeout))
         return obj
-    return _pickle.loads(_jobkit.group_broadcast_bytes(None, root, native, _seconds(timeout)))
+    return _pickle.loads(_jobkit.group_broadcast_bytes(None, root, native, _timeout_ms(timeout)))
 
 
 def all_gather_object(obj: Any, group: Optional[Group] = None, *, timeout: Timeout = None) -> List[Any]:
     """Every member's obj, in rank order, on every member."""
     native = _native(group, "all_gather_object")
-    parts = _jobkit.group_all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), native, _seconds(timeout))
+    parts = _jobkit.group_all_gather_bytes(_pickle.dumps(obj, _PROTOCOL), native, _timeout_ms(timeout))
     return [_pickle.loads(b) for b in parts]
 
 
@@ -389,7 +389,7 @@ def gather_object(obj: Any, dst: int = 0, group: Optional[Group] = None, *,
                   timeout: Timeout = None) -> Optional[List[Any]]:
     """Every member's obj, in rank order, on dst; None on the other ranks."""
     native, root = _native(group, "gather_object"), _root(group, dst, "dst")
-    parts = _jobkit.group_gather_bytes(_pickle.dumps(obj, _PROTOCOL), root, native, _seconds(timeout))
+    parts = _jobkit.group_gather_bytes(_pickle.dumps(obj, _PROTOCOL), root, native, _timeout_ms(timeout))
     return [_pickle.loads(b) for b in parts] if _world_rank() == dst else None
 
 
@@ -406,7 +406,7 @@ def scatter_object(objs: Optional[Sequence[Any]], src: int = 0, group: Optional[
         if objs is None:
             raise InvalidArgumentError(f"scatter_object: objs is None on src={src}: one object per member is due")
         parts = [_pickle.dumps(o, _PROTOCOL) for o in objs]
-    return _pickle.loads(_jobkit.group_scatter_bytes(parts, root, native, _seconds(timeout)))
+    return _pickle.loads(_jobkit.group_scatter_bytes(parts, root, native, _timeout_ms(timeout)))
 
 
 def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, group: Optional[Group] = None, *,
@@ -422,7 +422,7 @@ def compute_and_broadcast(fn: Callable[[], Any], src: int = 0, group: Optional[G
         return _pickle.dumps(holder[0], _PROTOCOL)
 
     native, root = _native(group, "compute_and_broadcast"), _root(group, src, "src")
-    data = _jobkit.group_compute_and_broadcast_bytes(run, root, native, _seconds(timeout))
+    data = _jobkit.group_compute_and_broadcast_bytes(run, root, native, _timeout_ms(timeout))
     return holder[0] if holder else _pickle.loads(data)
 
 
@@ -432,7 +432,7 @@ def gather_from_all_ranks(fn: Callable[[], Any], dst: int = 0, group: Optional[G
     world_size argument is not needed."""
     native, root = _native(group, "gather_from_all_ranks"), _root(group, dst, "dst")
     parts = _jobkit.group_gather_from_all_ranks_bytes(lambda: _pickle.dumps(fn(), _PROTOCOL), root, native,
-                                                      _seconds(timeout))
+                                                      _timeout_ms(timeout))
     return [_pickle.loads(b) for b in parts] if _world_rank() == dst else None
 
 
@@ -447,5 +447,5 @@ def reduce_and_broadcast(fn1: Callable[[], Any], fn2: Callable[[List[Any]], Any]
 
     native = _native(group, "reduce_and_broadcast")
     data = _jobkit.group_reduce_and_broadcast_bytes(lambda: _pickle.dumps(fn1(), _PROTOCOL), reduce, native,
-                                                    _seconds(timeout))
+                                                    _timeout_ms(timeout))
     return _pickle.loads(data)

@@ -29,7 +29,7 @@ from typing import overload as _overload
 from . import _jobkit
 from ._jobkit import InvalidArgumentError
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
-from ._timeout import seconds as _seconds
+from ._timeout import timeout_ms as _timeout_ms
 
 if _TYPE_CHECKING:
     from _typeshed import StrPath as _StrPath  # str or os.PathLike[str]
@@ -78,7 +78,7 @@ def main_process_only(
                 holder.append(fn(*args, **kwargs))
                 return _pickle.dumps(holder[0], _PROTOCOL)
 
-            data = _jobkit.main_process_only_bytes(run, _seconds(timeout))
+            data = _jobkit.main_process_only_bytes(run, _timeout_ms(timeout))
             return holder[0] if holder else _cast(_T, _pickle.loads(data))
 
         return wrapper
@@ -104,7 +104,7 @@ def run_on_main(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]] = Non
         if post_func is not None:
             _call(post_func, post_args, post_kwargs)
 
-    data = _jobkit.run_on_main_bytes(run, post, run_post_on_main, _seconds(timeout))
+    data = _jobkit.run_on_main_bytes(run, post, run_post_on_main, _timeout_ms(timeout))
     return holder[0] if holder else _cast(_T, _pickle.loads(data))
 
 
@@ -133,7 +133,7 @@ def once_per_node(
             def run() -> None:
                 holder[0] = fn(*args, **kwargs)
 
-            _jobkit.once_per_node(run, _seconds(timeout))
+            _jobkit.once_per_node(run, _timeout_ms(timeout))
             return holder[0]
 
         return wrapper
@@ -159,7 +159,7 @@ def run_once_per_node(func: _Callable[..., _T], args: _Optional[_Iterable[_Any]]
         if post_func is not None:
             holder[0] = _call(post_func, post_args, post_kwargs)
 
-    _jobkit.run_once_per_node(run, post, run_post_on_all, _seconds(timeout))
+    _jobkit.run_once_per_node(run, post, run_post_on_all, _timeout_ms(timeout))
     return holder[0]
 
 
@@ -179,7 +179,7 @@ class _FirstThenOthers:
         def run() -> None:
             holder[0] = _cast(_Callable[..., _Any], self._fn)(*args, **kwargs)  # fn is None: misuse, a TypeError
 
-        (_jobkit.local_zero_first if self._per_node else _jobkit.zero_first)(run, _seconds(self._timeout))
+        (_jobkit.local_zero_first if self._per_node else _jobkit.zero_first)(run, _timeout_ms(self._timeout))
         return holder[0]
 
     def __enter__(self) -> "_FirstThenOthers":
@@ -187,7 +187,7 @@ class _FirstThenOthers:
             raise InvalidArgumentError("zero_first(fn) is called, not entered: use `with zero_first():`")
         if self._stage is not None:
             raise InvalidArgumentError("this zero_first() is entered already: write `with zero_first():` for each block")
-        self._stage = _jobkit.FirstThenOthers(self._per_node, _seconds(self._timeout))
+        self._stage = _jobkit.FirstThenOthers(self._per_node, _timeout_ms(self._timeout))
         self._stage.enter()
         return self
 
@@ -251,7 +251,7 @@ def do_n_at_a_time(f: _Callable[[], _T], *, n: _Optional[int] = None, timeout: _
     def run() -> None:
         holder[0] = f()
 
-    _jobkit.do_n_at_a_time(run, n, _seconds(timeout))
+    _jobkit.do_n_at_a_time(run, n, _timeout_ms(timeout))
     return _cast(_T, holder[0])  # run ran on every rank, or do_n_at_a_time raised
 
 
@@ -259,4 +259,4 @@ def fs_local_rank(directory: "_StrPath" = ".", timeout: _Seconds = None) -> int:
     """0 on exactly one rank per file system holding `directory`, counting up on the others.
     FS_LOCAL_RANK and OLMO_SHARED_FS=1 override as in OLMo-core; otherwise jobkit probes the
     directory (OLMo-core assumes: local rank, or global rank with OLMO_SHARED_FS). Collective."""
-    return _jobkit.fs_local_rank(_os.fspath(directory), _seconds(timeout))
+    return _jobkit.fs_local_rank(_os.fspath(directory), _timeout_ms(timeout))

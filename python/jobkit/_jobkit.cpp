@@ -40,6 +40,7 @@ namespace {
 
 using jobkit_python::bytes_of;
 using jobkit_python::duration_of;
+using jobkit_python::opt_ms;
 using jobkit_python::timeout_of;
 
 /// A rule of spans of time in seconds (core/timeout.hpp): its conversion to milliseconds
@@ -55,14 +56,6 @@ constexpr seconds_rule timeout_rule{"timeout", &jobkit::detail::timeout_from_sec
                                     jobkit::detail::timeout_seconds_rule};
 constexpr seconds_rule duration_rule{"duration", &jobkit::detail::duration_from_seconds,
                                      jobkit::detail::duration_seconds_rule};
-
-/// `seconds`, the argument `name`, as milliseconds rounded up, by `rule`.
-/// @throws jobkit::error (invalid_argument) "NAME=VALUE: " and the rule's text for a value it refuses
-std::chrono::milliseconds span_of(double seconds, std::string_view name, const seconds_rule& rule) {
-  const auto span = rule.convert(seconds);
-  if (!span) throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("{}={}: {}", name, seconds, rule.text));
-  return *span;
-}
 
 /// Both rules in the module, for jobkit._timeout: NAME_from_seconds, the milliseconds or None when
 /// refused, and NAME_seconds_rule, what a refusal says.
@@ -192,7 +185,7 @@ auto blocking(F&& fn) {
   }
 }
 
-jobkit::call_options call_of(std::optional<double> seconds) { return {timeout_of(seconds)}; }
+jobkit::call_options call_of(opt_ms timeout) { return {timeout_of(timeout)}; }
 
 /// A callable the helpers run without the GIL: it takes the GIL and returns fn()'s bytes.
 auto returning_bytes(const py::function& fn) {
@@ -235,7 +228,7 @@ group_spec group_spec_of(const py::object& spec) {
 }
 
 /// The group itself, made (collectively, for a list) without the GIL.
-jobkit::group group_of(const group_spec& spec, std::optional<double> timeout) {
+jobkit::group group_of(const group_spec& spec, opt_ms timeout) {
   if (!spec) return jobkit::node_group();
   if (spec->empty()) return jobkit::world();
   return jobkit::make_group(*spec, call_of(timeout));
@@ -245,7 +238,7 @@ jobkit::group group_of(const group_spec& spec, std::optional<double> timeout) {
 /// first rank), exit() releases the others (on the first rank), or fails them when the body raised.
 class first_then_others {
  public:
-  first_then_others(bool per_node, std::optional<double> timeout)
+  first_then_others(bool per_node, opt_ms timeout)
       : per_node_(per_node), options_(call_of(timeout)), helper_(per_node ? "local_zero_first" : "zero_first") {}
 
   void enter() {
@@ -381,51 +374,49 @@ void define_identity(py::module_& m) {
 }
 
 void define_helpers(py::module_& m) {
-  using opt_seconds = std::optional<double>;
-  m.def("main_process_only_bytes", [](const py::function& fn, opt_seconds timeout) {
+  m.def("main_process_only_bytes", [](const py::function& fn, opt_ms timeout) {
     return py::bytes(blocking([&] { return jobkit::main_process_only(returning_bytes(fn), call_of(timeout)); }));
   });
   m.def("run_on_main_bytes",
-        [](const py::function& fn, const py::function& post, bool run_post_on_main, opt_seconds timeout) {
+        [](const py::function& fn, const py::function& post, bool run_post_on_main, opt_ms timeout) {
           return py::bytes(blocking([&] {
             return jobkit::run_on_main(returning_bytes(fn), returning_nothing(post),
                                        jobkit::run_on_main_options{run_post_on_main, timeout_of(timeout)});
           }));
         });
-  m.def("once_per_node", [](const py::function& fn, opt_seconds timeout) {
+  m.def("once_per_node", [](const py::function& fn, opt_ms timeout) {
     blocking([&] { jobkit::once_per_node(returning_nothing(fn), call_of(timeout)); });
   });
   m.def("run_once_per_node",
-        [](const py::function& fn, const py::function& post, bool run_post_on_all, opt_seconds timeout) {
+        [](const py::function& fn, const py::function& post, bool run_post_on_all, opt_ms timeout) {
           blocking([&] {
             jobkit::run_once_per_node(returning_nothing(fn), returning_nothing(post),
                                       jobkit::run_once_per_node_options{run_post_on_all, timeout_of(timeout)});
           });
         });
-  m.def("zero_first", [](const py::function& fn, opt_seconds timeout) {
+  m.def("zero_first", [](const py::function& fn, opt_ms timeout) {
     blocking([&] { jobkit::zero_first(returning_nothing(fn), call_of(timeout)); });
   });
-  m.def("local_zero_first", [](const py::function& fn, opt_seconds timeout) {
+  m.def("local_zero_first", [](const py::function& fn, opt_ms timeout) {
     blocking([&] { jobkit::local_zero_first(returning_nothing(fn), call_of(timeout)); });
   });
-  m.def("do_n_at_a_time", [](const py::function& fn, std::optional<int> n, opt_seconds timeout) {
+  m.def("do_n_at_a_time", [](const py::function& fn, std::optional<int> n, opt_ms timeout) {
     blocking([&] {
       jobkit::do_n_at_a_time(returning_nothing(fn), jobkit::n_at_a_time_options{n, timeout_of(timeout)});
     });
   });
-  m.def("fs_local_rank", [](const std::string& dir, opt_seconds timeout) {
+  m.def("fs_local_rank", [](const std::string& dir, opt_ms timeout) {
     return blocking([&] { return jobkit::fs_local_rank(dir, call_of(timeout)); });
   });
   py::class_<first_then_others>(m, "FirstThenOthers")
-      .def(py::init<bool, opt_seconds>())
+      .def(py::init<bool, opt_ms>())
       .def("enter", &first_then_others::enter)
       .def("exit", &first_then_others::exit);
 }
 
 void define_workspace(py::module_& m) {
-  using opt_seconds = std::optional<double>;
   py::class_<jobkit::workspace>(m, "Workspace")
-      .def(py::init([](const std::string& root, const py::object& members, opt_seconds timeout) {
+      .def(py::init([](const std::string& root, const py::object& members, opt_ms timeout) {
              const auto spec = group_spec_of(members);
              return blocking(
                  [&] { return std::make_unique<jobkit::workspace>(root, group_of(spec, timeout), call_of(timeout)); });
@@ -440,7 +431,7 @@ void define_workspace(py::module_& m) {
           py::arg("payload"), py::arg("config") = "")
       .def(
           "read",
-          [](const jobkit::workspace& ws, int rank, opt_seconds timeout) {
+          [](const jobkit::workspace& ws, int rank, opt_ms timeout) {
             auto state = blocking<false>([&] { return ws.read(rank, call_of(timeout)); });
             return py::make_tuple(state.config, bytes_from(state.payload));
           },
@@ -449,7 +440,7 @@ void define_workspace(py::module_& m) {
       .def_property_readonly("directory", [](const jobkit::workspace& ws) { return ws.directory().string(); });
 
   m.def("node_local_gather", [](const py::bytes& payload, const std::string& config, const py::object& members,
-                                const std::string& workspace, std::size_t collective_max_bytes, opt_seconds timeout) {
+                                const std::string& workspace, std::size_t collective_max_bytes, opt_ms timeout) {
     const auto data = std::string(payload);
     const auto spec = group_spec_of(members);
     auto result = blocking([&] {
@@ -468,17 +459,15 @@ py::tuple cause_tuple(const jobkit::stop_cause& c) {
 }
 
 void define_preemption(py::module_& m) {
-  using opt_seconds = std::optional<double>;
   py::class_<jobkit::stop_guard>(m, "StopGuard")
-      .def(py::init(
-               [](std::optional<std::vector<int>> signals, double time_margin, int check_every, opt_seconds timeout) {
-                 jobkit::stop_options options;
-                 if (signals) options.signals = *signals;
-                 options.time_margin = std::chrono::ceil<std::chrono::seconds>(duration_of(time_margin, "time_margin"));
-                 options.check_every = check_every;
-                 options.timeout = timeout_of(timeout);
-                 return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
-               }),
+      .def(py::init([](std::optional<std::vector<int>> signals, double time_margin, int check_every, opt_ms timeout) {
+             jobkit::stop_options options;
+             if (signals) options.signals = *signals;
+             options.time_margin = std::chrono::ceil<std::chrono::seconds>(duration_of(time_margin, "time_margin"));
+             options.check_every = check_every;
+             options.timeout = timeout_of(timeout);
+             return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
+           }),
            py::arg("signals") = py::none(), py::arg("time_margin") = 0.0, py::arg("check_every") = 1,
            py::arg("timeout") = py::none())
       .def("stop_requested", [](jobkit::stop_guard& g) { return blocking([&] { return g.stop_requested(); }); })
@@ -492,7 +481,7 @@ void define_preemption(py::module_& m) {
 
   py::class_<jobkit::checkpoints>(m, "Checkpoints")
       .def(
-          py::init([](const std::string& root, int keep, opt_seconds timeout) {
+          py::init([](const std::string& root, int keep, opt_ms timeout) {
             return blocking([&] {
               return std::make_unique<jobkit::checkpoints>(root, jobkit::checkpoint_options{keep, timeout_of(timeout)});
             });
@@ -526,12 +515,14 @@ void define_preemption(py::module_& m) {
 
 namespace jobkit_python {
 
-std::chrono::milliseconds timeout_of(std::optional<double> seconds) {
-  return seconds ? span_of(*seconds, "timeout", timeout_rule) : std::chrono::milliseconds{0};
-}
+std::chrono::milliseconds timeout_of(opt_ms timeout) { return std::chrono::milliseconds{timeout.value_or(0)}; }
 
 std::chrono::milliseconds duration_of(double seconds, std::string_view name) {
-  return span_of(seconds, name, duration_rule);
+  const auto span = duration_rule.convert(seconds);
+  if (!span) {
+    throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("{}={}: {}", name, seconds, duration_rule.text));
+  }
+  return *span;
 }
 
 std::string bytes_of(const py::handle& object) { return std::string(py::reinterpret_borrow<py::bytes>(object)); }

@@ -6,15 +6,19 @@
 #include <pybind11/pybind11.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace jobkit_python {
 
-/// A call's `timeout` in seconds (None: the call's default) as milliseconds, rounded up.
-/// @throws jobkit::error (invalid_argument) for a value that is not a positive number
-std::chrono::milliseconds timeout_of(std::optional<double> seconds);
+/// A call's `timeout` as jobkit._timeout passes it: milliseconds, already checked there by the
+/// timeout rule (core/timeout.hpp) and taken as they are; None: the call's default.
+using opt_ms = std::optional<std::int64_t>;
+
+/// A call's `timeout` (opt_ms) as the C++ library takes it: 0 for the call's default.
+std::chrono::milliseconds timeout_of(opt_ms timeout);
 
 /// A span of time in seconds, the argument `name` (a margin, an age; 0: none), as milliseconds
 /// rounded up, by duration_from_seconds's rule (core/timeout.hpp).

@@ -11,7 +11,7 @@ from typing import Union as _Union
 from . import _jobkit
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
 from ._timeout import duration as _duration
-from ._timeout import seconds as _seconds
+from ._timeout import timeout_ms as _timeout_ms
 from ._workspace import _open
 
 
@@ -54,7 +54,7 @@ class StopGuard:
         # None once closed: a later call fails with InvalidArgumentError
         self._guard: _Optional[_jobkit.StopGuard] = _jobkit.StopGuard(
             None if signals is None else [int(s) for s in signals], _duration(time_margin, "time_margin", "StopGuard"),
-            check_every, _seconds(timeout))
+            check_every, _timeout_ms(timeout))
 
     def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop

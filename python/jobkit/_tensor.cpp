@@ -80,8 +80,6 @@ void check_parts(const char* collective, const char* what, const std::vector<arr
 
 jobkit::group& group_of(const py::object& g) { return g.is_none() ? jobkit::world() : g.cast<jobkit::group&>(); }
 
-using opt_seconds = std::optional<double>;
-
 /// A Python exception raised by a callable that a collective runs: the other members get its
 /// short text ("ValueError: boom"), this rank the exception itself.
 class callable_error : public std::runtime_error {
@@ -134,7 +132,7 @@ void reduce(jobkit::group& g, std::span<std::byte> values, elem e, op o, const j
 }
 
 void all_reduce(const py::module_& m, const py::tuple& target, const std::string& op_name, const py::object& gr,
-                opt_seconds timeout) {
+                opt_ms timeout) {
   const auto a = array_of(target);
   const auto o = jobkit::reduce_op_of(op_name);
   check_op(a.type, o, "all_reduce");
@@ -151,7 +149,7 @@ void all_reduce(const py::module_& m, const py::tuple& target, const std::string
 /// reduce_scatter: the reduction of every member's parts (concatenated), this member's part into
 /// out. `inputs` holds size() arrays like out, or one of size() times out's elements.
 void reduce_scatter(const py::module_& m, const py::tuple& target, const py::list& inputs, const std::string& op_name,
-                    const py::object& gr, opt_seconds timeout) {
+                    const py::object& gr, opt_ms timeout) {
   const auto out = array_of(target);
   const auto parts = arrays_of(inputs);
   const auto o = jobkit::reduce_op_of(op_name);
@@ -176,12 +174,11 @@ void reduce_scatter(const py::module_& m, const py::tuple& target, const py::lis
 }
 
 void define_arrays(py::module_& m) {
-  m.def("array_all_reduce", [m](const py::tuple& a, const std::string& o, const py::object& g, opt_seconds t) {
-    all_reduce(m, a, o, g, t);
-  });
+  m.def("array_all_reduce",
+        [m](const py::tuple& a, const std::string& o, const py::object& g, opt_ms t) { all_reduce(m, a, o, g, t); });
   m.def("array_reduce_scatter", [m](const py::tuple& out, const py::list& in, const std::string& o, const py::object& g,
-                                    opt_seconds t) { reduce_scatter(m, out, in, o, g, t); });
-  m.def("array_broadcast", [m](const py::tuple& target, int src, const py::object& gr, opt_seconds timeout) {
+                                    opt_ms t) { reduce_scatter(m, out, in, o, g, t); });
+  m.def("array_broadcast", [m](const py::tuple& target, int src, const py::object& gr, opt_ms timeout) {
     const auto a = array_of(target);
     auto& g = group_of(gr);
     blocking(m, g, [&] {
@@ -189,7 +186,7 @@ void define_arrays(py::module_& m) {
     });
   });
   m.def("array_all_gather_flat",
-        [m](const py::tuple& output, const py::tuple& input, const py::object& gr, opt_seconds timeout) {
+        [m](const py::tuple& output, const py::tuple& input, const py::object& gr, opt_ms timeout) {
           const auto out = array_of(output);
           const auto in = array_of(input);
           auto& g = group_of(gr);
@@ -199,36 +196,34 @@ void define_arrays(py::module_& m) {
           }
           blocking(m, g, [&] { g.all_gather_into(in.span(), out.span(), {timeout_of(timeout), in.signature()}); });
         });
-  m.def("array_all_gather",
-        [m](const py::list& outputs, const py::tuple& input, const py::object& gr, opt_seconds timeout) {
-          const auto in = array_of(input);
-          const auto outs = arrays_of(outputs);
-          auto& g = group_of(gr);
-          check_parts("all_gather", "tensor_list", outs, in, static_cast<std::size_t>(g.size()), std::nullopt);
-          const bool even = std::all_of(outs.begin(), outs.end(), [&](const array& o) { return o.size == in.size; });
-          blocking(m, g, [&] {
-            if (even) {  // the bulk path into one buffer
-              bytes all(in.size * outs.size());
-              g.all_gather_into(in.span(), std::span<std::byte>(all), {timeout_of(timeout), in.signature()});
-              for (std::size_t r = 0; r < outs.size(); ++r)
-                std::memcpy(outs[r].data, all.data() + r * in.size, in.size);
-              return;
-            }
-            const bytes mine(in.span().begin(), in.span().end());
-            const auto parts =
-                g.all_gather(mine, {timeout_of(timeout), std::string(info(in.type).name) + "[sizes per rank]"});
-            for (std::size_t r = 0; r < outs.size(); ++r) {
-              if (parts[r].size() != outs[r].size) {
-                invalid("all_gather: group rank " + std::to_string(r) + " sent " + std::to_string(parts[r].size()) +
-                        " bytes but tensor_list[" + std::to_string(r) + "] is " + outs[r].signature() +
-                        " on group rank " + std::to_string(g.rank()));
-              }
-            }
-            for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, parts[r].data(), parts[r].size());
-          });
-        });
+  m.def("array_all_gather", [m](const py::list& outputs, const py::tuple& input, const py::object& gr, opt_ms timeout) {
+    const auto in = array_of(input);
+    const auto outs = arrays_of(outputs);
+    auto& g = group_of(gr);
+    check_parts("all_gather", "tensor_list", outs, in, static_cast<std::size_t>(g.size()), std::nullopt);
+    const bool even = std::all_of(outs.begin(), outs.end(), [&](const array& o) { return o.size == in.size; });
+    blocking(m, g, [&] {
+      if (even) {  // the bulk path into one buffer
+        bytes all(in.size * outs.size());
+        g.all_gather_into(in.span(), std::span<std::byte>(all), {timeout_of(timeout), in.signature()});
+        for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, all.data() + r * in.size, in.size);
+        return;
+      }
+      const bytes mine(in.span().begin(), in.span().end());
+      const auto parts =
+          g.all_gather(mine, {timeout_of(timeout), std::string(info(in.type).name) + "[sizes per rank]"});
+      for (std::size_t r = 0; r < outs.size(); ++r) {
+        if (parts[r].size() != outs[r].size) {
+          invalid("all_gather: group rank " + std::to_string(r) + " sent " + std::to_string(parts[r].size()) +
+                  " bytes but tensor_list[" + std::to_string(r) + "] is " + outs[r].signature() + " on group rank " +
+                  std::to_string(g.rank()));
+        }
+      }
+      for (std::size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data, parts[r].data(), parts[r].size());
+    });
+  });
   m.def("array_gather",
-        [m](const py::tuple& input, const py::object& outputs, int dst, const py::object& gr, opt_seconds timeout) {
+        [m](const py::tuple& input, const py::object& outputs, int dst, const py::object& gr, opt_ms timeout) {
           const auto in = array_of(input);
           auto& g = group_of(gr);
           std::vector<array> outs;
@@ -243,7 +238,7 @@ void define_arrays(py::module_& m) {
           });
         });
   m.def("array_scatter",
-        [m](const py::tuple& output, const py::object& inputs, int src, const py::object& gr, opt_seconds timeout) {
+        [m](const py::tuple& output, const py::object& inputs, int src, const py::object& gr, opt_ms timeout) {
           const auto out = array_of(output);
           auto& g = group_of(gr);
           std::vector<array> ins;
@@ -278,7 +273,7 @@ py::list to_list(const std::vector<std::string>& items) {
 
 template <class T>
 std::vector<T> reduce_numbers(const py::module_& m, const std::vector<T>& values, const std::string& op_name,
-                              const py::object& gr, opt_seconds timeout) {
+                              const py::object& gr, opt_ms timeout) {
   const auto o = jobkit::reduce_op_of(op_name);  // the library refuses what the values cannot take
   auto& g = group_of(gr);
   return blocking(m, g, [&] { return g.all_reduce(values, o, {timeout_of(timeout)}); });
@@ -286,7 +281,7 @@ std::vector<T> reduce_numbers(const py::module_& m, const std::vector<T>& values
 
 void define_callables(py::module_& m) {
   m.def("group_compute_and_broadcast_bytes",
-        [m](const py::function& fn, int root, const py::object& gr, opt_seconds timeout) {
+        [m](const py::function& fn, int root, const py::object& gr, opt_ms timeout) {
           auto& g = group_of(gr);
           return py::bytes(blocking(m, g, [&] {
             return g.compute_and_broadcast(
@@ -298,7 +293,7 @@ void define_callables(py::module_& m) {
           }));
         });
   m.def("group_gather_from_all_ranks_bytes",
-        [m](const py::function& fn, int root, const py::object& gr, opt_seconds timeout) {
+        [m](const py::function& fn, int root, const py::object& gr, opt_ms timeout) {
           auto& g = group_of(gr);
           return to_list(blocking(m, g, [&] {
             return g.gather_from_all_ranks(
@@ -310,7 +305,7 @@ void define_callables(py::module_& m) {
           }));
         });
   m.def("group_reduce_and_broadcast_bytes",
-        [m](const py::function& map, const py::function& reduce, const py::object& gr, opt_seconds timeout) {
+        [m](const py::function& map, const py::function& reduce, const py::object& gr, opt_ms timeout) {
           auto& g = group_of(gr);
           return py::bytes(blocking(m, g, [&] {
             return g.reduce_and_broadcast(
@@ -328,26 +323,26 @@ void define_callables(py::module_& m) {
 }
 
 void define_objects(py::module_& m) {
-  m.def("group_barrier", [m](const py::object& gr, opt_seconds timeout) {
+  m.def("group_barrier", [m](const py::object& gr, opt_ms timeout) {
     auto& g = group_of(gr);
     blocking(m, g, [&] { g.barrier({timeout_of(timeout)}); });
   });
-  m.def("group_broadcast_bytes", [m](const py::object& data, int root, const py::object& gr, opt_seconds timeout) {
+  m.def("group_broadcast_bytes", [m](const py::object& data, int root, const py::object& gr, opt_ms timeout) {
     const std::string mine = data.is_none() ? std::string() : bytes_of(data);
     auto& g = group_of(gr);
     return py::bytes(blocking(m, g, [&] { return g.broadcast(mine, root, {timeout_of(timeout)}); }));
   });
-  m.def("group_all_gather_bytes", [m](const py::bytes& data, const py::object& gr, opt_seconds timeout) {
+  m.def("group_all_gather_bytes", [m](const py::bytes& data, const py::object& gr, opt_ms timeout) {
     const auto mine = std::string(data);
     auto& g = group_of(gr);
     return to_list(blocking(m, g, [&] { return g.all_gather(mine, {timeout_of(timeout)}); }));
   });
-  m.def("group_gather_bytes", [m](const py::bytes& data, int root, const py::object& gr, opt_seconds timeout) {
+  m.def("group_gather_bytes", [m](const py::bytes& data, int root, const py::object& gr, opt_ms timeout) {
     const auto mine = std::string(data);
     auto& g = group_of(gr);
     return to_list(blocking(m, g, [&] { return g.gather(mine, root, {timeout_of(timeout)}); }));
   });
-  m.def("group_scatter_bytes", [m](const py::object& items, int root, const py::object& gr, opt_seconds timeout) {
+  m.def("group_scatter_bytes", [m](const py::object& items, int root, const py::object& gr, opt_ms timeout) {
     std::vector<std::string> values;
     if (!items.is_none()) {
       for (const auto& item : items.cast<py::sequence>()) values.push_back(bytes_of(item));
@@ -356,9 +351,9 @@ void define_objects(py::module_& m) {
     return py::bytes(blocking(m, g, [&] { return g.scatter(values, root, {timeout_of(timeout)}); }));
   });
   m.def("group_all_reduce_int", [m](const std::vector<std::int64_t>& values, const std::string& o, const py::object& g,
-                                    opt_seconds t) { return reduce_numbers(m, values, o, g, t); });
+                                    opt_ms t) { return reduce_numbers(m, values, o, g, t); });
   m.def("group_all_reduce_float", [m](const std::vector<double>& values, const std::string& o, const py::object& g,
-                                      opt_seconds t) { return reduce_numbers(m, values, o, g, t); });
+                                      opt_ms t) { return reduce_numbers(m, values, o, g, t); });
 }
 
 // ---- Groups ----
@@ -368,10 +363,10 @@ void define_groups(py::module_& m) {
       .def("rank", &jobkit::group::rank)
       .def("size", &jobkit::group::size)
       .def_property_readonly("world_ranks", &jobkit::group::world_ranks)
-      .def("split", [m](jobkit::group& g, int color, int key, opt_seconds timeout) {
+      .def("split", [m](jobkit::group& g, int color, int key, opt_ms timeout) {
         return blocking(m, g, [&] { return g.split(color, key, {timeout_of(timeout)}); });
       });
-  m.def("make_group", [m](const std::vector<int>& ranks, opt_seconds timeout) {
+  m.def("make_group", [m](const std::vector<int>& ranks, opt_ms timeout) {
     return blocking(m, jobkit::world(), [&] { return jobkit::make_group(ranks, {timeout_of(timeout)}); });
   });
   m.def("node_group", [m] { return blocking(m, jobkit::world(), [&] { return jobkit::node_group(); }); });

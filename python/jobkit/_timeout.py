@@ -8,6 +8,10 @@ for jobkit's calls, 30 minutes for init_process_group, torch's). Its seconds kee
 C++ library (src/core/timeout.hpp): a timeout ``timeout_from_seconds``'s, more than 0, finite and
 at most 1e9; a margin or an age ``duration_from_seconds``'s, 0 or more, finite and at most 1e9.
 Anything else is a jobkit.InvalidArgumentError whose message starts ``[caller: ]name=value: ``.
+
+Each timeout is checked once, here: its type, then the C++ rule through the extension. A jobkit
+call passes the extension the rule's milliseconds (timeout_ms), which it takes as they are
+(_jobkit.cpp's timeout_of), so that the message names the argument as the caller wrote it.
 """
 
 from __future__ import annotations
@@ -49,12 +53,24 @@ def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[
     return value, ms
 
 
-def seconds(timeout: Timeout, name: str = "timeout", caller: str = "") -> Optional[float]:
-    """timeout in seconds (None stays None), or InvalidArgumentError ``"[caller: ]name=value: why"``."""
+def _timeout(timeout: Timeout, name: str, caller: str) -> Optional[Tuple[float, int]]:
     if timeout is None:
         return None
     return _checked(timeout, name, caller, "a number of seconds, a datetime.timedelta or None", timeout_from_seconds,
-                    timeout_seconds_rule)[0]
+                    timeout_seconds_rule)
+
+
+def seconds(timeout: Timeout, name: str = "timeout", caller: str = "") -> Optional[float]:
+    """timeout in seconds (None stays None), or InvalidArgumentError ``"[caller: ]name=value: why"``."""
+    checked = _timeout(timeout, name, caller)
+    return None if checked is None else checked[0]
+
+
+def timeout_ms(timeout: Timeout, name: str = "timeout", caller: str = "") -> Optional[int]:
+    """A jobkit call's timeout for the extension: its milliseconds by the rule, rounded up (None stays
+    None: JOBKIT_TIMEOUT), or InvalidArgumentError ``"[caller: ]name=value: why"``."""
+    checked = _timeout(timeout, name, caller)
+    return None if checked is None else checked[1]
 
 
 def milliseconds(timeout: Duration, name: str = "timeout", caller: str = "", zero_is_none: bool = False) -> int:

@@ -15,7 +15,7 @@ from . import _jobkit
 from ._collectives import Group
 from ._jobkit import InvalidArgumentError
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
-from ._timeout import seconds as _seconds
+from ._timeout import timeout_ms as _timeout_ms
 
 if _TYPE_CHECKING:
     from _typeshed import ReadableBuffer as _ReadableBuffer  # bytes, bytearray, memoryview, array.array, ...
@@ -59,14 +59,15 @@ class Workspace:
 
     def __init__(self, root: "_StrPath", group: _Members = None, timeout: _Seconds = None) -> None:
         # None once closed: a later call fails with InvalidArgumentError
-        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), _members(group), _seconds(timeout))
+        self._ws: _Optional[_jobkit.Workspace] = _jobkit.Workspace(_os.fspath(root), _members(group),
+                                                                   _timeout_ms(timeout))
 
     def write(self, payload: "_ReadableBuffer", config: str = "") -> None:
         _open(self._ws, "Workspace").write(_payload(payload), config)
 
     def read(self, rank: int, timeout: _Seconds = None) -> _Tuple[str, bytes]:
         """(config, payload) of group rank `rank`, waiting until it exists."""
-        return _open(self._ws, "Workspace").read(rank, _seconds(timeout))
+        return _open(self._ws, "Workspace").read(rank, _timeout_ms(timeout))
 
     def path_of(self, rank: int) -> str:
         return _open(self._ws, "Workspace").path_of(rank)
@@ -94,4 +95,5 @@ def node_local_gather(payload: "_ReadableBuffer", config: str = "", group: _Memb
     Returns (states, route): states is a list on the group's rank 0 and [] elsewhere; route is
     "shared_memory", "workspace" or "collectives"."""
     where = "" if workspace is None else _os.fspath(workspace)
-    return _jobkit.node_local_gather(_payload(payload), config, _members(group), where, collective_max_bytes, _seconds(timeout))
+    return _jobkit.node_local_gather(_payload(payload), config, _members(group), where, collective_max_bytes,
+                                     _timeout_ms(timeout))
