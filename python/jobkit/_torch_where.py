@@ -103,8 +103,12 @@ def _watch(dumpers: List[_Dump], rank: int) -> None:
         key = (entry.get("pg_id"), entry.get("record_id"))
         waited = (time.time_ns() - int(entry["time_created_ns"])) / 1e9
         deadline = float(entry.get("timeout_ms") or 0) / 1000
-        # A deadline the rule of spans refuses (negative, past 1e9 s) has no report, as a missing one.
-        after = _jobkit.where_report_after(deadline) if _jobkit.duration_from_seconds(deadline) is not None else 0
+        # A deadline the rule of spans refuses (negative, past 1e9 s) has no report, as a missing one:
+        # where_report_after checks it (the one check).
+        try:
+            after = _jobkit.where_report_after(deadline)
+        except _jobkit.InvalidArgumentError:
+            after = 0
         if key in reported or after <= 0 or waited < after:
             continue
         reported.add(key)
