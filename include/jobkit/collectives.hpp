@@ -73,6 +73,13 @@ template <class R, class B>
 concept bulk_source = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
     std::same_as<std::ranges::range_value_t<R>, std::ranges::range_value_t<B>>;
 
+class group;
+namespace detail {
+/// The group over a state that the transport made (the runtime's groups, a split, the tests'
+/// in-process groups): not for users, who get groups from a runtime.
+group group_over(std::shared_ptr<group_state> state);
+}  // namespace detail
+
 /// A set of ranks that run collectives together: the world, a node, one rank per node, an
 /// explicit list, or a split. Every member must call the same collectives in the same order;
 /// each call waits at most its timeout, and fails on every member when any member dies, times
@@ -82,8 +89,6 @@ concept bulk_source = std::ranges::contiguous_range<R> && std::ranges::sized_ran
 /// one collective at a time per group.
 class group {
  public:
-  explicit group(std::shared_ptr<detail::group_state> state);
-
   /// This process's rank within the group (its position in world_ranks()).
   int rank() const noexcept;
   int size() const noexcept;
@@ -231,8 +236,9 @@ class group {
 
  private:
   std::vector<detail::rank_bytes> run(detail::exchange& ex);
-  /// A bulk exchange over buffer (see detail::bulk_exchange).
-  void run_bulk(std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
+  /// An exchange of a kind over the members' buffers (broadcast_into, all_gather_into; see
+  /// detail::exchange).
+  void run_into(detail::exchange_kind kind, std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
                 std::chrono::milliseconds timeout, const std::source_location& site);
   /// Checks all_gather_into's sizes, and moves `mine` to its place in `all` unless it is there.
   void place_own_part(std::span<const std::byte> mine, std::span<std::byte> all, const std::source_location& site);
@@ -240,7 +246,7 @@ class group {
   void connect(const detail::exchange& ex);
   /// Refuses a collective that a helper section makes unreachable for some members.
   void check_section(const detail::exchange& ex) const;
-  detail::exchange make_exchange(std::string name, std::chrono::milliseconds timeout,
+  detail::exchange make_exchange(detail::exchange_kind kind, std::string name, std::chrono::milliseconds timeout,
                                  const std::source_location& site) const;
   void check_root(std::string_view operation, int root) const;
   /// Reports an exception thrown by a user callable on this rank to every member, then rethrows.
@@ -262,6 +268,9 @@ class group {
   /// Folds every rank's value in rank order with combine(a, b, rank_a, rank_b).
   template <class T, class Combine>
   T fold_in_rank_order(detail::exchange& ex, const T& value, Combine combine);
+
+  explicit group(std::shared_ptr<detail::group_state> state);
+  friend group detail::group_over(std::shared_ptr<detail::group_state> state);
 
   std::shared_ptr<detail::group_state> state_;
 };

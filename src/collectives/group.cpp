@@ -52,6 +52,8 @@ where::call_info where_info(const detail::group_state& state, const detail::exch
 
 group::group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
 
+group detail::group_over(std::shared_ptr<group_state> state) { return group(std::move(state)); }
+
 int group::rank() const noexcept { return state_->rank; }
 int group::size() const noexcept { return static_cast<int>(state_->world_ranks.size()); }
 const std::vector<int>& group::world_ranks() const noexcept { return state_->world_ranks; }
@@ -61,13 +63,10 @@ std::string group::describe(int group_rank) const {
   return detail::rank_label(state_->world_ranks.at(r), r < state_->hosts.size() ? state_->hosts[r] : "");
 }
 
-detail::exchange group::make_exchange(std::string name, std::chrono::milliseconds timeout,
+detail::exchange group::make_exchange(detail::exchange_kind kind, std::string name, std::chrono::milliseconds timeout,
                                       const std::source_location& site) const {
-  detail::exchange ex;
-  ex.timeout = detail::timeout_of(timeout, name);
-  ex.name = std::move(name);
-  ex.site = detail::site_text(site);
-  return ex;
+  const auto checked = detail::timeout_of(timeout, name);
+  return detail::exchange(kind, std::move(name), detail::site_text(site), checked);
 }
 
 void group::check_root(std::string_view operation, int root) const {
@@ -121,22 +120,13 @@ std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
   }
 }
 
-void group::run_bulk(std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
-                     std::chrono::milliseconds timeout, const std::source_location& site) {
-  detail::bulk_exchange bx;
-  bx.base = make_exchange(std::move(name), timeout, site);
-  bx.buffer = buffer;
-  bx.piece = piece;
-  bx.root = root;
-  const auto info = where_info(*state_, bx.base);
-  const where::call_scope where(info);
-  try {
-    check_section(bx.base);
-    connect(bx.base);
-    state_->link->run_bulk(bx);
-  } catch (const error& e) {
-    point_to_report(e, *state_, info, where.waited());
-  }
+void group::run_into(detail::exchange_kind kind, std::string name, std::span<std::byte> buffer, std::size_t piece,
+                     int root, std::chrono::milliseconds timeout, const std::source_location& site) {
+  auto ex = make_exchange(kind, std::move(name), timeout, site);
+  ex.buffer = buffer;
+  ex.piece = piece;
+  ex.root = root;
+  run(ex);
 }
 
 void group::place_own_part(std::span<const std::byte> mine, std::span<std::byte> all,
@@ -225,23 +215,22 @@ void group::check_peers(const std::string& during) {
 }
 
 void group::setup(call_options options, std::source_location site) {
-  const auto ex = make_exchange("setup", options.timeout, site);
+  const auto ex = make_exchange(detail::exchange_kind::barrier, "setup", options.timeout, site);
   check_section(ex);
   connect(ex);
 }
 
 void group::barrier(call_options options, std::source_location site) {
-  auto ex = make_exchange("barrier", options.timeout, site);
-  ex.kind = detail::exchange_kind::barrier;
+  auto ex = make_exchange(detail::exchange_kind::barrier, "barrier", options.timeout, site);
   run(ex);
 }
 
 void group::reduce_into(std::span<std::byte> data,
                         const std::function<void(std::span<std::byte>, std::span<const std::byte>)>& combine,
                         call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::signed_name("reduce_into", options.signature), options.timeout, site);
+  auto ex = make_exchange(detail::exchange_kind::all_reduce, detail::signed_name("reduce_into", options.signature),
+                          options.timeout, site);
   ex.mine = std::span<const std::byte>(data);
-  ex.kind = detail::exchange_kind::all_reduce;
   // Folded in place into the lowest rank's bytes, in rank order: every member gets the same bits.
   ex.fold = [&](std::vector<detail::rank_bytes>& entries) {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
@@ -262,7 +251,7 @@ void group::reduce_into(std::span<std::byte> data,
 }
 
 std::optional<group> group::split(int color, int key, call_options options, std::source_location site) {
-  const auto ex = make_exchange("split", options.timeout, site);
+  const auto ex = make_exchange(detail::exchange_kind::all_gather, "split", options.timeout, site);
   const auto choices = all_gather(std::make_pair(color, key), options, site);
   if (color < 0) return std::nullopt;
   std::vector<std::tuple<int, int, int>> chosen;  // (key, group rank, world rank)
@@ -276,7 +265,7 @@ std::optional<group> group::split(int color, int key, call_options options, std:
   if (!state_->make_subgroup) {
     throw error(errc::internal, fmt::format("split at {}: this group cannot make subgroups", ex.site));
   }
-  return group(state_->make_subgroup(members, ex.timeout));
+  return detail::group_over(state_->make_subgroup(members, ex.timeout));
 }
 
 }  // namespace jobkit

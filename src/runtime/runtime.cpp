@@ -64,7 +64,7 @@ struct runtime::impl {
   group& world_group() {
     if (!world) {
       if (id.world_size == 1) {
-        world = group(detail::make_single_rank_group_state(0, id.hostname));
+        world = detail::group_over(detail::make_single_rank_group_state(0, id.hostname));
       } else {
         require_rendezvous();
         world_state = std::make_shared<detail::group_state>();
@@ -74,7 +74,7 @@ struct runtime::impl {
         world_state->phase = detail::group_phase::pending;
         world_state->pending = std::make_unique<world_connector>(*this, alive);
         world_state->make_subgroup = subgroup_maker();
-        world = group(world_state);
+        world = detail::group_over(world_state);
       }
     }
     return *world;
@@ -136,7 +136,7 @@ struct runtime::impl {
     return detail::make_tcp_group_state(connect(timeout), ranks, timeout, subgroup_maker());
   }
   group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
-    return group(make_state(ranks, timeout));
+    return detail::group_over(make_state(ranks, timeout));
   }
 };
 

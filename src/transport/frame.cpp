@@ -151,8 +151,8 @@ std::vector<rank_bytes> parse_entries(std::span<const std::byte> in, int group_s
   return entries;
 }
 
-std::uint64_t read_bulk_pieces(const std::function<void(void*, std::size_t)>& take, std::uint64_t payload_size,
-                               const bulk_exchange& bx, int group_size, const std::function<bool(int)>& due) {
+std::uint64_t read_pieces(const std::function<void(void*, std::size_t)>& take, std::uint64_t payload_size,
+                          const exchange& ex, int group_size, const std::function<bool(int)>& due) {
   std::uint64_t left = payload_size;
   const auto read = [&](void* to, std::size_t n) {
     if (n > left) throw protocol_violation{"a truncated payload"};
@@ -161,7 +161,7 @@ std::uint64_t read_bulk_pieces(const std::function<void(void*, std::size_t)>& ta
   };
   std::uint64_t size = 0;
   read(&size, sizeof size);
-  if (size != bx.buffer.size()) return size;
+  if (size != ex.buffer.size()) return size;
   std::uint32_t count = 0;
   read(&count, sizeof count);
   std::size_t expected = 0;
@@ -177,11 +177,11 @@ std::uint64_t read_bulk_pieces(const std::function<void(void*, std::size_t)>& ta
     if (rank >= group_size || !due(rank) || got[static_cast<std::size_t>(rank)]) {
       throw protocol_violation{fmt::format("a piece for rank {}, which is not one due in this frame", r)};
     }
-    if (n != bx.piece_size()) {
-      throw protocol_violation{fmt::format("a piece of {} bytes where {} were due", n, bx.piece_size())};
+    if (n != ex.piece_size()) {
+      throw protocol_violation{fmt::format("a piece of {} bytes where {} were due", n, ex.piece_size())};
     }
     got[static_cast<std::size_t>(rank)] = true;
-    read(bx.buffer.data() + bx.offset(rank), n);
+    read(ex.buffer.data() + ex.piece_offset(rank), n);
   }
   if (left != 0) throw protocol_violation{fmt::format("{} bytes after the last piece", left)};
   return size;

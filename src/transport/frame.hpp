@@ -81,18 +81,18 @@ void append_entries(std::vector<std::byte>& out, const std::vector<const rank_by
 /// @throws protocol_violation when the payload is truncated or an entry's rank is not below group_size
 std::vector<rank_bytes> parse_entries(std::span<const std::byte> in, int group_size);
 
-/// The head of a bulk exchange's up frame: [u64 the sender's buffer size][u32 pieces]; then per
-/// piece [u32 rank][u64 size] and its bytes.
-constexpr std::size_t bulk_head_size = sizeof(std::uint64_t) + sizeof(std::uint32_t);
-constexpr std::size_t bulk_piece_head_size = sizeof(std::uint32_t) + sizeof(std::uint64_t);
+/// The head of the up frame of an exchange over buffers: [u64 the sender's buffer size][u32
+/// pieces]; then per piece [u32 rank][u64 size] and its bytes.
+constexpr std::size_t pieces_head_size = sizeof(std::uint64_t) + sizeof(std::uint32_t);
+constexpr std::size_t piece_head_size = sizeof(std::uint32_t) + sizeof(std::uint64_t);
 
-/// Reads a bulk up frame's payload of payload_size bytes through take(to, n), each piece straight
-/// to its place in bx.buffer. Exactly the ranks for which due(rank) holds must send a piece, once
-/// each, of bx.piece_size() bytes. Returns the sender's buffer size; when it is not
-/// bx.buffer.size(), the pieces are left unread (the caller reports the two sizes).
+/// Reads the payload of payload_size bytes of such an up frame through take(to, n), each piece
+/// straight to its place in ex.buffer. Exactly the ranks for which due(rank) holds must send a
+/// piece, once each, of ex.piece_size() bytes. Returns the sender's buffer size; when it is not
+/// ex.buffer.size(), the pieces are left unread (the caller reports the two sizes).
 /// @throws protocol_violation
-std::uint64_t read_bulk_pieces(const std::function<void(void*, std::size_t)>& take, std::uint64_t payload_size,
-                               const bulk_exchange& bx, int group_size, const std::function<bool(int)>& due);
+std::uint64_t read_pieces(const std::function<void(void*, std::size_t)>& take, std::uint64_t payload_size,
+                          const exchange& ex, int group_size, const std::function<bool(int)>& due);
 
 /// What an abort frame carries: the reason, the rank that failed first, and the error category.
 struct abort_notice {

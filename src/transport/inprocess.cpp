@@ -122,19 +122,30 @@ class hub {
 class inprocess_transport final : public transport {
  public:
   inprocess_transport(std::shared_ptr<hub> shared, int rank) : hub_(std::move(shared)), rank_(rank) {}
-  std::vector<rank_bytes> run(const exchange& ex) override { return hub_->run(rank_, ex); }
-  /// Over run(): each member's buffer size, and its piece when it contributes one.
-  void run_bulk(const bulk_exchange& bx) override {
-    const std::uint64_t size = bx.buffer.size();
+  std::vector<rank_bytes> run(const exchange& ex) override {
+    if (!ex.into_buffer()) return hub_->run(rank_, ex);
+    run_into_buffer(ex);
+    return {};
+  }
+  void check_peers(const std::string&) override { hub_->check(); }
+  void abort(const std::string& message) noexcept override {
+    try {
+      hub_->abort(message);
+    } catch (...) {
+    }
+  }
+
+ private:
+  /// The kinds over buffers as an all_gather of each member's buffer size, and its piece when it
+  /// contributes one.
+  void run_into_buffer(const exchange& ex) {
+    const std::uint64_t size = ex.buffer.size();
     std::vector<std::byte> mine(sizeof size);
     std::memcpy(mine.data(), &size, sizeof size);
-    if (bx.contributes(rank_)) {
-      const auto piece = bx.buffer.subspan(bx.offset(rank_), bx.piece_size());
-      mine.insert(mine.end(), piece.begin(), piece.end());
-    }
-    exchange ex = bx.base;
-    ex.mine = mine;
-    const auto entries = hub_->run(rank_, ex);
+    if (const auto piece = ex.contribution_of(rank_)) mine.insert(mine.end(), piece->begin(), piece->end());
+    exchange sizes_and_pieces(exchange_kind::all_gather, ex.name, ex.site, ex.timeout);
+    sizes_and_pieces.mine = mine;
+    const auto entries = hub_->run(rank_, sizes_and_pieces);
     std::uint64_t first = 0;
     std::memcpy(&first, entries.front().bytes.data(), sizeof first);
     for (const auto& e : entries) {
@@ -147,19 +158,11 @@ class inprocess_transport final : public transport {
       }
     }
     for (const auto& e : entries) {
-      if (!bx.contributes(e.rank) || bx.piece_size() == 0) continue;
-      std::memcpy(bx.buffer.data() + bx.offset(e.rank), e.bytes.data() + sizeof size, bx.piece_size());
-    }
-  }
-  void check_peers(const std::string&) override { hub_->check(); }
-  void abort(const std::string& message) noexcept override {
-    try {
-      hub_->abort(message);
-    } catch (...) {
+      if (!ex.contributes_piece(e.rank) || ex.piece_size() == 0) continue;
+      std::memcpy(ex.buffer.data() + ex.piece_offset(e.rank), e.bytes.data() + sizeof size, ex.piece_size());
     }
   }
 
- private:
   std::shared_ptr<hub> hub_;
   int rank_;
 };

@@ -57,7 +57,7 @@ class node_segment {
     alignas(64) std::uint32_t arrived;  // low 32 bits of the sequence number of its last contribution
     std::uint32_t filled;               // same, once a large contribution is in the data region
     std::uint64_t data_offset;          // where the finisher (see reserve) wants a large contribution
-    std::uint64_t bulk_size;            // a bulk exchange's buffer size on this member
+    std::uint64_t buffer_size;          // an exchange over buffers: the buffer's size on this member
     std::uint64_t taken;                // sequence number of the last mail it took
     part parts[2];                      // in turn (part_of)
   };

@@ -14,21 +14,6 @@
 
 namespace jobkit::detail {
 
-/// An exchange of raw bytes in the members' own memory (broadcast_into, all_gather_into). Every
-/// member passes a buffer of the same size. With a root, the root's whole buffer ends in every
-/// member's buffer; without one, each member's piece (`piece` bytes at rank * piece, already in
-/// place in its buffer) ends at the same place in every member's buffer.
-struct bulk_exchange {
-  exchange base;  ///< name, site and timeout; the other fields are unused
-  std::span<std::byte> buffer;
-  std::size_t piece = 0;
-  int root = -1;  ///< -1: every member contributes a piece
-
-  bool contributes(int rank) const noexcept { return root < 0 || rank == root; }
-  std::size_t offset(int rank) const noexcept { return root < 0 ? static_cast<std::size_t>(rank) * piece : 0; }
-  std::size_t piece_size() const noexcept { return root < 0 ? piece : buffer.size(); }
-};
-
 /// The entries of a result that `member` receives (exchange::receives), in their order.
 inline std::vector<rank_bytes> received(const exchange& ex, int member, std::vector<rank_bytes> entries) {
   std::erase_if(entries, [&](const rank_bytes& e) { return !ex.receives(member, e.rank); });
@@ -41,11 +26,10 @@ class transport {
  public:
   virtual ~transport() = default;
   /// Runs one exchange (see detail::exchange) and returns the entries this rank receives, in
-  /// rank order. @throws jobkit::error on every member when any member fails
+  /// rank order (none for the kinds over buffers, whose result is in the buffer).
+  /// @throws jobkit::error on every member when any member fails, or when the members' buffer
+  ///         sizes differ (naming two of them)
   virtual std::vector<rank_bytes> run(const exchange& ex) = 0;
-  /// Runs one bulk exchange. @throws jobkit::error on every member when any member fails, or when
-  /// the members' buffer sizes differ (naming two of them)
-  virtual void run_bulk(const bulk_exchange& ex) = 0;
   /// Ends the current or next exchange on every member with this message; the transport is
   /// unusable afterwards.
   virtual void abort(const std::string& message) noexcept = 0;

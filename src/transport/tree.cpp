@@ -119,8 +119,7 @@ void tcp_tree::abort(const std::string& message) noexcept {
 
 void tcp_tree::check_peers(const std::string& during) {
   if (!context_.broken.empty()) raise(context_.broken_code, context_.broken);
-  exchange context;
-  context.name = during;
+  const exchange context(exchange_kind::barrier, during, "", {});
   if (node_) node_->check_members(context, true);
   if (links_) links_->check_closed(context);
 }
@@ -151,14 +150,14 @@ std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
   return entries;
 }
 
-std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const exchange& ex) {
+std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const exchange& ex, bool fits) {
   const auto deadline = clock::now() + ex.timeout;
   if (node_mate()) return node_->take_mail(ex, deadline);
   if (node_) node_->check_members(ex, false);
   tree_links::broadcast b;
   if (links_->root()) {
     const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-    b.one_way = mine.size() <= node_segment::inline_capacity;
+    b.one_way = fits;
     b.source_site = ex.site;
     if (b.one_way) {
       b.entries.push_back(rank_bytes{context_.rank, {mine.begin(), mine.end()}});
@@ -193,8 +192,14 @@ tcp_tree::route tcp_tree::route_of(const exchange& ex) const {
     case exchange_kind::gather:
     case exchange_kind::scatter:
     case exchange_kind::reduce_and_broadcast: return route::tree;
+    case exchange_kind::broadcast_into:
+    case exchange_kind::all_gather_into: return route::buffer_tree;
   }
   return route::tree;
+}
+
+bool tcp_tree::fits_one_way(const exchange& ex) {
+  return ex.mine.value_or(std::span<const std::byte>{}).size() <= node_segment::inline_capacity;
 }
 
 std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
@@ -211,15 +216,23 @@ std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
   begin_exchange(ex);
   switch (route_of(ex)) {
     case route::node_broadcast:
-      if (auto entries = node_->broadcast_on_node(ex)) return std::move(*entries);
+      if (auto entries = node_->broadcast_on_node(ex, fits_one_way(ex))) return std::move(*entries);
       break;  // too large for mail: the tree
     case route::node_exchange: return node_->exchange_on_node(ex);
     case route::one_way_broadcast:
-      if (auto entries = broadcast_across_nodes(ex)) return std::move(*entries);
+      if (auto entries = broadcast_across_nodes(ex, fits_one_way(ex))) return std::move(*entries);
       break;  // too large for one way: the tree
+    case route::buffer_tree:
+      if (node_mate()) return node_->run_as_mate(ex);
+      run_buffer_tree(ex);
+      return {};
     case route::tree: break;
   }
   if (node_mate()) return node_->run_as_mate(ex);
+  return run_tree(ex);
+}
+
+std::vector<rank_bytes> tcp_tree::run_tree(const exchange& ex) {
   auto entries = gather_up(ex);
   if (ex.fold && !entries.empty()) {
     entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });

@@ -28,10 +28,6 @@ class tcp_tree final : public transport, private abort_spreader {
   ~tcp_tree() override = default;
 
   std::vector<rank_bytes> run(const exchange& ex) override;
-  /// Node-mates through the segment; between nodes, pieces go up as scatter-gather frames from
-  /// the buffers and the whole buffer comes down in chunks that each leader forwards to its
-  /// children as they arrive, straight from and into the members' buffers.
-  void run_bulk(const bulk_exchange& bx) override;
   void abort(const std::string& message) noexcept override;
   void check_peers(const std::string& during) override;
   /// For the world's tree of a fabric that reads endpoints on demand: once this rank's first
@@ -46,10 +42,14 @@ class tcp_tree final : public transport, private abort_spreader {
   /// node_broadcast: every member on one node, the root's bytes as mail (one way);
   /// node_exchange: every member on one node, the last to arrive finishes (no leader);
   /// one_way_broadcast: a broadcast from group rank 0 down the leaders' tree (one way);
-  /// tree: contributions up to group rank 0 (through node leaders), the result back down. Both
-  /// one-way routes fall back to the tree for bytes too large for them.
-  enum class route { node_broadcast, node_exchange, one_way_broadcast, tree };
+  /// tree: contributions up to group rank 0 (through node leaders), the result back down;
+  /// buffer_tree: the tree's way for the kinds over buffers, the bytes moving between the
+  /// members' buffers, the node's segment and the sockets (tree_buffers.cpp).
+  enum class route { node_broadcast, node_exchange, one_way_broadcast, tree, buffer_tree };
   route route_of(const exchange& ex) const;
+  /// The size rule of both one-way routes, decided by the source alone: whether its bytes fit in
+  /// mail. When they do not, the source posts a notice instead and every member takes the tree.
+  static bool fits_one_way(const exchange& ex);
   bool node_leader() const noexcept { return node_ && node_->leader(); }
   bool node_mate() const noexcept { return node_ && !node_->leader(); }
   /// Fails on a group that failed before; else starts the next exchange (its sequence number).
@@ -58,11 +58,17 @@ class tcp_tree final : public transport, private abort_spreader {
   std::vector<rank_bytes> gather_up(const exchange& ex);
   /// A broadcast from group rank 0 of a group that spans nodes, one way: the root sends its bytes
   /// down and goes on; each leader sends a receipt up, posts the bytes as its node's mail and
-  /// passes them on to its children. Empty when they are too large for mail: every member then
-  /// runs the ordinary exchange.
-  std::optional<std::vector<rank_bytes>> broadcast_across_nodes(const exchange& ex);
-  /// The group ranks whose bulk pieces this leader's buffer holds once its subtree came in.
-  std::vector<int> bulk_pieces(const bulk_exchange& bx) const;
+  /// passes them on to its children. Empty when they do not fit (`fits`, the root's decision):
+  /// every member then takes the tree.
+  std::optional<std::vector<rank_bytes>> broadcast_across_nodes(const exchange& ex, bool fits);
+  /// The tree: a leader's exchange (a node-mate's is tree_node::run_as_mate).
+  std::vector<rank_bytes> run_tree(const exchange& ex);
+  /// The buffer tree, a leader's: node-mates through the segment; between nodes, pieces go up as
+  /// scatter-gather frames from the buffers and the whole buffer comes down in chunks that each
+  /// leader forwards to its children as they arrive, straight from and into the members' buffers.
+  void run_buffer_tree(const exchange& ex);
+  /// The group ranks whose pieces this leader's buffer holds once its subtree came in.
+  std::vector<int> pieces_here(const exchange& ex) const;
   /// Marks the tree unusable and tells every member, on both media.
   void spread_abort(const std::string& message, int origin, errc code) noexcept override;
 

@@ -35,7 +35,7 @@ constexpr std::chrono::milliseconds silence_check_interval{250};
 
 /// What a leader receives from its parent before passing it on: big enough for the socket
 /// calls to be few, small enough that every level of the tree works at once.
-constexpr std::size_t bulk_chunk = std::size_t{1} << 20;
+constexpr std::size_t buffer_chunk = std::size_t{1} << 20;
 
 bool readable_now(int fd) {
   pollfd p{fd, POLLIN, 0};
@@ -137,17 +137,7 @@ tree_links::gather::gather(tree_links& links, const exchange& ex, time_point dea
       done_(links.children_.size(), false),
       pending_(links.children_.size()) {}
 
-tree_links::gather::gather(tree_links& links, const bulk_exchange& bx, time_point deadline)
-    : links_(links),
-      ex_(bx.base),
-      deadline_(deadline),
-      bulk_(&bx),
-      done_(links.children_.size(), false),
-      pending_(links.children_.size()) {}
-
-bool tree_links::gather::take(std::size_t i) {
-  return bulk_ ? links_.receive_child_bulk(i, *bulk_, deadline_) : links_.receive_child(i, ex_, deadline_, *entries_);
-}
+bool tree_links::gather::take(std::size_t i) { return links_.receive_child(i, ex_, deadline_, *entries_); }
 
 void tree_links::gather::tick() { links_.check_links(*this); }
 
@@ -283,8 +273,12 @@ bool tree_links::receive_child(std::size_t i, const exchange& ex, time_point dea
     auto f = next_from_child(i, ex, deadline);
     if (!f) return false;
     check_in_step(child, *f, ex, deadline);
-    receive_payload(child.fd, *f, deadline);
-    under = parse_entries(f->payload, static_cast<int>(context_.members.size()));
+    if (ex.into_buffer()) {
+      receive_pieces(i, *f, ex, deadline);
+    } else {
+      receive_payload(child.fd, *f, deadline);
+      under = parse_entries(f->payload, static_cast<int>(context_.members.size()));
+    }
   } catch (...) {
     message_failed(child, ex);
   }
@@ -482,46 +476,36 @@ void tree_links::check_in_step(const link& l, frame& f, const exchange& ex, time
     context_.out_of_step(l.peer, f.name, f.header.sequence, f.site, ex);
 }
 
-bool tree_links::receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline) {
-  const auto& ex = bx.base;
+void tree_links::receive_pieces(std::size_t i, const frame& f, const exchange& ex, time_point deadline) {
   const auto& child = children_[i];
-  try {
-    auto f = next_from_child(i, ex, deadline);
-    if (!f) return false;
-    check_in_step(child, *f, ex, deadline);
-    if (!is(f->header, frame_type::up)) {
-      throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f->header.type)};
-    }
-    const auto size = read_bulk_pieces(
-        [&](void* to, std::size_t n) { receive_all(child.fd, to, n, deadline); }, f->header.payload_size, bx,
-        static_cast<int>(context_.members.size()),
-        [&](int g) { return child_of_[static_cast<std::size_t>(g)] == static_cast<int>(i) && bx.contributes(g); });
-    if (size != bx.buffer.size()) context_.sizes_differ(ex, child.peer, size, bx.buffer.size());
-  } catch (...) {
-    message_failed(child, ex);
+  if (!is(f.header, frame_type::up)) {
+    throw protocol_violation{fmt::format("a frame of type {} where its contribution was due", f.header.type)};
   }
-  return true;
+  const auto size = read_pieces(
+      [&](void* to, std::size_t n) { receive_all(child.fd, to, n, deadline); }, f.header.payload_size, ex,
+      static_cast<int>(context_.members.size()),
+      [&](int g) { return child_of_[static_cast<std::size_t>(g)] == static_cast<int>(i) && ex.contributes_piece(g); });
+  if (size != ex.buffer.size()) context_.sizes_differ(ex, child.peer, size, ex.buffer.size());
 }
 
-void tree_links::send_up_bulk(const bulk_exchange& bx, time_point deadline, const std::vector<int>& pieces) {
-  const auto& ex = bx.base;
+void tree_links::send_pieces_up(const exchange& ex, time_point deadline, const std::vector<int>& pieces) {
   const auto& parent = *parent_;
-  const std::uint64_t size = bx.buffer.size();
+  const std::uint64_t size = ex.buffer.size();
   const auto count = static_cast<std::uint32_t>(pieces.size());
-  std::vector<std::byte> heads(bulk_head_size + pieces.size() * bulk_piece_head_size);
+  std::vector<std::byte> heads(pieces_head_size + pieces.size() * piece_head_size);
   std::memcpy(heads.data(), &size, sizeof size);
   std::memcpy(heads.data() + sizeof size, &count, sizeof count);
-  std::vector<iovec> parts{{heads.data(), bulk_head_size}};
+  std::vector<iovec> parts{{heads.data(), pieces_head_size}};
   std::uint64_t payload_size = parts.front().iov_len;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
-    auto* head = heads.data() + bulk_head_size + k * bulk_piece_head_size;
+    auto* head = heads.data() + pieces_head_size + k * piece_head_size;
     const auto r = static_cast<std::uint32_t>(pieces[k]);
-    const std::uint64_t n = bx.piece_size();
+    const std::uint64_t n = ex.piece_size();
     std::memcpy(head, &r, sizeof r);
     std::memcpy(head + sizeof r, &n, sizeof n);
-    parts.push_back({head, bulk_piece_head_size});
-    parts.push_back({bx.buffer.data() + bx.offset(pieces[k]), n});
-    payload_size += bulk_piece_head_size + n;
+    parts.push_back({head, piece_head_size});
+    parts.push_back({ex.buffer.data() + ex.piece_offset(pieces[k]), n});
+    payload_size += piece_head_size + n;
   }
   context_.check_size(payload_size, ex);
   try {
@@ -532,9 +516,8 @@ void tree_links::send_up_bulk(const bulk_exchange& bx, time_point deadline, cons
   }
 }
 
-void tree_links::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
-  const auto& ex = bx.base;
-  const auto size = bx.buffer.size();
+void tree_links::pass_buffer_down(const exchange& ex, time_point deadline) {
+  const auto size = ex.buffer.size();
   if (parent_) {
     const auto& parent = *parent_;
     try {
@@ -565,11 +548,11 @@ void tree_links::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
   };
   to_children(nullptr);
   for (std::size_t at = 0; at < size;) {
-    const auto n = std::min(bulk_chunk, size - at);
+    const auto n = std::min(buffer_chunk, size - at);
     if (parent_) {
       const auto& parent = *parent_;
       try {
-        receive_all(parent.fd, bx.buffer.data() + at, n, deadline);
+        receive_all(parent.fd, ex.buffer.data() + at, n, deadline);
       } catch (const socket_closed& e) {
         lost(parent, e.why, ex, e.error_number);
       } catch (const socket_timeout&) {
@@ -578,7 +561,7 @@ void tree_links::pass_down_bulk(const bulk_exchange& bx, time_point deadline) {
             parent.peer);
       }
     }
-    const iovec part{bx.buffer.data() + at, n};
+    const iovec part{ex.buffer.data() + at, n};
     to_children(&part);
     at += n;
   }

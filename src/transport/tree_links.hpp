@@ -27,12 +27,12 @@ class tree_links {
     int fd = -1;
     int peer = -1;  // group rank
   };
-  /// A leader's wait for its children's contributions to one exchange (into `entries`) or bulk
-  /// exchange (into its buffer); the wait for the node's members watches it meanwhile (link_watch).
+  /// A leader's wait for its children's contributions to one exchange (into `entries`; for the
+  /// kinds over buffers, into the buffer); the wait for the node's members watches it meanwhile
+  /// (link_watch).
   class gather final : public link_watch {
    public:
     gather(tree_links& links, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
-    gather(tree_links& links, const bulk_exchange& bx, time_point deadline);
     void tick() override;
     [[noreturn]] void timed_out(std::vector<int> missing) override;
     /// Waits for the children not heard from yet, taking each contribution as it arrives.
@@ -46,8 +46,7 @@ class tree_links {
     tree_links& links_;
     const exchange& ex_;
     time_point deadline_;
-    std::vector<rank_bytes>* entries_ = nullptr;  // an exchange's
-    const bulk_exchange* bulk_ = nullptr;         // or a bulk exchange's
+    std::vector<rank_bytes>* entries_;
     std::vector<bool> done_;
     std::size_t pending_;
   };
@@ -79,7 +78,8 @@ class tree_links {
   /// Fails when a link went silent.
   void check_silence(const exchange& ex);
 
-  /// Child i's contribution, appended to entries; false when only receipts were waiting.
+  /// Child i's contribution, appended to entries (for the kinds over buffers, its subtree's pieces
+  /// straight into the buffer); false when only receipts were waiting.
   bool receive_child(std::size_t i, const exchange& ex, time_point deadline, std::vector<rank_bytes>& entries);
   /// Sends this subtree's entries up and returns the parent's result (with its frame's payload
   /// in `everyone` when the result goes to every member).
@@ -95,12 +95,11 @@ class tree_links {
   /// Passes a broadcast on to the children, then reads the receipts that came back.
   void pass_on_broadcast(const exchange& ex, time_point deadline, const broadcast& b);
 
-  /// Bulk exchanges: child i's pieces straight into the buffer; this subtree's pieces up (those
-  /// of the group ranks in `pieces`); the whole buffer down in chunks, received from the parent
-  /// (unless root) and passed on as they arrive.
-  bool receive_child_bulk(std::size_t i, const bulk_exchange& bx, time_point deadline);
-  void send_up_bulk(const bulk_exchange& bx, time_point deadline, const std::vector<int>& pieces);
-  void pass_down_bulk(const bulk_exchange& bx, time_point deadline);
+  /// The kinds over buffers: this subtree's pieces up (those of the group ranks in `pieces`),
+  /// straight from the buffer; the whole buffer down in chunks, received from the parent (unless
+  /// root) and passed on to the children as they arrive.
+  void send_pieces_up(const exchange& ex, time_point deadline, const std::vector<int>& pieces);
+  void pass_buffer_down(const exchange& ex, time_point deadline);
 
  private:
   /// A one-way broadcast sent down a link, whose receipt has not come back yet.
@@ -119,6 +118,8 @@ class tree_links {
   /// gather::timed_out.
   [[noreturn]] void node_timed_out(const gather& wait, std::vector<int> missing);
   std::optional<frame> next_from_child(std::size_t i, const exchange& ex, time_point deadline);
+  /// receive_child over buffers: the pieces of child i's frame `f` into the buffer.
+  void receive_pieces(std::size_t i, const frame& f, const exchange& ex, time_point deadline);
   void confirm(std::size_t i, const frame& receipt, const exchange& ex);
   std::optional<frame_header> skip_receipts(std::size_t i, const exchange& ex, time_point deadline);
   void check_child(std::size_t i, const exchange& ex, time_point deadline);

@@ -102,8 +102,7 @@ void tree_node::wait_for_result(const exchange& ex, time_point deadline) {
   wait_for_leader(ex, deadline, [&] { return segment_->load(segment_->result_word()) == seq; });
 }
 
-void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload,
-                          std::uint64_t bulk_size) {
+void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload) {
   auto& slot = segment_->member(index_);
   ++signed_;
   auto& mine_part = part(index_);
@@ -111,7 +110,7 @@ void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, b
   mine_part.name_hash = name_hash_of(ex);
   mine_part.size = mine.size();
   mine_part.has_payload = has_payload ? 1 : 0;
-  slot.bulk_size = bulk_size;
+  slot.buffer_size = ex.into_buffer() ? ex.buffer.size() : 0;
   copy_text(mine_part.name, mine_part.name_size, ex.name);
   copy_text(mine_part.site, mine_part.site_size, ex.site);
   if (!mine.empty() && mine.size() <= node_segment::inline_capacity) {
@@ -120,11 +119,10 @@ void tree_node::sign_slot(const exchange& ex, std::span<const std::byte> mine, b
   segment_->store(slot.arrived, low_bits(context_.sequence));
 }
 
-void tree_node::contribute(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
-                           std::uint64_t bulk_size) {
+void tree_node::contribute(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload) {
   auto& segment = *segment_;
   const auto seq = low_bits(context_.sequence);
-  sign_slot(ex, mine, has_payload, bulk_size);
+  sign_slot(ex, mine, has_payload);
   const bool large = mine.size() > node_segment::inline_capacity;
   // One wake-up of the leader per exchange, by the last to arrive (the leader counts itself too):
   // on a node with more ranks than cores each wake-up is a context switch.
@@ -146,26 +144,26 @@ void tree_node::fill_granted(const exchange& ex, std::span<const std::byte> mine
   segment.ring(node_segment::bell::up);
 }
 
-bool tree_node::pieces_fit_in_place(const bulk_exchange& bx) {
-  if (bx.root >= 0) return false;
+bool tree_node::pieces_fit_in_place(const exchange& ex) {
+  if (ex.kind != exchange_kind::all_gather_into) return false;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
     const auto& p = part(i);
-    if (in_data_region(p) && (segment_->member(i).bulk_size != bx.buffer.size() || p.size != bx.piece_size()))
+    if (in_data_region(p) && (segment_->member(i).buffer_size != ex.buffer.size() || p.size != ex.piece_size()))
       return false;
   }
   return true;
 }
 
-std::size_t tree_node::grant_places(const exchange& ex, int finisher, const bulk_exchange* bulk) {
+std::size_t tree_node::grant_places(const exchange& ex, int finisher) {
   auto& segment = *segment_;
-  pieces_in_place_ = bulk && pieces_fit_in_place(*bulk);
+  pieces_in_place_ = pieces_fit_in_place(ex);
   std::size_t total = 0;
   for (int i = 0; i < static_cast<int>(mates_.size()); ++i) {
     auto& slot = segment.member(i);
     if (i == finisher || !in_data_region(part(i))) continue;
     if (pieces_in_place_) {
-      slot.data_offset = bulk->offset(mates_[static_cast<std::size_t>(i)]);
-      total = bulk->buffer.size();
+      slot.data_offset = ex.piece_offset(mates_[static_cast<std::size_t>(i)]);
+      total = ex.buffer.size();
     } else {
       slot.data_offset = total;
       total += (part(i).size + 63) / 64 * 64;
@@ -197,9 +195,9 @@ std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
   check(ex, false);
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
   if (ex.mine) context_.check_size(mine.size(), ex);
-  sign_slot(ex, mine, ex.mine.has_value(), 0);
+  sign_slot(ex, mine, ex.mine.has_value());
   const auto stalled = [&] { finish_stalled(ex); };
-  // The last to arrive wakes the others. A node-mate in another collective (a bulk one) may be
+  // The last to arrive wakes the others. A node-mate in another collective (one over buffers) may be
   // the last and ring only the leader's bell: the others find every arrival at their next look.
   const bool last = segment.arrive() == target;
   if (last) {
@@ -352,11 +350,14 @@ std::vector<rank_bytes> tree_node::finish_on_node(const exchange& ex, time_point
 std::vector<rank_bytes> tree_node::run_as_mate(const exchange& ex) {
   const auto deadline = clock::now() + ex.timeout;
   check(ex, false);
-  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (ex.mine) context_.check_size(mine.size(), ex);
-  contribute(ex, deadline, mine, ex.mine.has_value(), 0);
+  const auto contribution = ex.contribution_of(context_.rank);
+  const auto mine = contribution.value_or(std::span<const std::byte>{});
+  if (contribution && !ex.into_buffer()) context_.check_size(mine.size(), ex);
+  contribute(ex, deadline, mine, contribution.has_value());
   wait_for_result(ex, deadline);
-  return read_result(ex);
+  if (!ex.into_buffer()) return read_result(ex);
+  read_buffer(ex);
+  return {};
 }
 
 std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
@@ -378,14 +379,13 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   return received(ex, context_.rank, std::move(entries));
 }
 
-std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link_watch& links,
-                                   const bulk_exchange* bulk) {
+std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link_watch& links) {
   using bell = node_segment::bell;
   auto& segment = *segment_;
   const auto seq = low_bits(context_.sequence);
   const auto count = mates_.size();
   // For the messages of node-mates that time out or find themselves out of step.
-  sign_slot(ex, {}, false, 0);
+  sign_slot(ex, {}, false);
   segment.arrive();
   // Waits until every node-mate's word is at seq; fails as soon as anything else happens.
   const auto wait_for_mates = [&](auto word_of, std::vector<bool> in) {
@@ -427,10 +427,10 @@ std::size_t tree_node::await_mates(const exchange& ex, time_point deadline, link
   wait_for_mates([](node_segment::slot& s) -> std::uint32_t& { return s.arrived; }, in);
 
   // Large contributions: the leader says where each goes in the data region, then waits for them.
-  const auto total = grant_places(ex, 0, bulk);
-  if (pieces_in_place_ && bulk->contributes(context_.rank)) {  // its own piece too, while they copy theirs
-    const auto offset = bulk->offset(context_.rank);
-    std::memcpy(segment.data(total).data() + offset, bulk->buffer.data() + offset, bulk->piece_size());
+  const auto total = grant_places(ex, 0);
+  if (pieces_in_place_) {  // its own piece too, while they copy theirs
+    const auto offset = ex.piece_offset(context_.rank);
+    std::memcpy(segment.data(total).data() + offset, ex.buffer.data() + offset, ex.piece_size());
   }
   if (total > 0) {
     for (std::size_t i = 1; i < count; ++i) in[i] = !in_data_region(part(static_cast<int>(i)));
@@ -483,24 +483,15 @@ void tree_node::check_slot_in_step(int index, const exchange& ex) {
   }
 }
 
-void tree_node::bulk_as_mate(const bulk_exchange& bx) {
-  const auto& ex = bx.base;
+void tree_node::read_buffer(const exchange& ex) {
   auto& segment = *segment_;
-  const auto deadline = clock::now() + ex.timeout;
-  check(ex, false);
-  const bool contributes = bx.contributes(context_.rank);
-  const auto mine = contributes
-                        ? std::span<const std::byte>(bx.buffer).subspan(bx.offset(context_.rank), bx.piece_size())
-                        : std::span<const std::byte>{};
-  contribute(ex, deadline, mine, contributes, bx.buffer.size());
-  wait_for_result(ex, deadline);
   const auto size = segment.result_size();
-  if (size != bx.buffer.size()) {
+  if (size != ex.buffer.size()) {
     context_.fail(
         ex,
         fmt::format("{} found a result of {} bytes in the node's shared memory during {} at {}, where {} were "
                     "due: a bug, memory corruption, or two jobkit builds in one step",
-                    context_.describe(context_.rank), size, ex.name, ex.site, bx.buffer.size()),
+                    context_.describe(context_.rank), size, ex.name, ex.site, ex.buffer.size()),
         context_.rank, errc::internal);
   }
   if (size == 0) return;
@@ -511,31 +502,30 @@ void tree_node::bulk_as_mate(const bulk_exchange& bx) {
     segment_failed(ex, e);
   }
   // Its own piece of an all_gather is in its buffer already (all_gather_into put it there).
-  const auto skip_from = contributes && bx.root < 0 ? bx.offset(context_.rank) : size;
-  const auto skip_to = std::min<std::size_t>(size, skip_from + bx.piece_size());
-  std::memcpy(bx.buffer.data(), result.data(), skip_from);
-  if (size > skip_to) std::memcpy(bx.buffer.data() + skip_to, result.data() + skip_to, size - skip_to);
+  const auto skip_from = ex.kind == exchange_kind::all_gather_into ? ex.piece_offset(context_.rank) : size;
+  const auto skip_to = std::min<std::size_t>(size, skip_from + ex.piece_size());
+  std::memcpy(ex.buffer.data(), result.data(), skip_from);
+  if (size > skip_to) std::memcpy(ex.buffer.data() + skip_to, result.data() + skip_to, size - skip_to);
 }
 
-void tree_node::publish_buffer(const bulk_exchange& bx) {
-  const auto& ex = bx.base;
-  const auto size = bx.buffer.size();
+void tree_node::publish_buffer(const exchange& ex) {
+  const auto size = ex.buffer.size();
   try {
     segment_->reserve(size);
     if (size > 0) {
       auto region = segment_->data(size).first(size);
       if (!pieces_in_place_) {
-        std::memcpy(region.data(), bx.buffer.data(), size);
+        std::memcpy(region.data(), ex.buffer.data(), size);
       } else {  // the node's pieces are there: copy the others' (from other nodes), between them
         std::vector<std::size_t> here;
-        for (const int g : mates_) here.push_back(bx.offset(g));
+        for (const int g : mates_) here.push_back(ex.piece_offset(g));
         std::sort(here.begin(), here.end());
         std::size_t from = 0;
         for (const auto offset : here) {
-          if (offset > from) std::memcpy(region.data() + from, bx.buffer.data() + from, offset - from);
-          from = offset + bx.piece_size();
+          if (offset > from) std::memcpy(region.data() + from, ex.buffer.data() + from, offset - from);
+          from = offset + ex.piece_size();
         }
-        if (size > from) std::memcpy(region.data() + from, bx.buffer.data() + from, size - from);
+        if (size > from) std::memcpy(region.data() + from, ex.buffer.data() + from, size - from);
       }
     }
   } catch (const error& e) {

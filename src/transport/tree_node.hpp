@@ -82,32 +82,31 @@ class tree_node {
   /// reads the others' parts and folds them itself (in rank order: the same bits on every member);
   /// when a contribution is too large for its part, one member gathers and publishes the result.
   std::vector<rank_bytes> exchange_on_node(const exchange& ex);
-  /// A broadcast of a group on one node: the source posts mail and goes on. Empty when too large
-  /// for mail: every member then runs the ordinary exchange.
-  std::optional<std::vector<rank_bytes>> broadcast_on_node(const exchange& ex);
-  /// A node-mate's ordinary exchange: its contribution up, its leader's result back.
+  /// A broadcast of a group on one node: the source posts mail and goes on. Empty when its bytes
+  /// do not fit in mail (`fits`, the source's decision): every member then takes the tree.
+  std::optional<std::vector<rank_bytes>> broadcast_on_node(const exchange& ex, bool fits);
+  /// A node-mate's exchange by the tree: its contribution (or its piece of the buffer) up, its
+  /// leader's result back (into its buffer, for the kinds over buffers).
   std::vector<rank_bytes> run_as_mate(const exchange& ex);
-  void bulk_as_mate(const bulk_exchange& bx);
   /// Posts a broadcast's bytes (or a notice that they did not fit) for the node-mates.
   bool post_mail(const exchange& ex, time_point deadline, std::span<const std::byte> bytes, bool fits,
                  std::string_view source_site);
   std::optional<std::vector<rank_bytes>> take_mail(const exchange& ex, time_point deadline);
 
   /// The leader's wait for its node-mates' contributions; returns the bytes of the data region
-  /// in use by large ones. For a bulk all_gather (`bulk`, every member contributing a piece of one
-  /// size) the large pieces go where they belong in the result, the leader's own included, so that
-  /// the region holds the node's part of the result once they are in (pieces_in_place()).
-  std::size_t await_mates(const exchange& ex, time_point deadline, link_watch& links,
-                          const bulk_exchange* bulk = nullptr);
+  /// in use by large ones. For an all_gather_into (every member contributing a piece of one size)
+  /// the large pieces go where they belong in the result, the leader's own included, so that the
+  /// region holds the node's part of the result once they are in (pieces_in_place()).
+  std::size_t await_mates(const exchange& ex, time_point deadline, link_watch& links);
   /// Whether the last await_mates placed the node's pieces where they belong in the result.
   bool pieces_in_place() const noexcept { return pieces_in_place_; }
   /// Node-mate `index`'s contribution, in its slot or in the data region.
   std::span<const std::byte> contribution(int index, std::size_t used);
   /// The leader: the result for its node-mates (`everyone` when it goes to every member).
   void publish(const exchange& ex, const std::vector<rank_bytes>& entries, std::span<const std::byte> everyone);
-  /// The leader: a bulk exchange's whole buffer for its node-mates (past the node's pieces when
-  /// they are in place already).
-  void publish_buffer(const bulk_exchange& bx);
+  /// The leader: the whole buffer of an exchange over buffers, for its node-mates (past the
+  /// node's pieces when they are in place already).
+  void publish_buffer(const exchange& ex);
 
  private:
   /// The mail of the broadcast numbered `sequence`, once its source posted it; else null.
@@ -115,7 +114,7 @@ class tree_node {
   void check_mail_in_step(const exchange& ex);
   /// This member's slot for the current exchange: number, name, call site, its contribution when
   /// it fits in place, then the arrival word.
-  void sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload, std::uint64_t bulk_size);
+  void sign_slot(const exchange& ex, std::span<const std::byte> mine, bool has_payload);
   /// Fails unless node-mate `index` signed its slot for this exchange (number and name).
   void check_slot_in_step(int index, const exchange& ex);
   /// The deadline of a broadcast whose mailbox still holds an earlier broadcast that some member
@@ -128,12 +127,12 @@ class tree_node {
   /// publishes the result; returns this member's entries. `mine` is this member's contribution.
   std::vector<rank_bytes> finish_on_node(const exchange& ex, time_point deadline, std::span<const std::byte> mine);
   /// Gives each large contribution but the finisher's own (node index) a place in the data region,
-  /// sized for all of them (a bulk all_gather's: where each belongs in the result), and grants
+  /// sized for all of them (an all_gather_into's: where each belongs in the result), and grants
   /// them; returns the bytes of the region in use (0: none).
-  std::size_t grant_places(const exchange& ex, int finisher, const bulk_exchange* bulk = nullptr);
-  /// Whether every large piece of a bulk all_gather on this node has the size that its place in
+  std::size_t grant_places(const exchange& ex, int finisher);
+  /// Whether every large piece of an all_gather_into on this node has the size that its place in
   /// the result has: then each can be copied straight to that place.
-  bool pieces_fit_in_place(const bulk_exchange& bx);
+  bool pieces_fit_in_place(const exchange& ex);
   /// Copies a large contribution where the finisher granted it a place, and says so.
   void fill_granted(const exchange& ex, std::span<const std::byte> mine);
   /// World ranks of the node-mates (this rank included) that have not arrived at this exchange.
@@ -152,9 +151,10 @@ class tree_node {
   std::vector<rank_bytes> read_parts(const exchange& ex);
   /// A node-mate's entries of the result its leader (or the finisher) published.
   std::vector<rank_bytes> read_result(const exchange& ex);
+  /// A node-mate's buffer from the one its leader published (its own piece left as it is).
+  void read_buffer(const exchange& ex);
   /// A node-mate's contribution into its slot (large ones into the data region once granted).
-  void contribute(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload,
-                  std::uint64_t bulk_size);
+  void contribute(const exchange& ex, time_point deadline, std::span<const std::byte> mine, bool has_payload);
   /// A node-mate's wait for the result of the current exchange from its leader.
   void wait_for_result(const exchange& ex, time_point deadline);
   /// A node-mate's wait for its leader until ready() holds; at the deadline, names the node-mates

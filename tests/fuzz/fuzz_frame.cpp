@@ -51,14 +51,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const protocol_violation&) {
   }
   if (size < 4) return 0;
-  // A bulk up frame from a child whose subtree holds the ranks of one parity: a group of up to 16,
-  // a root or none, pieces of up to 63 bytes; the rest of the input is the payload.
+  // The up frame of an exchange over buffers from a child whose subtree holds the ranks of one
+  // parity: a group of up to 16, a broadcast_into from a root or an all_gather_into, pieces of up
+  // to 63 bytes; the rest of the input is the payload.
   const int ranks = data[1] % 16 + 1;
-  bulk_exchange bx;
-  bx.root = data[2] % 32 < ranks ? data[2] % 32 : -1;
-  bx.piece = data[3] % 64;
-  std::vector<std::byte> buffer(bx.root >= 0 ? bx.piece : bx.piece * static_cast<std::size_t>(ranks));
-  bx.buffer = buffer;
+  const bool rooted = data[2] % 32 < ranks;
+  exchange ex(rooted ? exchange_kind::broadcast_into : exchange_kind::all_gather_into, "fuzz", "fuzz_frame.cpp:1",
+              std::chrono::milliseconds(0));
+  ex.root = rooted ? data[2] % 32 : 0;
+  ex.piece = data[3] % 64;
+  std::vector<std::byte> buffer(rooted ? ex.piece : ex.piece * static_cast<std::size_t>(ranks));
+  ex.buffer = buffer;
   const auto payload = input.subspan(4);
   std::size_t at = 0;
   const auto take = [&](void* to, std::size_t n) {
@@ -66,11 +69,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (n > 0) std::memcpy(to, payload.data() + at, n);
     at += n;
   };
-  const auto due = [&](int r) { return r % 2 == data[0] % 2 && bx.contributes(r); };
+  const auto due = [&](int r) { return r % 2 == data[0] % 2 && ex.contributes_piece(r); };
   try {
-    const auto announced = read_bulk_pieces(take, payload.size(), bx, ranks, due);
+    const auto announced = read_pieces(take, payload.size(), ex, ranks, due);
     if (announced == buffer.size() && at != payload.size()) {
-      std::fprintf(stderr, "read_bulk_pieces accepted a frame without reading all of it\n");
+      std::fprintf(stderr, "read_pieces accepted a frame without reading all of it\n");
       std::abort();
     }
   } catch (const protocol_violation&) {

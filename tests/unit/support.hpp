@@ -19,7 +19,8 @@ inline bool contains(const std::string& text, const std::string& part) { return 
 /// Groups of `size` ranks inside one process (the in-process transport), one per thread.
 inline std::vector<jobkit::group> inprocess_groups(int size, const std::string& hostname = "localhost") {
   std::vector<jobkit::group> groups;
-  for (auto& state : jobkit::detail::make_inprocess_group_states(size, hostname)) groups.emplace_back(std::move(state));
+  for (auto& state : jobkit::detail::make_inprocess_group_states(size, hostname))
+    groups.push_back(jobkit::detail::group_over(std::move(state)));
   return groups;
 }
 

@@ -71,7 +71,7 @@ group pending_group(int& calls, int failures, jobkit::errc code = jobkit::errc::
   state->world_ranks = {0};
   state->phase = jobkit::detail::group_phase::pending;
   state->pending = std::make_unique<counting_connector>(calls, failures, code);
-  return group(state);
+  return jobkit::detail::group_over(state);
 }
 
 }  // namespace
@@ -93,7 +93,7 @@ TEST_CASE("a setup that fails with another exception fails the group for good to
   state->world_ranks = {0};
   state->phase = jobkit::detail::group_phase::pending;
   state->pending = std::make_unique<foreign_failure_connector>(calls);
-  group g(state);
+  auto g = jobkit::detail::group_over(state);
   for (const auto* expected : {"setting up the data path: no thread", "unusable after an earlier failure"}) {
     try {
       g.barrier();

@@ -83,7 +83,7 @@ std::vector<test_support::outcome<T>> on_tcp_ranks(const std::vector<int>& nodes
         if (before_groups) before_groups(r, fabric);
         std::vector<int> all(static_cast<std::size_t>(size));
         std::iota(all.begin(), all.end(), 0);
-        auto world = jobkit::group(make_tcp_group_state(fabric, all, 20s));
+        auto world = jobkit::detail::group_over(make_tcp_group_state(fabric, all, 20s));
         out.value.emplace(fn(fabric, world));
       } catch (const jobkit::error& e) {
         out.error = e.what();
@@ -453,7 +453,7 @@ TEST_CASE("strangers on a rank's port: silent, garbage, absurd sizes, forged hel
         // hello comes only after rank 0's challenge.
         int sum_again = 0;
         for (int round = 0; round < 200; ++round) {
-          auto again = jobkit::group(make_tcp_group_state(fabric, g.world_ranks(), 20s));
+          auto again = jobkit::detail::group_over(make_tcp_group_state(fabric, g.world_ranks(), 20s));
           sum_again = again.all_reduce(g.rank() + 1, jobkit::reduce_op::sum);
           if (!g.broadcast(g.rank() == 0 && fabric.dropped_connections() < 2)) break;
           std::this_thread::sleep_for(10ms);
@@ -490,8 +490,8 @@ TEST_CASE("a silent stranger is dropped at its handshake deadline", "[transport]
       {0, 1},
       [&](tcp_fabric& fabric, jobkit::group& g) {
         std::this_thread::sleep_for(400ms);
-        auto again =
-            jobkit::group(make_tcp_group_state(fabric, g.world_ranks(), 20s));  // rank 0 accepts again: deadlines pass
+        auto again = jobkit::detail::group_over(
+            make_tcp_group_state(fabric, g.world_ranks(), 20s));  // rank 0 accepts again: deadlines pass
         if (g.rank() == 0) dropped = fabric.dropped_connections();
         return again.all_reduce(1, jobkit::reduce_op::sum);
       },
@@ -1237,7 +1237,7 @@ TEST_CASE(
         o.on_demand = fabric.on_demand();
         std::vector<int> all(nodes.size());
         std::iota(all.begin(), all.end(), 0);
-        auto world = jobkit::group(make_tcp_group_state(fabric, all, 20s));
+        auto world = jobkit::detail::group_over(make_tcp_group_state(fabric, all, 20s));
         o.awaits_world = rv.awaits();
         o.settled_after_creation = fabric.settled();
         world.broadcast(1, {.root = 0});  // one way: proves nothing
@@ -1246,7 +1246,7 @@ TEST_CASE(
         o.settled_after_reduce = fabric.settled();  // every rank took part
         // Pairs across nodes (0-7, 1-6, 2-5, 3-4): each has a new parent to read.
         const std::vector<int> pair{std::min(r, size - 1 - r), std::max(r, size - 1 - r)};
-        auto g = jobkit::group(make_tcp_group_state(fabric, pair, 20s));
+        auto g = jobkit::detail::group_over(make_tcp_group_state(fabric, pair, 20s));
         o.pair_sum = g.all_reduce(r, jobkit::reduce_op::sum);
         o.awaits_after = rv.awaits() - o.awaits_world;
         o.fences = rv.fences();

@@ -96,11 +96,9 @@ std::vector<outcome<T>> on_leaders(F fn) {
   return outcomes;
 }
 
+/// An all_gather named `name` (unless the test sets another kind).
 exchange named(const std::string& name, std::span<const std::byte> mine, std::chrono::milliseconds t = 5s) {
-  exchange ex;
-  ex.name = name;
-  ex.site = "test_tree_links.cpp:1";
-  ex.timeout = t;
+  exchange ex(exchange_kind::all_gather, name, "test_tree_links.cpp:1", t);
   ex.mine = mine;
   return ex;
 }

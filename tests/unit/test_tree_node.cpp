@@ -81,24 +81,16 @@ std::vector<outcome<T>> on_node(int size, const std::string& name, F fn) {
   return outcomes;
 }
 
-/// The exchange `name` of this rank: its contribution is `bytes`.
+/// The exchange `name` of this rank (an all_gather unless said otherwise): its contribution is `bytes`.
 exchange contributing(const std::string& name, std::span<const std::byte> bytes, std::chrono::milliseconds t = 5s) {
-  exchange ex;
-  ex.name = name;
-  ex.site = "test_tree_node.cpp:1";
-  ex.timeout = t;
+  exchange ex(exchange_kind::all_gather, name, "test_tree_node.cpp:1", t);
   ex.mine = bytes;
   return ex;
 }
 
 /// A barrier's exchange (it contributes and delivers nothing).
 exchange barrier_at(const std::string& site, std::chrono::milliseconds t) {
-  exchange ex;
-  ex.name = "barrier";
-  ex.site = site;
-  ex.timeout = t;
-  ex.kind = exchange_kind::barrier;
-  return ex;
+  return exchange(exchange_kind::barrier, "barrier", site, t);
 }
 
 std::vector<std::byte> filled(std::size_t size, int rank) {
@@ -143,7 +135,7 @@ TEST_CASE("tree_node: a broadcast goes one way as mail; collectives out of step 
     ex.kind = exchange_kind::broadcast;
     ex.root = 1;
     if (m.context.rank != 1) ex.mine.reset();
-    const auto entries = m.node->broadcast_on_node(ex);
+    const auto entries = m.node->broadcast_on_node(ex, true);
     if (entries && entries->size() == 1) {
       const auto& e = entries->front();
       got[static_cast<std::size_t>(m.context.rank)] =

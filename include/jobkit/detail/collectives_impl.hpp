@@ -63,7 +63,8 @@ std::span<std::byte> writable_bytes_of(R& range) {
 template <bulk_buffer B>
 void group::broadcast_into(B&& data, rooted_options options, std::source_location site) {
   check_root("broadcast_into", options.root);
-  run_bulk(detail::signed_name("broadcast_into(root " + std::to_string(options.root) + ")", options.signature),
+  run_into(detail::exchange_kind::broadcast_into,
+           detail::signed_name("broadcast_into(root " + std::to_string(options.root) + ")", options.signature),
            detail::writable_bytes_of(data), 0, options.root, options.timeout, site);
 }
 
@@ -72,17 +73,17 @@ requires bulk_source<M, B>
 void group::all_gather_into(const M& mine, B&& all, call_options options, std::source_location site) {
   const auto bytes = detail::writable_bytes_of(all);
   place_own_part(detail::bytes_of(mine), bytes, site);
-  run_bulk(detail::signed_name("all_gather_into", options.signature), bytes,
-           std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), -1, options.timeout, site);
+  run_into(detail::exchange_kind::all_gather_into, detail::signed_name("all_gather_into", options.signature), bytes,
+           std::ranges::size(mine) * sizeof(std::ranges::range_value_t<M>), 0, options.timeout, site);
 }
 
 template <sendable T>
 T group::broadcast(const T& value, rooted_options options, std::source_location site) {
   check_root("broadcast", options.root);
   auto ex =
-      make_exchange(detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
+      make_exchange(detail::exchange_kind::broadcast,
+                    detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
                     options.timeout, site);
-  ex.kind = detail::exchange_kind::broadcast;
   ex.root = options.root;
   std::vector<std::byte> bytes;
   if (rank() == options.root) {
@@ -97,18 +98,19 @@ T group::broadcast(const T& value, rooted_options options, std::source_location 
 template <sendable T>
 std::vector<T> group::gather(const T& value, rooted_options options, std::source_location site) {
   check_root("gather", options.root);
-  auto ex = make_exchange(detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature),
+  auto ex = make_exchange(detail::exchange_kind::gather,
+                          detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature),
                           options.timeout, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
-  ex.kind = detail::exchange_kind::gather;
   ex.root = options.root;
   return decode_all<T>(ex, run(ex));
 }
 
 template <sendable T>
 std::vector<T> group::all_gather(const T& value, call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::signed_name("all_gather", options.signature), options.timeout, site);
+  auto ex = make_exchange(detail::exchange_kind::all_gather, detail::signed_name("all_gather", options.signature),
+                          options.timeout, site);
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
   return decode_all<T>(ex, run(ex));
@@ -118,7 +120,6 @@ template <class T, class Combine>
 T group::fold_in_rank_order(detail::exchange& ex, const T& value, Combine combine) {
   const auto bytes = to_bytes(value);
   ex.mine = bytes;
-  ex.kind = detail::exchange_kind::all_reduce;
   // Entries are folded in rank order, so every rank receives the same bits. The fold refers to
   // one local, so that std::function holds it without an allocation.
   const auto fold = [this, &ex, &combine](std::vector<detail::rank_bytes>& entries) {
@@ -164,7 +165,8 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
       return std::is_floating_point_v<typename T::value_type>;
   }();
   detail::check_reduce_op("all_reduce", op, !floating);
-  auto ex = make_exchange(detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
+  auto ex = make_exchange(detail::exchange_kind::all_reduce,
+                          detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
                           options.timeout, site);
   T total = fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
     if constexpr (std::is_arithmetic_v<T>) {
@@ -189,7 +191,8 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
 
 template <sendable T, binary_operation_of<T> Op>
 T group::all_reduce(const T& value, Op op, call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::signed_name("all_reduce(user operation)", options.signature), options.timeout, site);
+  auto ex = make_exchange(detail::exchange_kind::all_reduce,
+                          detail::signed_name("all_reduce(user operation)", options.signature), options.timeout, site);
   return fold_in_rank_order(ex, value, [&](T a, const T& b, int, int) { return static_cast<T>(op(a, b)); });
 }
 
@@ -197,7 +200,8 @@ template <sendable T>
 T group::scatter(const std::vector<T>& values, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("scatter", root);
-  auto ex = make_exchange(detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature),
+  auto ex = make_exchange(detail::exchange_kind::scatter,
+                          detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature),
                           options.timeout, site);
   std::vector<std::byte> bytes;
   if (rank() == root) {
@@ -206,7 +210,6 @@ T group::scatter(const std::vector<T>& values, rooted_options options, std::sour
     bytes = to_bytes(parts);
     ex.mine = bytes;
   }
-  ex.kind = detail::exchange_kind::scatter;
   ex.root = root;
   const int members = size();
   ex.finish = [this, &ex, members, root](std::vector<detail::rank_bytes>& entries) {
@@ -223,8 +226,8 @@ template <class F, class R>
 requires sendable<R> R group::compute_and_broadcast(F&& fn, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("compute_and_broadcast", root);
-  auto ex = make_exchange("compute_and_broadcast(root " + std::to_string(root) + ")", options.timeout, site);
-  ex.kind = detail::exchange_kind::broadcast;
+  auto ex = make_exchange(detail::exchange_kind::broadcast, "compute_and_broadcast(root " + std::to_string(root) + ")",
+                          options.timeout, site);
   ex.root = root;
   // Connected first: while fn runs, the others then wait in jobkit's data path with its deadline,
   // not in the setup's PMIx fence (bounded by the launcher's own timeout).
@@ -247,11 +250,11 @@ template <class F, class R>
 requires sendable<R> std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_options options,
                                                                  std::source_location site) {
   check_root("gather_from_all_ranks", options.root);
-  auto ex = make_exchange("gather_from_all_ranks(root " + std::to_string(options.root) + ")", options.timeout, site);
+  auto ex = make_exchange(detail::exchange_kind::gather,
+                          "gather_from_all_ranks(root " + std::to_string(options.root) + ")", options.timeout, site);
   connect(ex);
   const auto bytes = encode_result(fn, ex);
   ex.mine = bytes;
-  ex.kind = detail::exchange_kind::gather;
   ex.root = options.root;
   return decode_all<R>(ex, run(ex));
 }
@@ -259,11 +262,10 @@ requires sendable<R> std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_
 template <class Map, class Reduce, class M, class R>
 requires sendable<M> && sendable<R> R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options,
                                                                   std::source_location site) {
-  auto ex = make_exchange("reduce_and_broadcast", options.timeout, site);
+  auto ex = make_exchange(detail::exchange_kind::reduce_and_broadcast, "reduce_and_broadcast", options.timeout, site);
   connect(ex);
   const auto bytes = encode_result(map, ex);
   ex.mine = bytes;
-  ex.kind = detail::exchange_kind::reduce_and_broadcast;
   ex.finish = [this, &ex, &reduce](std::vector<detail::rank_bytes>& entries) {
     return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(decode_all<M>(ex, entries)))}};
   };
