@@ -460,21 +460,22 @@ py::tuple cause_tuple(const jobkit::stop_cause& c) {
 
 void define_preemption(py::module_& m) {
   py::class_<jobkit::stop_guard>(m, "StopGuard")
-      .def(py::init([](std::optional<std::vector<int>> signals, double time_margin, int check_every, opt_ms timeout) {
+      .def(py::init([](std::optional<std::vector<int>> signals, std::int64_t time_margin_ms, int check_every,
+                       opt_ms timeout) {
              jobkit::stop_options options;
              if (signals) options.signals = *signals;
-             options.time_margin = std::chrono::ceil<std::chrono::seconds>(duration_of(time_margin, "time_margin"));
+             options.time_margin = std::chrono::ceil<std::chrono::seconds>(std::chrono::milliseconds{time_margin_ms});
              options.check_every = check_every;
              options.timeout = timeout_of(timeout);
              return blocking([&] { return std::make_unique<jobkit::stop_guard>(options); });
            }),
-           py::arg("signals") = py::none(), py::arg("time_margin") = 0.0, py::arg("check_every") = 1,
+           py::arg("signals") = py::none(), py::arg("time_margin_ms") = 0, py::arg("check_every") = 1,
            py::arg("timeout") = py::none())
       .def("stop_requested", [](jobkit::stop_guard& g) { return blocking([&] { return g.stop_requested(); }); })
       .def_property_readonly("cause", [](const jobkit::stop_guard& g) { return cause_tuple(g.cause()); });
-  m.def("time_left", [](double max_age) {
+  m.def("time_left", [](std::int64_t max_age_ms) {
     start_runtime();
-    const auto left = jobkit::time_left(std::chrono::ceil<std::chrono::seconds>(duration_of(max_age, "max_age")));
+    const auto left = jobkit::time_left(std::chrono::ceil<std::chrono::seconds>(std::chrono::milliseconds{max_age_ms}));
     return left ? std::optional<double>(static_cast<double>(left->count())) : std::nullopt;
   });
   m.def("requeue", [] { blocking<false>([] { jobkit::requeue(); }); });

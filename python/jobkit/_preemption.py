@@ -10,7 +10,7 @@ from typing import Union as _Union
 
 from . import _jobkit
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
-from ._timeout import duration as _duration
+from ._timeout import duration_ms as _duration_ms
 from ._timeout import timeout_ms as _timeout_ms
 from ._workspace import _open
 
@@ -53,8 +53,8 @@ class StopGuard:
                  check_every: int = 1, timeout: _Seconds = None) -> None:
         # None once closed: a later call fails with InvalidArgumentError
         self._guard: _Optional[_jobkit.StopGuard] = _jobkit.StopGuard(
-            None if signals is None else [int(s) for s in signals], _duration(time_margin, "time_margin", "StopGuard"),
-            check_every, _timeout_ms(timeout))
+            None if signals is None else [int(s) for s in signals],
+            _duration_ms(time_margin, "time_margin", "StopGuard"), check_every, _timeout_ms(timeout))
 
     def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop
@@ -95,7 +95,7 @@ def time_left(max_age: "_Union[float, _timedelta]" = 60) -> _Optional[float]:
     libslurm gave no answer. InvalidEnvironmentError when SLURM_JOB_END_TIME is malformed.
     max_age: seconds (0: ask every time) or a datetime.timedelta, rounded up to whole seconds; 0 or
     more, finite and at most 1e9 (InvalidArgumentError otherwise)."""
-    return _jobkit.time_left(_duration(max_age, "max_age", "time_left"))
+    return _jobkit.time_left(_duration_ms(max_age, "max_age", "time_left"))
 
 
 def requeue() -> None:

@@ -81,8 +81,8 @@ def milliseconds(timeout: Duration, name: str = "timeout", caller: str = "", zer
                     timeout_seconds_rule, zero_is_none)[1]
 
 
-def duration(span: Duration, name: str, caller: str = "") -> float:
-    """A margin's or an age's span (0: none) in seconds, or InvalidArgumentError
-    ``"[caller: ]name=value: why"``."""
+def duration_ms(span: Duration, name: str, caller: str = "") -> int:
+    """A margin's or an age's span (0: none) in milliseconds by the rule of spans, rounded up, for the
+    extension, or InvalidArgumentError ``"[caller: ]name=value: why"``."""
     return _checked(span, name, caller, "a number of seconds or a datetime.timedelta", duration_from_seconds,
-                    duration_seconds_rule)[0]
+                    duration_seconds_rule)[1]

@@ -536,13 +536,8 @@ def test_one_rule_for_margins_and_ages(monkeypatch):
         with jobkit.StopGuard(time_margin=good) as stop:
             assert stop.stop_requested() == (good == 1e9)  # 600 s left: below a margin of 1e9 s only
         assert 598 <= jobkit.time_left(good) <= 600
-    # The extension's own guard against an overflowing conversion, for a caller that skips jobkit's:
-    # the C++ library's words after the argument's name.
-    for bad in (-1.0, 1e300, float("inf"), float("nan")):
-        with pytest.raises(jobkit.InvalidArgumentError, match=rf"time_margin=-?(1|1e\+300|inf|nan): {SPAN_RULE}"):
-            jobkit._jobkit.StopGuard(None, bad, 1, None)
-        with pytest.raises(jobkit.InvalidArgumentError, match=rf"max_age=-?(1|1e\+300|inf|nan): {SPAN_RULE}"):
-            jobkit._jobkit.time_left(bad)
+    # The rule is applied once, in jobkit._timeout: the extension takes its milliseconds as they are.
+    assert 598 <= jobkit._jobkit.time_left(1500) <= 600
 
 
 def test_the_report_of_torch_collectives_keeps_the_rule_of_spans():
