@@ -166,3 +166,16 @@ fetch_wheelhouse() {
   fi
   exec 9>&-
 }
+
+# template_use_libuv PYTHON: sets use_libuv to the USE_LIBUV that slurm/train-python.sbatch exports
+# for PYTHON's torch (0 where that torch was built without libuv, Debian 13's 2.6: env:// then needs
+# torch's other TCPStore server), empty where it exports none. The template's own check, taken from
+# its text, so that a test runs a torch script as the template would.
+template_use_libuv() {
+  local template=$repo/slurm/train-python.sbatch snippet
+  snippet=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$template")
+  [[ -n $snippet ]] || fail "$template has no 'if [[ -z \${USE_LIBUV ... fi' check to take USE_LIBUV from"
+  # shellcheck disable=SC2034 # the caller's
+  use_libuv=$(PYTHON=$1 bash -c "$snippet"$'\necho "${USE_LIBUV:-}"') || fail "$template's USE_LIBUV check failed"
+}
+

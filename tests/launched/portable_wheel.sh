@@ -182,13 +182,12 @@ for line in "${lines[@]}"; do
     check_ddp 5 "$role: uneven, jobkit.torch.init_process_group under the wheel's jobkit exec" torch-first jobkit
     if [[ $role == system-torch ]]; then
       # A torch without libuv (Debian 13's 2.6) needs USE_LIBUV=0 for env://: the template's own check.
-      uv=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$repo/slurm/train-python.sbatch" |
-        PYTHON=$py bash -c 'source /dev/stdin; echo "${USE_LIBUV:-}"')
+      template_use_libuv "$py"
       # The unchanged torch script is the step tests' one all_reduce (torch_allreduce.py): with more
       # of Debian's torch 2.6 in it (a DDP step), one rank of 5 once aborted after its work and
       # destroy_process_group, "terminate called without an active exception", in torch alone.
       cp "$here/torch_allreduce.py" "$work/check/" || fail "cannot copy torch_allreduce.py"
-      run_step "${clean[@]}" ${uv:+USE_LIBUV=$uv} "${step[@]}" "${small_cyclic[@]}" "$cli" exec --timeout 120 -- \
+      run_step "${clean[@]}" ${use_libuv:+USE_LIBUV=$use_libuv} "${step[@]}" "${small_cyclic[@]}" "$cli" exec --timeout 120 -- \
         "$py" torch_allreduce.py
       ((status == 0 && $(count 'all_reduce 15 (expected 15) ok') == 5)) ||
         fail "$role: cyclic, an unchanged torch script under jobkit exec (env://): not every rank's all_reduce was right"

@@ -58,9 +58,8 @@ case $mode in
   exec)
     /usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch not installed (apt-get install python3-torch)"
     # A torch without libuv (Debian 13's 2.6) needs USE_LIBUV=0 for env://, as slurm/train-python.sbatch sets it.
-    uv=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$repo/slurm/train-python.sbatch" |
-      PYTHON=/usr/bin/python3 bash -c 'source /dev/stdin; echo "${USE_LIBUV:-}"')
-    run_step env ${uv:+USE_LIBUV=$uv} "${step[@]}" "$jobkit" exec -- /usr/bin/python3 "$here/torch_allreduce.py" ;;
+    template_use_libuv /usr/bin/python3
+    run_step env ${use_libuv:+USE_LIBUV=$use_libuv} "${step[@]}" "$jobkit" exec -- /usr/bin/python3 "$here/torch_allreduce.py" ;;
   exec-refuse) run_step env RANK=5 "${step[@]}" "$jobkit" exec -- true ;;
   exec-finalized)
     # CMD inherits no PMIx connection: jobkit exec finalised PMIx before it exec'd (an unfinalised
