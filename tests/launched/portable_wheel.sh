@@ -124,16 +124,15 @@ cyclic=(-N3 -n8 --distribution=cyclic)  # 6+1+1, ranks dealt cyclically
 small_uneven=(-N3 -n5)                  # 3+1+1
 small_cyclic=(-N3 -n5 --distribution=cyclic)
 
-# install ROLE PYTHON: a fresh venv with the wheel (and, for torch-venv, PyPI's torch); sets venv, py, cli.
+# install ROLE PYTHON: a fresh venv with the wheel (and, for torch-venv, PyPI's torch); sets venv, py,
+# cli and extension. The wheel's files are built for glibc 2.28: beyond wheel_venv's checks, they
+# need no libstdc++ (their libc++ is inside).
 install() {
   local role=$1 python=$2 options=()
   wheel_for "$python"
   venv=$work/venv-$role-$(basename "$wheel" | cut -d- -f3)
   [[ $role != system-torch ]] || options=(--system-site-packages)
-  "$python" -m venv "${options[@]}" "$venv" || fail "$python -m venv ${options[*]} $venv failed"
-  py=$venv/bin/python
-  cli=$venv/bin/jobkit
-  "$py" -m pip install --no-deps "$wheel" >"$venv.log" 2>&1 || { tail -20 "$venv.log"; fail "pip install $wheel failed"; }
+  wheel_venv --forbid 'libstdc\+\+' "${options[@]}" "$venv" "$python" "$wheel"
   echo "--- $role: $(basename "$wheel") (sha256 $(sha256sum "$wheel" | cut -c1-16)) into $venv"
   if [[ $role == torch-venv ]]; then
     fetch_wheelhouse "$python"
@@ -141,14 +140,6 @@ install() {
     time PIP_FIND_LINKS=$wheelhouse "$py" -m pip install --no-compile torch >>"$venv.log" 2>&1 ||
       { tail -20 "$venv.log"; fail "pip install torch failed"; }
   fi
-  [[ -x $cli ]] || fail "the venv has no bin/jobkit from the wheel"
-  # The installed files are the wheel's, built for glibc 2.28: no libstdc++ (its libc++ is inside).
-  local extension
-  extension=$("$py" -c 'import jobkit._jobkit as m; print(m.__file__)') || fail "$role: jobkit does not import"
-  [[ $extension == "$venv"/* ]] || fail "$role: jobkit._jobkit is not the venv's: $extension"
-  local needed
-  needed=$(ldd "$extension" "$cli") || fail "$role: ldd $extension $cli failed"
-  ! grep -qE 'not found|libstdc\+\+|libpmix|libfmt' <<<"$needed" || { echo "$needed"; fail "$role: the wheel's files need more than glibc"; }
 }
 
 # check RANKS WHAT ORDER INIT: the last DDP step's every rank trained, with ORDER and INIT.
