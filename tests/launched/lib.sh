@@ -166,3 +166,54 @@ fetch_wheelhouse() {
   fi
   exec 9>&-
 }
+
+# template_use_libuv PYTHON: sets use_libuv to the USE_LIBUV that slurm/train-python.sbatch exports
+# for PYTHON's torch (0 where that torch was built without libuv, Debian 13's 2.6: env:// then needs
+# torch's other TCPStore server), empty where it exports none. The template's own check, taken from
+# its text, so that a test runs a torch script as the template would.
+template_use_libuv() {
+  local template=$repo/slurm/train-python.sbatch snippet
+  snippet=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$template")
+  [[ -n $snippet ]] || fail "$template has no 'if [[ -z \${USE_LIBUV ... fi' check to take USE_LIBUV from"
+  # shellcheck disable=SC2034 # the caller's
+  use_libuv=$(PYTHON=$1 bash -c "$snippet"$'\necho "${USE_LIBUV:-}"') || fail "$template's USE_LIBUV check failed"
+}
+
+# wheel_venv [--forbid ERE] [VENV_OPTION...] VENV PYTHON WHEEL: a fresh venv VENV of PYTHON (each
+# VENV_OPTION passed to `python -m venv`: --system-site-packages) with WHEEL installed from its file
+# alone (pip's output in VENV.log). Sets py (VENV/bin/python), cli (VENV/bin/jobkit) and extension
+# (jobkit._jobkit's file, which must be the venv's), and fails unless both of these binaries need
+# no library beyond the system's (by ldd, whose output is kept whole before it is searched): none not
+# found, no libjobkit (its objects are inside), no libpmix (opened at run time), no libfmt (compiled
+# in), and none that matches ERE.
+wheel_venv() {
+  local forbid='not found|libjobkit|libpmix|libfmt' options=()
+  while [[ ${1:-} == -* ]]; do
+    if [[ $1 == --forbid ]]; then
+      forbid+="|$2"
+      shift 2
+    else
+      options+=("$1")
+      shift
+    fi
+  done
+  (($# == 3)) || fail "usage: wheel_venv [--forbid ERE] [VENV_OPTION...] VENV PYTHON WHEEL"
+  local venv=$1 python=$2 wheel=$3 file needed bad
+  "$python" -m venv "${options[@]}" "$venv" || fail "$python -m venv ${options[*]} $venv failed"
+  py=$venv/bin/python
+  cli=$venv/bin/jobkit
+  "$py" -m pip install --no-index --no-deps "$wheel" >"$venv.log" 2>&1 ||
+    { tail -20 "$venv.log"; fail "pip install of $wheel into $venv failed (log: $venv.log)"; }
+  [[ -x $cli ]] || fail "the venv $venv has no bin/jobkit from $(basename "$wheel")"
+  # -I: neither the current directory nor the environment can put another jobkit first.
+  extension=$("$py" -I -c 'import jobkit._jobkit as m; print(m.__file__)') || fail "$py cannot import jobkit"
+  [[ $extension == "$venv"/lib/python3*/site-packages/jobkit/_jobkit.*.so ]] ||
+    fail "jobkit._jobkit is not the venv's ($venv): $extension"
+  for file in "$extension" "$cli"; do
+    needed=$(ldd "$file") || fail "ldd $file failed"
+    echo "ldd ${file#"$venv"/}:"
+    echo "$needed"
+    bad=$(grep -E -- "$forbid" <<<"$needed")
+    [[ -z $bad ]] || fail "${file#"$venv"/} of $(basename "$wheel") needs a library beyond the system's ($forbid): $bad"
+  done
+}

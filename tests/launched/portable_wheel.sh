@@ -124,16 +124,15 @@ cyclic=(-N3 -n8 --distribution=cyclic)  # 6+1+1, ranks dealt cyclically
 small_uneven=(-N3 -n5)                  # 3+1+1
 small_cyclic=(-N3 -n5 --distribution=cyclic)
 
-# install ROLE PYTHON: a fresh venv with the wheel (and, for torch-venv, PyPI's torch); sets venv, py, cli.
+# install ROLE PYTHON: a fresh venv with the wheel (and, for torch-venv, PyPI's torch); sets venv, py,
+# cli and extension. The wheel's files are built for glibc 2.28: beyond wheel_venv's checks, they
+# need no libstdc++ (their libc++ is inside).
 install() {
   local role=$1 python=$2 options=()
   wheel_for "$python"
   venv=$work/venv-$role-$(basename "$wheel" | cut -d- -f3)
   [[ $role != system-torch ]] || options=(--system-site-packages)
-  "$python" -m venv "${options[@]}" "$venv" || fail "$python -m venv ${options[*]} $venv failed"
-  py=$venv/bin/python
-  cli=$venv/bin/jobkit
-  "$py" -m pip install --no-deps "$wheel" >"$venv.log" 2>&1 || { tail -20 "$venv.log"; fail "pip install $wheel failed"; }
+  wheel_venv --forbid 'libstdc\+\+' "${options[@]}" "$venv" "$python" "$wheel"
   echo "--- $role: $(basename "$wheel") (sha256 $(sha256sum "$wheel" | cut -c1-16)) into $venv"
   if [[ $role == torch-venv ]]; then
     fetch_wheelhouse "$python"
@@ -141,14 +140,6 @@ install() {
     time PIP_FIND_LINKS=$wheelhouse "$py" -m pip install --no-compile torch >>"$venv.log" 2>&1 ||
       { tail -20 "$venv.log"; fail "pip install torch failed"; }
   fi
-  [[ -x $cli ]] || fail "the venv has no bin/jobkit from the wheel"
-  # The installed files are the wheel's, built for glibc 2.28: no libstdc++ (its libc++ is inside).
-  local extension
-  extension=$("$py" -c 'import jobkit._jobkit as m; print(m.__file__)') || fail "$role: jobkit does not import"
-  [[ $extension == "$venv"/* ]] || fail "$role: jobkit._jobkit is not the venv's: $extension"
-  local needed
-  needed=$(ldd "$extension" "$cli") || fail "$role: ldd $extension $cli failed"
-  ! grep -qE 'not found|libstdc\+\+|libpmix|libfmt' <<<"$needed" || { echo "$needed"; fail "$role: the wheel's files need more than glibc"; }
 }
 
 # check RANKS WHAT ORDER INIT: the last DDP step's every rank trained, with ORDER and INIT.
@@ -182,13 +173,12 @@ for line in "${lines[@]}"; do
     check_ddp 5 "$role: uneven, jobkit.torch.init_process_group under the wheel's jobkit exec" torch-first jobkit
     if [[ $role == system-torch ]]; then
       # A torch without libuv (Debian 13's 2.6) needs USE_LIBUV=0 for env://: the template's own check.
-      uv=$(sed -n '/^if \[\[ -z ${USE_LIBUV/,/^fi/p' "$repo/slurm/train-python.sbatch" |
-        PYTHON=$py bash -c 'source /dev/stdin; echo "${USE_LIBUV:-}"')
+      template_use_libuv "$py"
       # The unchanged torch script is the step tests' one all_reduce (torch_allreduce.py): with more
       # of Debian's torch 2.6 in it (a DDP step), one rank of 5 once aborted after its work and
       # destroy_process_group, "terminate called without an active exception", in torch alone.
       cp "$here/torch_allreduce.py" "$work/check/" || fail "cannot copy torch_allreduce.py"
-      run_step "${clean[@]}" ${uv:+USE_LIBUV=$uv} "${step[@]}" "${small_cyclic[@]}" "$cli" exec --timeout 120 -- \
+      run_step "${clean[@]}" ${use_libuv:+USE_LIBUV=$use_libuv} "${step[@]}" "${small_cyclic[@]}" "$cli" exec --timeout 120 -- \
         "$py" torch_allreduce.py
       ((status == 0 && $(count 'all_reduce 15 (expected 15) ok') == 5)) ||
         fail "$role: cyclic, an unchanged torch script under jobkit exec (env://): not every rank's all_reduce was right"

@@ -102,33 +102,18 @@ if len(commands) != 1:
 sys.exit(1 if bad or missing or libraries or len(extensions) != 1 or len(commands) != 1 else 0)
 EOF
 
-# A fresh venv: no system site packages, pip from ensurepip; the wheel from the file alone.
-venv=$work/venv
-"$python" -m venv "$venv" || fail "python -m venv $venv failed"
-for module in numpy torch; do
-  ! "$venv/bin/python" -c "import $module" 2>/dev/null || fail "the fresh venv imports $module"
-done
-"$venv/bin/python" -m pip install --no-index --no-deps "$wheel" >"$work/install.log" 2>&1 ||
-  { cat "$work/install.log"; fail "pip install of the wheel into the venv failed"; }
-echo "installed into $venv: $(tail -1 "$work/install.log")"
-
+# A fresh venv: no system site packages, pip from ensurepip; the wheel from the file alone (its
+# dependencies not installed). The extension and the command need no libjobkit.so (libjobkit's
+# objects are inside both), no libpmix (opened at run time: under srun below, the system's) and no
+# libfmt (compiled in: pyproject.toml).
 cd "$work/check" || fail "no $work/check"  # no jobkit/ here, so the import can only be the venv's
-extension=$("$venv/bin/python" -c 'import jobkit._jobkit; print(jobkit._jobkit.__file__)') ||
-  fail "the venv's python cannot import jobkit"
+venv=$work/venv
+wheel_venv "$venv" "$python" "$wheel"
+echo "installed into $venv: $(tail -1 "$venv.log")"
 echo "extension: $extension"
-[[ $extension == "$venv"/lib/python3*/site-packages/jobkit/_jobkit.*.so ]] ||
-  fail "jobkit._jobkit is not the venv's: $extension"
-libraries=$(ldd "$extension") || fail "ldd $extension failed"
-echo "$libraries"
-! grep -q 'not found' <<<"$libraries" || fail "the extension needs a library that is not found"
-! grep -q 'libjobkit' <<<"$libraries" || fail "the extension needs libjobkit.so"
-# libpmix is opened at run time (under srun below: the system's); fmt is compiled in (pyproject.toml).
-! grep -qE 'libpmix|libfmt' <<<"$libraries" || fail "the extension records libpmix or libfmt (both should not be)"
-
-# The wheel's jobkit command, in the venv's bin/: no libjobkit.so either.
-[[ -x $venv/bin/jobkit ]] || fail "the venv has no bin/jobkit from the wheel"
-libraries=$(ldd "$venv/bin/jobkit") || fail "ldd $venv/bin/jobkit failed"
-! grep -qE 'not found|libjobkit|libpmix|libfmt' <<<"$libraries" || { echo "$libraries"; fail "the command needs libjobkit, libpmix or libfmt"; }
+for module in numpy torch; do
+  ! "$py" -c "import $module" 2>/dev/null || fail "the fresh venv imports $module"
+done
 
 # Every rank: wheel_check.py from a directory of its own, through the venv's python by its path.
 cp "$here/wheel_check.py" "$work/check/" || fail "cannot copy wheel_check.py"
