@@ -44,13 +44,9 @@ void tcp_tree::run_buffer_tree(const exchange& ex) {
       if (!ex.contributes_piece(mates[i])) continue;
       const auto piece = node_->contribution(index, used);
       if (node_->part(index).has_payload == 0 || piece.size() != ex.piece_size()) {
-        context_.fail(
-            ex,
-            fmt::format("{} found a piece of {} bytes from {} in the node's shared memory during {} at {}, where {} "
-                        "were due: a bug, memory corruption, or two jobkit builds in one step",
-                        context_.describe(context_.rank), piece.size(), context_.describe(mates[i]), ex.name, ex.site,
-                        ex.piece_size()),
-            context_.rank, errc::internal);
+        context_.corrupt_segment(ex,
+                                 fmt::format("a piece of {} bytes from {}", piece.size(), context_.describe(mates[i])),
+                                 fmt::format("{} were due", ex.piece_size()));
       }
       if (!piece.empty()) pieces.push_back(index);
     }

@@ -51,6 +51,14 @@ void tree_context::never_arrived(const exchange& ex, const std::vector<int>& mis
        rank, errc::timeout);
 }
 
+void tree_context::corrupt_segment(const exchange& ex, std::string_view found, std::string_view due) {
+  fail(ex,
+       fmt::format("{} found {} in the node's shared memory during {} at {}{}{}: a bug, memory corruption, or two "
+                   "jobkit builds in one step",
+                   describe(rank), found, ex.name, ex.site, due.empty() ? "" : ", where ", due),
+       rank, errc::internal);
+}
+
 void tree_context::sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine) {
   fail(ex,
        fmt::format("{} at {}: {} passed a buffer of {} bytes but {} one of {} bytes: every member must pass the "

@@ -78,6 +78,10 @@ struct tree_context {
                                 const exchange& ex);
   [[noreturn]] void never_arrived(const exchange& ex, const std::vector<int>& missing);
   [[noreturn]] void sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine);
+  /// What this rank found in the node's shared memory, which no member of this build writes
+  /// (`found`: "a piece of 8 bytes"; `due`: what was due instead, or empty): fails the group as
+  /// internal.
+  [[noreturn]] void corrupt_segment(const exchange& ex, std::string_view found, std::string_view due = {});
   /// Fails the group when a payload exceeds what one frame may carry.
   void check_size(std::uint64_t size, const exchange& ex);
   /// Runs fold or finish; an exception reaches every member as an abort and is rethrown here.

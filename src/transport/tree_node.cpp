@@ -367,12 +367,7 @@ std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {
   try {
     entries = parse_entries(segment.data(size).first(size), static_cast<int>(context_.members.size()));
   } catch (const protocol_violation& v) {
-    context_.fail(
-        ex,
-        fmt::format("{} found {} in the node's shared memory during {} at {}: a bug, memory corruption, or two "
-                    "jobkit builds in one step",
-                    context_.describe(context_.rank), v.what, ex.name, ex.site),
-        context_.rank, errc::internal);
+    context_.corrupt_segment(ex, v.what);
   } catch (const error& e) {
     segment_failed(ex, e);
   }
@@ -487,12 +482,8 @@ void tree_node::read_buffer(const exchange& ex) {
   auto& segment = *segment_;
   const auto size = segment.result_size();
   if (size != ex.buffer.size()) {
-    context_.fail(
-        ex,
-        fmt::format("{} found a result of {} bytes in the node's shared memory during {} at {}, where {} were "
-                    "due: a bug, memory corruption, or two jobkit builds in one step",
-                    context_.describe(context_.rank), size, ex.name, ex.site, ex.buffer.size()),
-        context_.rank, errc::internal);
+    context_.corrupt_segment(ex, fmt::format("a result of {} bytes", size),
+                             fmt::format("{} were due", ex.buffer.size()));
   }
   if (size == 0) return;
   std::span<std::byte> result;

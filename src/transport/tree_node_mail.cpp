@@ -141,12 +141,7 @@ std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, 
   std::optional<std::vector<rank_bytes>> entries;
   if (mail.too_large == 0) {
     if (mail.size > node_segment::inline_capacity) {
-      context_.fail(
-          ex,
-          fmt::format("{} found a broadcast of {} bytes in the node's shared memory during {} at {}: a bug, memory "
-                      "corruption, or two jobkit builds in one step",
-                      context_.describe(context_.rank), mail.size, ex.name, ex.site),
-          context_.rank, errc::internal);
+      context_.corrupt_segment(ex, fmt::format("a broadcast of {} bytes", mail.size));
     }
     entries.emplace();
     entries->push_back(rank_bytes{mail.source, {mail.payload, mail.payload + mail.size}});
