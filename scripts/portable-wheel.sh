@@ -153,9 +153,10 @@ for python in "${pythons[@]}"; do
   tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') || fail "'$python' does not run"
   # The build tools: a venv of this Python, made once per version and tools list.
   venv=$cache/tools-$tag-$(printf '%s\n' "${tools[@]}" | sha256sum | cut -c1-8)
-  # Made again unless its meson runs: a venv moved or copied from elsewhere keeps the old path in
-  # its scripts' first lines.
-  if ! "$venv/bin/meson" --version >/dev/null 2>&1; then
+  # Made again unless its tools run from it: a venv moved from elsewhere keeps the old path in its
+  # scripts' first lines, and one whose pip install was cut short lacks the last tools.
+  if [[ $(head -1 "$venv/bin/meson" 2>/dev/null) != "#!$venv/bin/python"* ]] ||
+    ! "$venv/bin/meson" --version >/dev/null 2>&1 || ! "$venv/bin/auditwheel" --version >/dev/null 2>&1; then
     say "$tag: installing ${tools[*]} from PyPI into $venv"
     rm -rf "$venv"
     "$python" -m venv "$venv" || fail "$python -m venv failed (apt-get install python3-venv)"

@@ -1,6 +1,6 @@
 // The frames of an established link: a header (checked before any allocation), the rest of the
-// frame received through a real socket, the entries of a payload, and the pieces of a bulk
-// exchange's up frame read straight into a buffer.
+// frame received through a real socket, the entries of a payload, and the pieces of the up frame
+// of an exchange over buffers read straight into the buffer (read_pieces).
 #include <sys/socket.h>
 #include <unistd.h>
 

@@ -190,6 +190,7 @@ wheel_venv() {
   local forbid='not found|libjobkit|libpmix|libfmt' options=()
   while [[ ${1:-} == -* ]]; do
     if [[ $1 == --forbid ]]; then
+      (($# >= 2)) || fail "wheel_venv: --forbid needs an ERE"
       forbid+="|$2"
       shift 2
     else
@@ -213,7 +214,8 @@ wheel_venv() {
     needed=$(ldd "$file") || fail "ldd $file failed"
     echo "ldd ${file#"$venv"/}:"
     echo "$needed"
-    bad=$(grep -E -- "$forbid" <<<"$needed")
-    [[ -z $bad ]] || fail "${file#"$venv"/} of $(basename "$wheel") needs a library beyond the system's ($forbid): $bad"
+    if bad=$(grep -E -- "$forbid" <<<"$needed"); then  # grep's 1 (no match) is the pass, under set -e too
+      fail "${file#"$venv"/} of $(basename "$wheel") needs a library beyond the system's ($forbid): $bad"
+    fi
   done
 }

@@ -68,7 +68,7 @@ case $mode in
     # lists must be the same. Not against another step's ranks: Slurm 22.05's slurmstepd authenticates
     # the PMIx direct connections between nodes through munged (pmixp_server.c) on one thread while
     # another forks the tasks, and libmunge's socket is not close-on-exec, so a task forked meanwhile
-    # keeps that connection through its execs. So one rank of 8 once held 2 sockets where the ranks of
+    # keeps that connection through its execs. So one rank once held 2 sockets where the ranks of
     # the same command without jobkit exec had held 1; with 30 tasks on one node and a PMIx fence,
     # such a Unix socket (its peer closed) was in several tasks before jobkit or any PMIx call.
     run_step "${step[@]}" "$here/exec_sockets.sh" before "$jobkit" ;;
