@@ -28,7 +28,7 @@ setup() {  # dir, options...
 
 # --timeout-multiplier 4: the tests' timeouts only catch hangs; under the sanitizers, beside the
 # other lanes of scripts/test-all.sh on 2 cores, test_transport took more than its 60 s (ASan,
-# 2026-11-27; 40 s on an idle machine).
+# 2026-11-27; 40 s on an idle machine; since split into the test_transport_* programs).
 status=0
 for kind in "${kinds[@]}"; do
   case $kind in
