@@ -499,6 +499,57 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("read on demand: a first collective over buffers settles the world's fabric, as every member took part",
+          "[transport]") {
+  const std::vector<int> nodes{0, 0, 1, 1, 2, 2};
+  const int size = static_cast<int>(nodes.size());
+  for (const bool gather : {false, true}) {
+    INFO((gather ? "all_gather_into" : "broadcast_into"));
+    auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
+    struct seen {  // Catch2's assertions are for the main thread only
+      std::vector<int> buffer;
+      std::string error;
+      bool settled_before = true, settled_after = false;
+    };
+    std::vector<seen> out(nodes.size());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        auto& o = out[static_cast<std::size_t>(r)];
+        try {
+          memory_rendezvous rv(store, r);
+          tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, {.addresses = {"127.0.0.1"}});
+          std::vector<int> all(nodes.size());
+          std::iota(all.begin(), all.end(), 0);
+          auto world = jobkit::detail::group_over(make_tcp_group_state(fabric, all, 20s));
+          o.settled_before = fabric.settled();
+          o.buffer.assign(nodes.size(), r == 0 ? 7 : -1);
+          if (gather) {
+            o.buffer[static_cast<std::size_t>(r)] = r;
+            world.all_gather_into(std::span(o.buffer).subspan(static_cast<std::size_t>(r), 1), o.buffer);
+          } else {
+            world.broadcast_into(o.buffer, {.root = 0});
+          }
+          o.settled_after = fabric.settled();
+        } catch (const jobkit::error& e) {
+          o.error = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<int> expected(nodes.size(), 7);
+    if (gather) std::iota(expected.begin(), expected.end(), 0);
+    for (int r = 0; r < size; ++r) {
+      const auto& o = out[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << o.error);
+      CHECK(o.error.empty());
+      CHECK(o.buffer == expected);
+      CHECK_FALSE(o.settled_before);
+      CHECK(o.settled_after);
+    }
+  }
+}
+
 TEST_CASE("read on demand: an endpoint that never comes is a lost node once the setup is over, named within the limit",
           "[transport]") {
   // Rank 1 of two never runs; rank 0 is told the setup is over (as after the world's first exchange).
