@@ -501,51 +501,31 @@ TEST_CASE(
 
 TEST_CASE("read on demand: a first collective over buffers settles the world's fabric, as every member took part",
           "[transport]") {
-  const std::vector<int> nodes{0, 0, 1, 1, 2, 2};
-  const int size = static_cast<int>(nodes.size());
+  struct seen {
+    std::vector<int> buffer;
+    bool settled_before, settled_after;
+  };
   for (const bool gather : {false, true}) {
     INFO((gather ? "all_gather_into" : "broadcast_into"));
-    auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
-    struct seen {  // Catch2's assertions are for the main thread only
-      std::vector<int> buffer;
-      std::string error;
-      bool settled_before = true, settled_after = false;
-    };
-    std::vector<seen> out(nodes.size());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size; ++r) {
-      threads.emplace_back([&, r] {
-        auto& o = out[static_cast<std::size_t>(r)];
-        try {
-          memory_rendezvous rv(store, r);
-          tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, {.addresses = {"127.0.0.1"}});
-          std::vector<int> all(nodes.size());
-          std::iota(all.begin(), all.end(), 0);
-          auto world = jobkit::detail::group_over(make_tcp_group_state(fabric, all, 20s));
-          o.settled_before = fabric.settled();
-          o.buffer.assign(nodes.size(), r == 0 ? 7 : -1);
-          if (gather) {
-            o.buffer[static_cast<std::size_t>(r)] = r;
-            world.all_gather_into(std::span(o.buffer).subspan(static_cast<std::size_t>(r), 1), o.buffer);
-          } else {
-            world.broadcast_into(o.buffer, {.root = 0});
-          }
-          o.settled_after = fabric.settled();
-        } catch (const jobkit::error& e) {
-          o.error = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    std::vector<int> expected(nodes.size(), 7);
+    const auto results = on_tcp_ranks({0, 0, 1, 1, 2, 2}, [gather](tcp_fabric& fabric, jobkit::group& world) {
+      seen o{std::vector<int>(6, world.rank() == 0 ? 7 : -1), fabric.settled(), false};
+      if (gather) {
+        o.buffer[static_cast<std::size_t>(world.rank())] = world.rank();
+        world.all_gather_into(std::span(o.buffer).subspan(static_cast<std::size_t>(world.rank()), 1), o.buffer);
+      } else {
+        world.broadcast_into(o.buffer, {.root = 0});
+      }
+      o.settled_after = fabric.settled();
+      return o;
+    });
+    std::vector<int> expected(6, 7);
     if (gather) std::iota(expected.begin(), expected.end(), 0);
-    for (int r = 0; r < size; ++r) {
-      const auto& o = out[static_cast<std::size_t>(r)];
-      INFO("rank " << r << ": " << o.error);
-      CHECK(o.error.empty());
-      CHECK(o.buffer == expected);
-      CHECK_FALSE(o.settled_before);
-      CHECK(o.settled_after);
+    for (const auto& o : results) {
+      INFO(o.error);
+      REQUIRE(o.value);
+      CHECK(o.value->buffer == expected);
+      CHECK_FALSE(o.value->settled_before);
+      CHECK(o.value->settled_after);
     }
   }
 }
