@@ -63,6 +63,25 @@ int connect_loopback(int port) {
 
 void send_text(int fd, std::string_view text) { REQUIRE(::send(fd, text.data(), text.size(), MSG_NOSIGNAL) >= 0); }
 
+/// A TCP listener on loopback at a port the kernel chose, and its address.
+struct loopback_listener {
+  int fd = -1;
+  sockaddr_in addr{};
+};
+
+loopback_listener listen_on_loopback(int backlog) {
+  loopback_listener l;
+  l.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(l.fd >= 0);
+  l.addr.sin_family = AF_INET;
+  l.addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof l.addr;
+  REQUIRE(::bind(l.fd, reinterpret_cast<sockaddr*>(&l.addr), sizeof l.addr) == 0);
+  REQUIRE(::listen(l.fd, backlog) == 0);
+  REQUIRE(::getsockname(l.fd, reinterpret_cast<sockaddr*>(&l.addr), &length) == 0);
+  return l;
+}
+
 }  // namespace
 
 TEST_CASE("the tree: node leaders in a binomial tree, the others under their node's leader", "[transport]") {
@@ -380,14 +399,9 @@ TEST_CASE("a silent stranger is dropped at its handshake deadline", "[transport]
 
 TEST_CASE("connecting to an address where no rank of this step listens fails, naming rank and address", "[transport]") {
   // Rank 1 publishes the port of a server that is not jobkit: rank 0 must not take it for rank 1.
-  const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  REQUIRE(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(server, 4) == 0);
-  REQUIRE(::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  const auto service = listen_on_loopback(4);
+  const int server = service.fd;
+  sockaddr_in addr = service.addr;
   std::thread other_service([&] {
     const int fd = ::accept(server, nullptr, nullptr);
     const std::string banner = "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n";
@@ -601,14 +615,9 @@ TEST_CASE("JOBKIT_LOST_NODE_TIMEOUT: seconds, 8 by default, at least 2, named wh
 TEST_CASE("a link of the data path is probed every second, and a link whose host answers is not silent",
           "[transport]") {
   using namespace jobkit::detail;
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 1) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  const auto loopback = listen_on_loopback(1);
+  const int listener = loopback.fd;
+  sockaddr_in addr = loopback.addr;
   const int client = ::socket(AF_INET, SOCK_STREAM, 0);
   set_link_options(client, std::chrono::seconds(3));
   REQUIRE((::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 || errno == EINPROGRESS));
