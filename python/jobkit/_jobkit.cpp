@@ -58,7 +58,7 @@ constexpr seconds_rule duration_rule{"duration", &jobkit::detail::duration_from_
                                      jobkit::detail::duration_seconds_rule};
 
 /// Both rules in the module, for jobkit._timeout: NAME_from_seconds, the milliseconds or None when
-/// refused, and NAME_seconds_rule, what a refusal says.
+/// refused, and NAME_seconds_rule, what a refusal says; and longest_seconds, the longest span either takes.
 void define_seconds_rules(py::module_& m) {
   for (const seconds_rule rule : {timeout_rule, duration_rule}) {
     m.def((std::string(rule.name) + "_from_seconds").c_str(), [rule](double seconds) -> std::optional<std::int64_t> {
@@ -68,6 +68,7 @@ void define_seconds_rules(py::module_& m) {
     });
     m.attr((std::string(rule.name) + "_seconds_rule").c_str()) = std::string(rule.text);
   }
+  m.attr("longest_seconds") = jobkit::detail::longest_seconds;
 }
 
 /// Frames of files under this directory are the package's own: the call site is the first

@@ -21,14 +21,11 @@ import numbers as _numbers
 from datetime import timedelta as _timedelta
 from typing import Callable, Optional, Tuple, Union
 
-from ._jobkit import (InvalidArgumentError, duration_from_seconds, duration_seconds_rule, timeout_from_seconds,
-                      timeout_seconds_rule)
+from ._jobkit import (InvalidArgumentError, duration_from_seconds, duration_seconds_rule, longest_seconds,
+                      timeout_from_seconds, timeout_seconds_rule)
 
 Duration = Union[int, float, _timedelta]
 Timeout = Union[None, Duration]
-
-_LONGEST = 1e9  # the longest span the rules take, in seconds: a wait with no timeout
-
 
 def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[[float], Optional[int]],
              rule_text: str, zero_is_none: bool = False) -> Tuple[float, int]:
@@ -46,7 +43,7 @@ def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[
     else:
         raise InvalidArgumentError(f"{where}{name}={span!r}: {kinds}")
     if zero_is_none and value == 0:
-        value = _LONGEST
+        value = longest_seconds  # the longest span the rules take: a wait with no timeout
     ms = rule(value)
     if ms is None:
         raise InvalidArgumentError(f"{where}{name}={span!r}: {rule_text}")

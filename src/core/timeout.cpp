@@ -100,7 +100,7 @@ std::chrono::milliseconds report_after(std::chrono::milliseconds deadline) {
 }
 
 std::optional<std::chrono::milliseconds> duration_from_seconds(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e9) return std::nullopt;
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > longest_seconds) return std::nullopt;
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
 }
 

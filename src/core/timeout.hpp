@@ -30,6 +30,9 @@ std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value)
 std::chrono::milliseconds report_after(std::chrono::milliseconds deadline);
 /// report_after's rule for one value of the variable (nullopt: unset).
 std::chrono::milliseconds report_after_rule(std::optional<std::string_view> value, std::chrono::milliseconds deadline);
+/// The longest span of time the rules below take, in seconds (31 years): what a wait with no
+/// timeout waits (the Python module's torch-like 0 or None where a span must be given).
+inline constexpr double longest_seconds = 1e9;
 /// The rule of every span of time given as a number of seconds where 0 means none (a margin, an
 /// age, a deadline that never comes): 0 or more, finite and at most 1e9 s (31 years), so that its
 /// conversion to any std::chrono duration down to nanoseconds holds. The span in milliseconds,
