@@ -19,7 +19,6 @@
 #include "pmi2/session.hpp"
 #include "pmix/session.hpp"
 #include "runtime/access.hpp"
-#include "transport/inprocess.hpp"
 #include "transport/tree.hpp"
 
 namespace jobkit {

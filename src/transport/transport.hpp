@@ -20,8 +20,8 @@ inline std::vector<rank_bytes> received(const exchange& ex, int member, std::vec
   return entries;
 }
 
-/// How the ranks of a group reach each other: over TCP between processes (tcp_tree), or inside
-/// one process (the in-process transport, for a single rank and for unit tests).
+/// How the ranks of a group reach each other: tcp_tree, the tree protocol (a single rank's group
+/// is a tree of one member).
 class transport {
  public:
   virtual ~transport() = default;

@@ -99,6 +99,14 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   if (node_) node_->share(mate_fds, deadline);
 }
 
+tcp_tree::tcp_tree(int world_rank, const std::string& host) {
+  context_.members = {world_rank};
+  context_.hosts = {host};
+  context_.spreader = this;
+  links_ = std::make_unique<tree_links>(context_, std::nullopt, std::vector<tree_links::link>{},
+                                        std::vector<std::vector<int>>{});
+}
+
 void tcp_tree::settle_after_first_exchange(tcp_fabric& fabric) {
   if (!fabric.settled()) settling_ = &fabric;
 }
@@ -114,6 +122,7 @@ void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noe
 }
 
 void tcp_tree::abort(const std::string& message) noexcept {
+  if (context_.members.size() == 1) return;  // nobody to tell: a group of one stays usable
   if (context_.broken.empty()) spread_abort(message, context_.rank, errc::peer_failure);
 }
 
@@ -268,6 +277,17 @@ std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std:
       make_subgroup ? std::move(make_subgroup) : [&fabric](const std::vector<int>& ranks, std::chrono::milliseconds t) {
         return make_tcp_group_state(fabric, ranks, t);
       };
+  return state;
+}
+
+std::shared_ptr<group_state> make_single_rank_group_state(int world_rank, const std::string& hostname) {
+  auto state = std::make_shared<group_state>();
+  state->link = std::make_unique<tcp_tree>(world_rank, hostname);
+  state->world_ranks = {world_rank};
+  state->hosts = {hostname};
+  state->make_subgroup = [world_rank, hostname](const std::vector<int>&, std::chrono::milliseconds) {
+    return make_single_rank_group_state(world_rank, hostname);
+  };
   return state;
 }
 

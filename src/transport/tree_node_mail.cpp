@@ -57,7 +57,10 @@ bool tree_node::post_mail(const exchange& ex, time_point deadline, std::span<con
   wait_in_segment(
       node_segment::bell::up, ex, deadline, [&] { return segment.load(mail.readers_left) == 0; },
       [&] { mail_not_taken(ex, mail); });
-  if (!segment.exchange_word(mail.claimed, segment.load(mail.claimed), context_.sequence)) {
+  // The mailbox holds an earlier broadcast: claimed from that number to this one, so that of two
+  // members that each believe themselves the source, one claims it and the other finds it claimed.
+  const auto earlier = segment.load(mail.claimed);
+  if (earlier >= context_.sequence || !segment.exchange_word(mail.claimed, earlier, context_.sequence)) {
     // Another member posts a broadcast with this number: it believes itself the source.
     wait_in_segment(
         node_segment::bell::down, ex, deadline,

@@ -1,6 +1,6 @@
 #pragma once
 
-// What the unit tests share: N threads as N ranks of a group, and text checks.
+// What the unit tests share: N threads as N ranks of a group (inprocess_groups.hpp), and text checks.
 
 #include <exception>
 #include <optional>
@@ -9,20 +9,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "inprocess_groups.hpp"
 #include "jobkit/collectives.hpp"
-#include "transport/inprocess.hpp"
 
 namespace test_support {
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-/// Groups of `size` ranks inside one process (the in-process transport), one per thread.
-inline std::vector<jobkit::group> inprocess_groups(int size, const std::string& hostname = "localhost") {
-  std::vector<jobkit::group> groups;
-  for (auto& state : jobkit::detail::make_inprocess_group_states(size, hostname))
-    groups.push_back(jobkit::detail::group_over(std::move(state)));
-  return groups;
-}
 
 /// What one rank got: a value (true for a void function), or the exception's text.
 template <class T>
@@ -65,10 +57,10 @@ std::vector<outcome<T>> on_ranks(std::vector<jobkit::group> groups, F fn) {
   return outcomes;
 }
 
-/// The same over an in-process group of `size` ranks (one process, no sockets).
+/// The same over the groups of `size` ranks in this process (inprocess_groups: one node).
 template <class F, class T = result_of<F>>
-std::vector<outcome<T>> on_ranks(int size, F fn, const std::string& hostname = "localhost") {
-  return on_ranks(inprocess_groups(size, hostname), std::move(fn));
+std::vector<outcome<T>> on_ranks(int size, F fn) {
+  return on_ranks(inprocess_groups(size), std::move(fn));
 }
 
 /// Each rank's error text, empty where it returned normally.

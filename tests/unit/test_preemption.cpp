@@ -24,7 +24,6 @@
 #include "jobkit/config.hpp"
 #include "preemption/slurm_api.hpp"
 #include "support.hpp"
-#include "transport/inprocess.hpp"
 
 using test_support::contains;
 using test_support::on_ranks;

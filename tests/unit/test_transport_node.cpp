@@ -292,6 +292,30 @@ TEST_CASE("broadcasts on one node: back to back from every root, growing payload
       {0, 0, 0}, [](jobkit::group& g) { g.broadcast(1, {.root = 2, .timeout = 500ms}); }, "rank(s) 2 never arrived");
 }
 
+TEST_CASE(
+    "two members that each believe themselves a broadcast's source: one claims the mailbox, the other "
+    "finds it claimed, every time",
+    "[transport]") {
+  // Both claim the mailbox at once: the claim must go from the earlier broadcast's number to this
+  // one's, so that the second finds it taken. A claim from whatever the mailbox held let both
+  // through, their arrivals counted twice, and no rank saw the mismatch: in 3 of 4 runs of this
+  // test before 2026-11-29.
+  int paired = 0;
+  for (int round = 0; round < 200; ++round) {
+    const auto results = on_tcp_ranks({0, 0}, [](tcp_fabric&, jobkit::group& g) {
+      const int value = g.broadcast(1, g.rank());
+      g.barrier({.timeout = 10s});
+      return value;
+    });
+    for (const auto& o : results) {
+      INFO("round " << round << ": " << o.error);
+      paired += o.value.has_value();
+      CHECK(contains(o.error, "out of step"));
+    }
+  }
+  CHECK(paired == 0);
+}
+
 TEST_CASE("a broadcast on one node does not wait for the others: the source runs ahead as far as its mail goes",
           "[transport]") {
   // Rank 3 starts reading only once the source posted node_segment::mailboxes (8) broadcasts; the

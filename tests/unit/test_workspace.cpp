@@ -1,5 +1,5 @@
 // The workspace and node_local_gather without a launcher: a single-rank workspace, workspaces
-// and gathers of in-process groups (one thread per rank, all on this host, so gathers go
+// and gathers of groups of threads (inprocess_groups.hpp: one thread per rank, all on this host, so gathers go
 // through real POSIX shared memory), and the names that scope files and segments.
 #include "jobkit/workspace.hpp"
 
@@ -23,7 +23,6 @@
 #include "core/names.hpp"
 #include "jobkit/runtime.hpp"
 #include "support.hpp"
-#include "transport/inprocess.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;

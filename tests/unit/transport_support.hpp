@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "../catch.hpp"
+#include "inprocess_groups.hpp"
 #include "jobkit/collectives.hpp"
 #include "jobkit/identity.hpp"
 #include "memory_rendezvous.hpp"
@@ -32,18 +33,6 @@ using namespace std::chrono_literals;
 using jobkit::detail::fabric_settings;
 using jobkit::detail::make_tcp_group_state;
 using jobkit::detail::tcp_fabric;
-
-inline jobkit::identity rank_identity(int rank, const std::vector<int>& nodes) {
-  jobkit::identity id;
-  id.rank = rank;
-  id.world_size = static_cast<int>(nodes.size());
-  id.node_rank = nodes[static_cast<std::size_t>(rank)];
-  id.num_nodes = *std::max_element(nodes.begin(), nodes.end()) + 1;
-  for (int r = 0; r < rank; ++r) id.local_rank += nodes[static_cast<std::size_t>(r)] == id.node_rank;
-  id.local_world_size = static_cast<int>(std::count(nodes.begin(), nodes.end(), id.node_rank));
-  id.hostname = fmt::format("n{}", id.node_rank);
-  return id;
-}
 
 /// Runs fn(fabric, world group) on one thread per rank; nodes[r] is rank r's (pretend) node.
 /// before_groups(rank, fabric) runs after the endpoint exchange, before the world group exists.

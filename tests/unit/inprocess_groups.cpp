@@ -1,0 +1,95 @@
+#include "inprocess_groups.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include "memory_rendezvous.hpp"
+#include "network/fabric.hpp"
+#include "transport/tree.hpp"
+
+namespace test_support {
+
+using namespace std::chrono_literals;
+using jobkit::detail::group_state;
+
+jobkit::identity rank_identity(int rank, const std::vector<int>& nodes) {
+  jobkit::identity id;
+  id.rank = rank;
+  id.world_size = static_cast<int>(nodes.size());
+  id.node_rank = nodes[static_cast<std::size_t>(rank)];
+  id.num_nodes = *std::max_element(nodes.begin(), nodes.end()) + 1;
+  for (int r = 0; r < rank; ++r) id.local_rank += nodes[static_cast<std::size_t>(r)] == id.node_rank;
+  id.local_world_size = static_cast<int>(std::count(nodes.begin(), nodes.end(), id.node_rank));
+  id.hostname = fmt::format("n{}", id.node_rank);
+  return id;
+}
+
+namespace {
+
+/// What one rank's groups stand on: its rendezvous and its fabric.
+struct rank_fabric {
+  rank_fabric(std::shared_ptr<memory_rendezvous_store> store, int rank, const jobkit::identity& id)
+      : rv(std::move(store), rank), fabric(rv, id, 20s, {.addresses = {"127.0.0.1"}}) {}
+  memory_rendezvous rv;
+  jobkit::detail::tcp_fabric fabric;
+};
+
+/// A group's state and the fabric under it, destroyed in that order.
+struct held_state {
+  std::shared_ptr<rank_fabric> under;
+  std::shared_ptr<group_state> state;
+};
+
+std::shared_ptr<group_state> make_state(const std::shared_ptr<rank_fabric>& under, const std::vector<int>& members,
+                                        std::chrono::milliseconds timeout) {
+  auto state = jobkit::detail::make_tcp_group_state(
+      under->fabric, members, timeout,
+      [under](const std::vector<int>& ranks, std::chrono::milliseconds t) { return make_state(under, ranks, t); });
+  auto held = std::make_shared<held_state>(held_state{under, std::move(state)});
+  return {held, held->state.get()};  // owns both, points at the state
+}
+
+}  // namespace
+
+std::vector<jobkit::group> inprocess_groups(int size, const std::vector<int>& nodes) {
+  // Each set its own job, so that the segments of two sets never share a name.
+  static std::atomic<int> sets{0};
+  const auto job = fmt::format("inprocess{}", sets++);
+  const auto layout = nodes.empty() ? std::vector<int>(static_cast<std::size_t>(size), 0) : nodes;
+  auto store = std::make_shared<memory_rendezvous_store>(size, layout);
+  std::vector<std::shared_ptr<group_state>> states(static_cast<std::size_t>(size));
+  std::vector<std::string> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto id = rank_identity(r, layout);
+        id.job_id = job;
+        std::vector<int> all(static_cast<std::size_t>(size));
+        std::iota(all.begin(), all.end(), 0);
+        states[static_cast<std::size_t>(r)] = make_state(std::make_shared<rank_fabric>(store, r, id), all, 20s);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) {
+    if (!errors[static_cast<std::size_t>(r)].empty()) {
+      throw std::runtime_error(fmt::format("the in-process group of {} ranks: rank {}'s setup failed: {}", size, r,
+                                           errors[static_cast<std::size_t>(r)]));
+    }
+  }
+  std::vector<jobkit::group> groups;
+  for (auto& state : states) groups.push_back(jobkit::detail::group_over(std::move(state)));
+  return groups;
+}
+
+}  // namespace test_support
