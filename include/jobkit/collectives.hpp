@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "jobkit/detail/exchange.hpp"
+#include "jobkit/detail/collective_call.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/serialize.hpp"
 #include "jobkit/timeout.hpp"
@@ -78,6 +78,7 @@ namespace detail {
 /// The group over a state that the transport made (the runtime's groups, a split, the tests'
 /// in-process groups): not for users, who get groups from a runtime.
 group group_over(std::shared_ptr<group_state> state);
+struct exchange;  // the transport's (src/transport/exchange.hpp)
 }  // namespace detail
 
 /// A set of ranks that run collectives together: the world, a node, one rank per node, an
@@ -235,39 +236,41 @@ class group {
   void setup(call_options options = {}, std::source_location site = std::source_location::current());
 
  private:
-  std::vector<detail::rank_bytes> run(detail::exchange& ex);
-  /// An exchange of a kind over the members' buffers (broadcast_into, all_gather_into; see
-  /// detail::exchange).
+  /// Runs one collective on the transport; the entries this member receives.
+  std::vector<detail::rank_bytes> run(const detail::collective_call& call);
+  /// run, for the transport's exchange over this call (the group's own kinds over buffers).
+  std::vector<detail::rank_bytes> run(const detail::collective_call& call, const detail::exchange& ex);
+  /// An exchange of a kind over the members' buffers (broadcast_into, all_gather_into).
   void run_into(detail::exchange_kind kind, std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
                 std::chrono::milliseconds timeout, const std::source_location& site);
   /// Checks all_gather_into's sizes, and moves `mine` to its place in `all` unless it is there.
   void place_own_part(std::span<const std::byte> mine, std::span<std::byte> all, const std::source_location& site);
-  /// Sets up the group's connections if its first collective has not (bounded by ex.timeout).
-  void connect(const detail::exchange& ex);
+  /// Sets up the group's connections if its first collective has not (bounded by call.timeout).
+  void connect(const detail::collective_call& call);
   /// Refuses a collective that a helper section makes unreachable for some members.
-  void check_section(const detail::exchange& ex) const;
-  detail::exchange make_exchange(detail::exchange_kind kind, std::string name, std::chrono::milliseconds timeout,
-                                 const std::source_location& site) const;
+  void check_section(const detail::collective_call& call) const;
+  detail::collective_call make_call(detail::exchange_kind kind, std::string name, std::chrono::milliseconds timeout,
+                                    const std::source_location& site) const;
   void check_root(std::string_view operation, int root) const;
   /// Reports an exception thrown by a user callable on this rank to every member, then rethrows.
-  [[noreturn]] void fail_from_callable(const detail::exchange& ex);
-  [[noreturn]] void fail_to_decode(const detail::exchange& ex, int from_rank, const error& e) const;
-  [[noreturn]] void fail_sizes_differ(const detail::exchange& ex, int rank_a, std::size_t size_a, int rank_b,
+  [[noreturn]] void fail_from_callable(const detail::collective_call& call);
+  [[noreturn]] void fail_to_decode(const detail::collective_call& call, int from_rank, const error& e) const;
+  [[noreturn]] void fail_sizes_differ(const detail::collective_call& call, int rank_a, std::size_t size_a, int rank_b,
                                       std::size_t size_b) const;
-  [[noreturn]] void fail_scatter_count(const detail::exchange& ex, int root, std::size_t count) const;
+  [[noreturn]] void fail_scatter_count(const detail::collective_call& call, int root, std::size_t count) const;
   /// "rank W (host)" for a group rank.
   std::string describe(int group_rank) const;
 
   template <class T>
-  T decode(const detail::exchange& ex, const detail::rank_bytes& entry) const;
+  T decode(const detail::collective_call& call, const detail::rank_bytes& entry) const;
   template <class T>
-  std::vector<T> decode_all(const detail::exchange& ex, const std::vector<detail::rank_bytes>& entries) const;
+  std::vector<T> decode_all(const detail::collective_call& call, const std::vector<detail::rank_bytes>& entries) const;
   /// fn()'s result as bytes; an exception from fn fails the collective on every member.
   template <class F>
-  std::vector<std::byte> encode_result(F& fn, const detail::exchange& ex);
+  std::vector<std::byte> encode_result(F& fn, const detail::collective_call& call);
   /// Folds every rank's value in rank order with combine(a, b, rank_a, rank_b).
   template <class T, class Combine>
-  T fold_in_rank_order(detail::exchange& ex, const T& value, Combine combine);
+  T fold_in_rank_order(detail::collective_call& call, const T& value, Combine combine);
 
   explicit group(std::shared_ptr<detail::group_state> state);
   friend group detail::group_over(std::shared_ptr<detail::group_state> state);

@@ -27,6 +27,7 @@ from ._jobkit import (InvalidArgumentError, duration_from_seconds, duration_seco
 Duration = Union[int, float, _timedelta]
 Timeout = Union[None, Duration]
 
+
 def _checked(span: Duration, name: str, caller: str, kinds: str, rule: Callable[[float], Optional[int]],
              rule_text: str, zero_is_none: bool = False) -> Tuple[float, int]:
     """span in seconds and in milliseconds (rounded up) when `rule` takes it, or

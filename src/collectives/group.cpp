@@ -21,14 +21,14 @@ namespace jobkit {
 namespace {
 
 /// What `jobkit where` and the step's own report say of a call (src/where/record.hpp).
-where::call_info where_info(const detail::group_state& state, const detail::exchange& ex) {
+where::call_info where_info(const detail::group_state& state, const detail::collective_call& call) {
   where::call_info info;
-  info.call = ex.name;
-  info.site = ex.site;
+  info.call = call.name;
+  info.site = call.site;
   info.group_rank = state.rank;
   info.rank = state.world_ranks.at(static_cast<std::size_t>(state.rank));
   info.group_size = static_cast<int>(state.world_ranks.size());
-  info.report_after = detail::report_after(ex.timeout);
+  info.report_after = detail::report_after(call.timeout);
   return info;
 }
 
@@ -63,10 +63,10 @@ std::string group::describe(int group_rank) const {
   return detail::rank_label(state_->world_ranks.at(r), r < state_->hosts.size() ? state_->hosts[r] : "");
 }
 
-detail::exchange group::make_exchange(detail::exchange_kind kind, std::string name, std::chrono::milliseconds timeout,
-                                      const std::source_location& site) const {
+detail::collective_call group::make_call(detail::exchange_kind kind, std::string name,
+                                         std::chrono::milliseconds timeout, const std::source_location& site) const {
   const auto checked = detail::timeout_of(timeout, name);
-  return detail::exchange(kind, std::move(name), detail::site_text(site), checked);
+  return detail::collective_call(kind, std::move(name), detail::site_text(site), checked);
 }
 
 void group::check_root(std::string_view operation, int root) const {
@@ -76,7 +76,7 @@ void group::check_root(std::string_view operation, int root) const {
   }
 }
 
-void group::connect(const detail::exchange& ex) {
+void group::connect(const detail::collective_call& call) {
   auto& state = *state_;
   switch (state.phase) {
     case detail::group_phase::connected: return;
@@ -87,16 +87,18 @@ void group::connect(const detail::exchange& ex) {
   }
   std::optional<error> failed;
   try {
-    state.pending->connect(state, ex.timeout);
+    state.pending->connect(state, call.timeout);
   } catch (const timeout_error& e) {
-    failed.emplace(timeout_error(
-        detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())), e.native_status()));
+    failed.emplace(
+        timeout_error(detail::in_call(call.name, call.site, fmt::format("setting up the data path: {}", e.what())),
+                      e.native_status()));
   } catch (const error& e) {
-    failed.emplace(e.code(), detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())),
+    failed.emplace(e.code(),
+                   detail::in_call(call.name, call.site, fmt::format("setting up the data path: {}", e.what())),
                    e.native_status());
   } catch (const std::exception& e) {  // not jobkit's (no memory, no thread): the setup is spent all the same
     failed.emplace(errc::internal,
-                   detail::in_call(ex.name, ex.site, fmt::format("setting up the data path: {}", e.what())));
+                   detail::in_call(call.name, call.site, fmt::format("setting up the data path: {}", e.what())));
   }
   state.pending.reset();
   if (!failed) {
@@ -108,12 +110,16 @@ void group::connect(const detail::exchange& ex) {
   detail::raise(state.failure->code, state.failure->reason, state.failure->native_status);
 }
 
-std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
-  const auto info = where_info(*state_, ex);
+std::vector<detail::rank_bytes> group::run(const detail::collective_call& call) {
+  return run(call, detail::exchange(call));
+}
+
+std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, const detail::exchange& ex) {
+  const auto info = where_info(*state_, call);
   const where::call_scope where(info);
   try {
-    check_section(ex);
-    connect(ex);
+    check_section(call);
+    connect(call);
     return state_->link->run(ex);
   } catch (const error& e) {
     point_to_report(e, *state_, info, where.waited());
@@ -122,11 +128,12 @@ std::vector<detail::rank_bytes> group::run(detail::exchange& ex) {
 
 void group::run_into(detail::exchange_kind kind, std::string name, std::span<std::byte> buffer, std::size_t piece,
                      int root, std::chrono::milliseconds timeout, const std::source_location& site) {
-  auto ex = make_exchange(kind, std::move(name), timeout, site);
+  auto call = make_call(kind, std::move(name), timeout, site);
+  call.root = root;
+  detail::exchange ex(call);
   ex.buffer = buffer;
   ex.piece = piece;
-  ex.root = root;
-  run(ex);
+  run(call, ex);
 }
 
 void group::place_own_part(std::span<const std::byte> mine, std::span<std::byte> all,
@@ -144,7 +151,7 @@ void group::abort(const std::string& message) noexcept {
   if (state_->link) state_->link->abort(message);
 }
 
-void group::fail_from_callable(const detail::exchange& ex) {
+void group::fail_from_callable(const detail::collective_call& call) {
   std::string what = "an exception that is not a std::exception";
   try {
     throw;
@@ -153,27 +160,27 @@ void group::fail_from_callable(const detail::exchange& ex) {
   } catch (...) {
   }
   try {
-    connect(ex);  // the other ranks may be waiting for this one to set up the data path
+    connect(call);  // the other ranks may be waiting for this one to set up the data path
   } catch (const error&) {
   }
-  abort(fmt::format("{} at {}: the callable threw on {}: {}", ex.name, ex.site, describe(rank()), what));
+  abort(fmt::format("{} at {}: the callable threw on {}: {}", call.name, call.site, describe(rank()), what));
   throw;
 }
 
-void group::fail_to_decode(const detail::exchange& ex, int from_rank, const error& e) const {
-  throw error(e.code(), fmt::format("{} at {}: the value from {} cannot be read: {}", ex.name, ex.site,
+void group::fail_to_decode(const detail::collective_call& call, int from_rank, const error& e) const {
+  throw error(e.code(), fmt::format("{} at {}: the value from {} cannot be read: {}", call.name, call.site,
                                     describe(from_rank), e.what()));
 }
 
-void group::fail_sizes_differ(const detail::exchange& ex, int rank_a, std::size_t size_a, int rank_b,
+void group::fail_sizes_differ(const detail::collective_call& call, int rank_a, std::size_t size_a, int rank_b,
                               std::size_t size_b) const {
-  throw error(errc::invalid_argument, fmt::format("{} at {}: {} passed {} elements but {} passed {}", ex.name, ex.site,
-                                                  describe(rank_a), size_a, describe(rank_b), size_b));
+  throw error(errc::invalid_argument, fmt::format("{} at {}: {} passed {} elements but {} passed {}", call.name,
+                                                  call.site, describe(rank_a), size_a, describe(rank_b), size_b));
 }
 
-void group::fail_scatter_count(const detail::exchange& ex, int root, std::size_t count) const {
-  throw error(errc::invalid_argument, fmt::format("{} at {}: {} passed {} values for a group of {} ranks", ex.name,
-                                                  ex.site, describe(root), count, size()));
+void group::fail_scatter_count(const detail::collective_call& call, int root, std::size_t count) const {
+  throw error(errc::invalid_argument, fmt::format("{} at {}: {} passed {} values for a group of {} ranks", call.name,
+                                                  call.site, describe(root), count, size()));
 }
 
 namespace detail {
@@ -193,7 +200,7 @@ std::string site_text(const std::source_location& site) {
 
 }  // namespace detail
 
-void group::check_section(const detail::exchange& ex) const {
+void group::check_section(const detail::collective_call& call) const {
   const auto section = detail::current_section();
   if (!section || size() == 1) return;
   const auto& local = state_->local_ranks;
@@ -207,7 +214,7 @@ void group::check_section(const detail::exchange& ex) const {
   throw error(errc::invalid_argument,
               fmt::format("{} at {} on a group of {} ranks is called inside {}, which runs on {}: the other "
                           "members would never arrive (see the nesting rule in jobkit/helpers.hpp)",
-                          ex.name, ex.site, size(), section->where, who));
+                          call.name, call.site, size(), section->where, who));
 }
 
 void group::check_peers(const std::string& during) {
@@ -215,43 +222,43 @@ void group::check_peers(const std::string& during) {
 }
 
 void group::setup(call_options options, std::source_location site) {
-  const auto ex = make_exchange(detail::exchange_kind::barrier, "setup", options.timeout, site);
-  check_section(ex);
-  connect(ex);
+  const auto call = make_call(detail::exchange_kind::barrier, "setup", options.timeout, site);
+  check_section(call);
+  connect(call);
 }
 
 void group::barrier(call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::exchange_kind::barrier, "barrier", options.timeout, site);
-  run(ex);
+  auto call = make_call(detail::exchange_kind::barrier, "barrier", options.timeout, site);
+  run(call);
 }
 
 void group::reduce_into(std::span<std::byte> data,
                         const std::function<void(std::span<std::byte>, std::span<const std::byte>)>& combine,
                         call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::exchange_kind::all_reduce, detail::signed_name("reduce_into", options.signature),
-                          options.timeout, site);
-  ex.mine = std::span<const std::byte>(data);
+  auto call = make_call(detail::exchange_kind::all_reduce, detail::signed_name("reduce_into", options.signature),
+                        options.timeout, site);
+  call.mine = std::span<const std::byte>(data);
   // Folded in place into the lowest rank's bytes, in rank order: every member gets the same bits.
-  ex.fold = [&](std::vector<detail::rank_bytes>& entries) {
+  call.fold = [&](std::vector<detail::rank_bytes>& entries) {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     auto& total = entries.front();
     for (std::size_t i = 1; i < entries.size(); ++i) {
       const auto& next = entries[i];
       if (next.bytes.size() != total.bytes.size()) {
-        fail_sizes_differ(ex, total.rank, total.bytes.size(), next.rank, next.bytes.size());
+        fail_sizes_differ(call, total.rank, total.bytes.size(), next.rank, next.bytes.size());
       }
       combine(total.bytes, next.bytes);
     }
     return detail::rank_bytes{total.rank, std::move(total.bytes)};
   };
-  const auto result = run(ex);
+  const auto result = run(call);
   const auto& bytes = result.at(0).bytes;
-  if (bytes.size() != data.size()) fail_sizes_differ(ex, 0, bytes.size(), rank(), data.size());
+  if (bytes.size() != data.size()) fail_sizes_differ(call, 0, bytes.size(), rank(), data.size());
   if (!bytes.empty()) std::memcpy(data.data(), bytes.data(), bytes.size());
 }
 
 std::optional<group> group::split(int color, int key, call_options options, std::source_location site) {
-  const auto ex = make_exchange(detail::exchange_kind::all_gather, "split", options.timeout, site);
+  const auto call = make_call(detail::exchange_kind::all_gather, "split", options.timeout, site);
   const auto choices = all_gather(std::make_pair(color, key), options, site);
   if (color < 0) return std::nullopt;
   std::vector<std::tuple<int, int, int>> chosen;  // (key, group rank, world rank)
@@ -263,9 +270,9 @@ std::optional<group> group::split(int color, int key, call_options options, std:
   std::vector<int> members;
   for (const auto& [k, r, w] : chosen) members.push_back(w);
   if (!state_->make_subgroup) {
-    throw error(errc::internal, fmt::format("split at {}: this group cannot make subgroups", ex.site));
+    throw error(errc::internal, fmt::format("split at {}: this group cannot make subgroups", call.site));
   }
-  return detail::group_over(state_->make_subgroup(members, ex.timeout));
+  return detail::group_over(state_->make_subgroup(members, call.timeout));
 }
 
 }  // namespace jobkit

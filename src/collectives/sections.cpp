@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "jobkit/detail/exchange.hpp"
+#include "jobkit/detail/collective_call.hpp"
 
 namespace jobkit::detail {
 namespace {

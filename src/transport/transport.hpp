@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "jobkit/detail/exchange.hpp"
 #include "jobkit/error.hpp"
+#include "transport/exchange.hpp"
 
 namespace jobkit::detail {
 

@@ -128,7 +128,8 @@ void tcp_tree::abort(const std::string& message) noexcept {
 
 void tcp_tree::check_peers(const std::string& during) {
   if (!context_.broken.empty()) raise(context_.broken_code, context_.broken);
-  const exchange context(exchange_kind::barrier, during, "", {});
+  const collective_call call(exchange_kind::barrier, during, "", {});
+  const exchange context(call);
   if (node_) node_->check_members(context, true);
   if (links_) links_->check_closed(context);
 }

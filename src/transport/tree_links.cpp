@@ -122,6 +122,7 @@ void tree_links::check_closed(const exchange& context) {
 }
 
 void tree_links::check_silence(const exchange& ex) {
+  if (children_.empty() && !parent_) return;  // no link (a group of one): JOBKIT_LOST_NODE_TIMEOUT unread
   const auto limit = lost_node_timeout();
   for (const auto& child : children_) {
     if (child.fd >= 0 && link_silence(child.fd, limit)) went_silent(child, ex);

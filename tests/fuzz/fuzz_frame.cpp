@@ -56,8 +56,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // to 63 bytes; the rest of the input is the payload.
   const int ranks = data[1] % 16 + 1;
   const bool rooted = data[2] % 32 < ranks;
-  exchange ex(rooted ? exchange_kind::broadcast_into : exchange_kind::all_gather_into, "fuzz", "fuzz_frame.cpp:1",
-              std::chrono::milliseconds(0));
+  const collective_call call(rooted ? exchange_kind::broadcast_into : exchange_kind::all_gather_into, "fuzz",
+                             "fuzz_frame.cpp:1", std::chrono::milliseconds(0));
+  exchange ex(call);
   ex.root = rooted ? data[2] % 32 : 0;
   ex.piece = data[3] % 64;
   std::vector<std::byte> buffer(rooted ? ex.piece : ex.piece * static_cast<std::size_t>(ranks));

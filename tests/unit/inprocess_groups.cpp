@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <unistd.h>
+
 #include "memory_rendezvous.hpp"
 #include "network/fabric.hpp"
 #include "transport/tree.hpp"
@@ -36,7 +38,7 @@ namespace {
 /// What one rank's groups stand on: its rendezvous and its fabric.
 struct rank_fabric {
   rank_fabric(std::shared_ptr<memory_rendezvous_store> store, int rank, const jobkit::identity& id)
-      : rv(std::move(store), rank), fabric(rv, id, 20s, {.addresses = {"127.0.0.1"}}) {}
+      : rv(std::move(store), rank), fabric(rv, id, 20s, {.addresses = {"127.0.0.1"}, .handshake_timeout = 30s}) {}
   memory_rendezvous rv;
   jobkit::detail::tcp_fabric fabric;
 };
@@ -59,9 +61,10 @@ std::shared_ptr<group_state> make_state(const std::shared_ptr<rank_fabric>& unde
 }  // namespace
 
 std::vector<jobkit::group> inprocess_groups(int size, const std::vector<int>& nodes) {
-  // Each set its own job, so that the segments of two sets never share a name.
+  // Each set its own job, so that no two sets share a segment's name, in this process or in
+  // another test program running beside it (a job id keeps the pid out of the name).
   static std::atomic<int> sets{0};
-  const auto job = fmt::format("inprocess{}", sets++);
+  const auto job = fmt::format("inprocess{}-{}", ::getpid(), sets++);
   const auto layout = nodes.empty() ? std::vector<int>(static_cast<std::size_t>(size), 0) : nodes;
   auto store = std::make_shared<memory_rendezvous_store>(size, layout);
   std::vector<std::shared_ptr<group_state>> states(static_cast<std::size_t>(size));

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "../catch.hpp"
+#include "owned_exchange.hpp"
 #include "support.hpp"
 #include "transport/frame.hpp"
 #include "transport/tree_links.hpp"
@@ -23,6 +24,7 @@ using namespace std::chrono_literals;
 using namespace jobkit::detail;
 using test_support::contains;
 using test_support::outcome;
+using test_support::owned_exchange;
 
 namespace {
 
@@ -97,10 +99,8 @@ std::vector<outcome<T>> on_leaders(F fn) {
 }
 
 /// An all_gather named `name` (unless the test sets another kind).
-exchange named(const std::string& name, std::span<const std::byte> mine, std::chrono::milliseconds t = 5s) {
-  exchange ex(exchange_kind::all_gather, name, "test_tree_links.cpp:1", t);
-  ex.mine = mine;
-  return ex;
+owned_exchange named(const std::string& name, std::span<const std::byte> mine, std::chrono::milliseconds t = 5s) {
+  return owned_exchange(exchange_kind::all_gather, name, "test_tree_links.cpp:1", t, mine);
 }
 
 std::string text(const rank_bytes& e) {
@@ -149,7 +149,8 @@ TEST_CASE("tree_links: a broadcast goes down one way and the receipts come back"
       l.context.sequence = n;
       const auto deadline = steady_clock::now() + 5s;
       const auto mine = fmt::format("broadcast {}", n);
-      const auto ex = named("broadcast", as_bytes(mine));
+      const auto owned = named("broadcast", as_bytes(mine));
+      const exchange& ex = owned;
       tree_links::broadcast b;
       if (l.links->root()) {
         b.one_way = true;
@@ -181,7 +182,8 @@ TEST_CASE("tree_links: an abort from one leader and a closed link reach the othe
     const auto results = on_leaders([](leader& l) {
       l.context.sequence = 1;
       const auto mine = std::to_string(l.context.rank);
-      const auto ex = named("all_gather", as_bytes(mine));
+      const auto owned = named("all_gather", as_bytes(mine));
+      const exchange& ex = owned;
       if (l.context.rank == 2) l.context.fail(ex, "leader 2 gave up", 2);
       return gather_and_return(l, ex);
     });

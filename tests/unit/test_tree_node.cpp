@@ -19,6 +19,7 @@
 
 #include "../catch.hpp"
 #include "core/embedder.hpp"
+#include "owned_exchange.hpp"
 #include "support.hpp"
 #include "transport/frame.hpp"
 #include "transport/tree_node.hpp"
@@ -27,6 +28,7 @@ using namespace std::chrono_literals;
 using namespace jobkit::detail;
 using test_support::contains;
 using test_support::outcome;
+using test_support::owned_exchange;
 
 namespace {
 
@@ -82,15 +84,14 @@ std::vector<outcome<T>> on_node(int size, const std::string& name, F fn) {
 }
 
 /// The exchange `name` of this rank (an all_gather unless said otherwise): its contribution is `bytes`.
-exchange contributing(const std::string& name, std::span<const std::byte> bytes, std::chrono::milliseconds t = 5s) {
-  exchange ex(exchange_kind::all_gather, name, "test_tree_node.cpp:1", t);
-  ex.mine = bytes;
-  return ex;
+owned_exchange contributing(const std::string& name, std::span<const std::byte> bytes,
+                            std::chrono::milliseconds t = 5s) {
+  return owned_exchange(exchange_kind::all_gather, name, "test_tree_node.cpp:1", t, bytes);
 }
 
 /// A barrier's exchange (it contributes and delivers nothing).
-exchange barrier_at(const std::string& site, std::chrono::milliseconds t) {
-  return exchange(exchange_kind::barrier, "barrier", site, t);
+owned_exchange barrier_at(const std::string& site, std::chrono::milliseconds t) {
+  return owned_exchange(exchange_kind::barrier, "barrier", site, t);
 }
 
 std::vector<std::byte> filled(std::size_t size, int rank) {
@@ -131,7 +132,8 @@ TEST_CASE("tree_node: a broadcast goes one way as mail; collectives out of step 
   const auto results = on_node(3, segment_name(2), [&got](member& m) {
     m.context.sequence = 1;
     const std::string text = "from rank 1";
-    exchange ex = contributing("broadcast", as_bytes(text));
+    auto owned = contributing("broadcast", as_bytes(text));
+    exchange& ex = owned.ex;
     ex.kind = exchange_kind::broadcast;
     ex.root = 1;
     if (m.context.rank != 1) ex.mine.reset();
@@ -163,7 +165,8 @@ TEST_CASE("tree_node: a leader gathers for a group that spans nodes and publishe
     return on_node(3, segment_name(10 + late), [late](member& m) {
       m.context.sequence = 1;
       const auto mine = filled(node_segment::inline_capacity * (m.context.rank == 2 ? 2 : 0) + 4, m.context.rank);
-      const auto ex = contributing("gather", mine, late >= 0 ? 500ms : 5s);
+      const auto owned = contributing("gather", mine, late >= 0 ? 500ms : 5s);
+      const exchange& ex = owned;
       if (m.context.rank == late) std::this_thread::sleep_for(1500ms);
       if (!m.node->leader()) return m.node->run_as_mate(ex);
       int ticks = 0;

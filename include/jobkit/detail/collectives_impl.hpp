@@ -1,6 +1,6 @@
 #pragma once
 
-// The templates of jobkit/collectives.hpp: each collective as one detail::exchange.
+// The templates of jobkit/collectives.hpp: each collective as one detail::collective_call.
 
 #include <algorithm>
 #include <cstddef>
@@ -14,28 +14,29 @@
 namespace jobkit {
 
 template <class T>
-T group::decode(const detail::exchange& ex, const detail::rank_bytes& entry) const {
+T group::decode(const detail::collective_call& call, const detail::rank_bytes& entry) const {
   try {
     return from_bytes<T>(entry.bytes);
   } catch (const error& e) {
-    fail_to_decode(ex, entry.rank, e);
+    fail_to_decode(call, entry.rank, e);
   }
 }
 
 template <class T>
-std::vector<T> group::decode_all(const detail::exchange& ex, const std::vector<detail::rank_bytes>& entries) const {
+std::vector<T> group::decode_all(const detail::collective_call& call,
+                                 const std::vector<detail::rank_bytes>& entries) const {
   std::vector<T> values;
   values.reserve(entries.size());
-  for (const auto& entry : entries) values.push_back(decode<T>(ex, entry));
+  for (const auto& entry : entries) values.push_back(decode<T>(call, entry));
   return values;
 }
 
 template <class F>
-std::vector<std::byte> group::encode_result(F& fn, const detail::exchange& ex) {
+std::vector<std::byte> group::encode_result(F& fn, const detail::collective_call& call) {
   try {
     return to_bytes(fn());
   } catch (...) {
-    fail_from_callable(ex);
+    fail_from_callable(call);
   }
 }
 
@@ -80,58 +81,57 @@ void group::all_gather_into(const M& mine, B&& all, call_options options, std::s
 template <sendable T>
 T group::broadcast(const T& value, rooted_options options, std::source_location site) {
   check_root("broadcast", options.root);
-  auto ex =
-      make_exchange(detail::exchange_kind::broadcast,
-                    detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
-                    options.timeout, site);
-  ex.root = options.root;
+  auto call = make_call(detail::exchange_kind::broadcast,
+                        detail::signed_name("broadcast(root " + std::to_string(options.root) + ")", options.signature),
+                        options.timeout, site);
+  call.root = options.root;
   std::vector<std::byte> bytes;
   if (rank() == options.root) {
     bytes = to_bytes(value);
-    ex.mine = bytes;
+    call.mine = bytes;
   }
-  auto entries = run(ex);
+  auto entries = run(call);
   if (rank() == options.root) return value;
-  return decode<T>(ex, entries.at(0));
+  return decode<T>(call, entries.at(0));
 }
 
 template <sendable T>
 std::vector<T> group::gather(const T& value, rooted_options options, std::source_location site) {
   check_root("gather", options.root);
-  auto ex = make_exchange(detail::exchange_kind::gather,
-                          detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature),
-                          options.timeout, site);
+  auto call = make_call(detail::exchange_kind::gather,
+                        detail::signed_name("gather(root " + std::to_string(options.root) + ")", options.signature),
+                        options.timeout, site);
   const auto bytes = to_bytes(value);
-  ex.mine = bytes;
-  ex.root = options.root;
-  return decode_all<T>(ex, run(ex));
+  call.mine = bytes;
+  call.root = options.root;
+  return decode_all<T>(call, run(call));
 }
 
 template <sendable T>
 std::vector<T> group::all_gather(const T& value, call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::exchange_kind::all_gather, detail::signed_name("all_gather", options.signature),
-                          options.timeout, site);
+  auto call = make_call(detail::exchange_kind::all_gather, detail::signed_name("all_gather", options.signature),
+                        options.timeout, site);
   const auto bytes = to_bytes(value);
-  ex.mine = bytes;
-  return decode_all<T>(ex, run(ex));
+  call.mine = bytes;
+  return decode_all<T>(call, run(call));
 }
 
 template <class T, class Combine>
-T group::fold_in_rank_order(detail::exchange& ex, const T& value, Combine combine) {
+T group::fold_in_rank_order(detail::collective_call& call, const T& value, Combine combine) {
   const auto bytes = to_bytes(value);
-  ex.mine = bytes;
+  call.mine = bytes;
   // Entries are folded in rank order, so every rank receives the same bits. The fold refers to
   // one local, so that std::function holds it without an allocation.
-  const auto fold = [this, &ex, &combine](std::vector<detail::rank_bytes>& entries) {
+  const auto fold = [this, &call, &combine](std::vector<detail::rank_bytes>& entries) {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-    T total = decode<T>(ex, entries.front());
+    T total = decode<T>(call, entries.front());
     for (std::size_t i = 1; i < entries.size(); ++i) {
-      total = combine(std::move(total), decode<T>(ex, entries[i]), entries.front().rank, entries[i].rank);
+      total = combine(std::move(total), decode<T>(call, entries[i]), entries.front().rank, entries[i].rank);
     }
     return detail::rank_bytes{entries.front().rank, to_bytes(total)};
   };
-  ex.fold = [&fold](std::vector<detail::rank_bytes>& entries) { return fold(entries); };
-  return decode<T>(ex, run(ex).at(0));
+  call.fold = [&fold](std::vector<detail::rank_bytes>& entries) { return fold(entries); };
+  return decode<T>(call, run(call).at(0));
 }
 
 namespace detail {
@@ -165,14 +165,14 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
       return std::is_floating_point_v<typename T::value_type>;
   }();
   detail::check_reduce_op("all_reduce", op, !floating);
-  auto ex = make_exchange(detail::exchange_kind::all_reduce,
-                          detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
-                          options.timeout, site);
-  T total = fold_in_rank_order(ex, value, [&](T a, const T& b, int rank_a, int rank_b) {
+  auto call = make_call(detail::exchange_kind::all_reduce,
+                        detail::signed_name("all_reduce(" + std::string(to_string(op)) + ")", options.signature),
+                        options.timeout, site);
+  T total = fold_in_rank_order(call, value, [&](T a, const T& b, int rank_a, int rank_b) {
     if constexpr (std::is_arithmetic_v<T>) {
       return detail::combine_scalar(a, b, op);
     } else {
-      if (a.size() != b.size()) fail_sizes_differ(ex, rank_a, a.size(), rank_b, b.size());
+      if (a.size() != b.size()) fail_sizes_differ(call, rank_a, a.size(), rank_b, b.size());
       for (std::size_t i = 0; i < a.size(); ++i) a[i] = detail::combine_scalar(a[i], b[i], op);
       return a;
     }
@@ -191,58 +191,58 @@ T group::all_reduce(const T& value, reduce_op op, call_options options, std::sou
 
 template <sendable T, binary_operation_of<T> Op>
 T group::all_reduce(const T& value, Op op, call_options options, std::source_location site) {
-  auto ex = make_exchange(detail::exchange_kind::all_reduce,
-                          detail::signed_name("all_reduce(user operation)", options.signature), options.timeout, site);
-  return fold_in_rank_order(ex, value, [&](T a, const T& b, int, int) { return static_cast<T>(op(a, b)); });
+  auto call = make_call(detail::exchange_kind::all_reduce,
+                        detail::signed_name("all_reduce(user operation)", options.signature), options.timeout, site);
+  return fold_in_rank_order(call, value, [&](T a, const T& b, int, int) { return static_cast<T>(op(a, b)); });
 }
 
 template <sendable T>
 T group::scatter(const std::vector<T>& values, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("scatter", root);
-  auto ex = make_exchange(detail::exchange_kind::scatter,
-                          detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature),
-                          options.timeout, site);
+  auto call = make_call(detail::exchange_kind::scatter,
+                        detail::signed_name("scatter(root " + std::to_string(root) + ")", options.signature),
+                        options.timeout, site);
   std::vector<std::byte> bytes;
   if (rank() == root) {
     std::vector<std::vector<std::byte>> parts;
     for (const auto& v : values) parts.push_back(to_bytes(v));
     bytes = to_bytes(parts);
-    ex.mine = bytes;
+    call.mine = bytes;
   }
-  ex.root = root;
+  call.root = root;
   const int members = size();
-  ex.finish = [this, &ex, members, root](std::vector<detail::rank_bytes>& entries) {
-    auto parts = decode<std::vector<std::vector<std::byte>>>(ex, entries.at(0));
-    if (static_cast<int>(parts.size()) != members) fail_scatter_count(ex, root, parts.size());
+  call.finish = [this, &call, members, root](std::vector<detail::rank_bytes>& entries) {
+    auto parts = decode<std::vector<std::vector<std::byte>>>(call, entries.at(0));
+    if (static_cast<int>(parts.size()) != members) fail_scatter_count(call, root, parts.size());
     std::vector<detail::rank_bytes> out;
     for (int r = 0; r < members; ++r) out.push_back({r, std::move(parts[static_cast<std::size_t>(r)])});
     return out;
   };
-  return decode<T>(ex, run(ex).at(0));
+  return decode<T>(call, run(call).at(0));
 }
 
 template <class F, class R>
 requires sendable<R> R group::compute_and_broadcast(F&& fn, rooted_options options, std::source_location site) {
   const int root = options.root;
   check_root("compute_and_broadcast", root);
-  auto ex = make_exchange(detail::exchange_kind::broadcast, "compute_and_broadcast(root " + std::to_string(root) + ")",
-                          options.timeout, site);
-  ex.root = root;
+  auto call = make_call(detail::exchange_kind::broadcast, "compute_and_broadcast(root " + std::to_string(root) + ")",
+                        options.timeout, site);
+  call.root = root;
   // Connected first: while fn runs, the others then wait in jobkit's data path with its deadline,
   // not in the setup's PMIx fence (bounded by the launcher's own timeout).
-  connect(ex);
-  if (rank() != root) return decode<R>(ex, run(ex).at(0));
+  connect(call);
+  if (rank() != root) return decode<R>(call, run(call).at(0));
   std::optional<R> value;
   std::vector<std::byte> bytes;
   try {
     value.emplace(fn());
     bytes = to_bytes(*value);
   } catch (...) {
-    fail_from_callable(ex);
+    fail_from_callable(call);
   }
-  ex.mine = bytes;
-  run(ex);
+  call.mine = bytes;
+  run(call);
   return std::move(*value);
 }
 
@@ -250,26 +250,26 @@ template <class F, class R>
 requires sendable<R> std::vector<R> group::gather_from_all_ranks(F&& fn, rooted_options options,
                                                                  std::source_location site) {
   check_root("gather_from_all_ranks", options.root);
-  auto ex = make_exchange(detail::exchange_kind::gather,
-                          "gather_from_all_ranks(root " + std::to_string(options.root) + ")", options.timeout, site);
-  connect(ex);
-  const auto bytes = encode_result(fn, ex);
-  ex.mine = bytes;
-  ex.root = options.root;
-  return decode_all<R>(ex, run(ex));
+  auto call = make_call(detail::exchange_kind::gather,
+                        "gather_from_all_ranks(root " + std::to_string(options.root) + ")", options.timeout, site);
+  connect(call);
+  const auto bytes = encode_result(fn, call);
+  call.mine = bytes;
+  call.root = options.root;
+  return decode_all<R>(call, run(call));
 }
 
 template <class Map, class Reduce, class M, class R>
 requires sendable<M> && sendable<R> R group::reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options,
                                                                   std::source_location site) {
-  auto ex = make_exchange(detail::exchange_kind::reduce_and_broadcast, "reduce_and_broadcast", options.timeout, site);
-  connect(ex);
-  const auto bytes = encode_result(map, ex);
-  ex.mine = bytes;
-  ex.finish = [this, &ex, &reduce](std::vector<detail::rank_bytes>& entries) {
-    return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(decode_all<M>(ex, entries)))}};
+  auto call = make_call(detail::exchange_kind::reduce_and_broadcast, "reduce_and_broadcast", options.timeout, site);
+  connect(call);
+  const auto bytes = encode_result(map, call);
+  call.mine = bytes;
+  call.finish = [this, &call, &reduce](std::vector<detail::rank_bytes>& entries) {
+    return std::vector<detail::rank_bytes>{{0, to_bytes(reduce(decode_all<M>(call, entries)))}};
   };
-  return decode<R>(ex, run(ex).at(0));
+  return decode<R>(call, run(call).at(0));
 }
 
 }  // namespace jobkit

@@ -1,59 +1,43 @@
 #pragma once
 
-// The engine under jobkit/collectives.hpp: what one collective asks of the data path.
+// What the transport runs: one collective's call (jobkit/detail/collective_call.hpp) and, for the
+// kinds over buffers, the members' buffers; and the rules of who contributes and who receives what.
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <optional>
-#include <source_location>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
+
+#include "jobkit/detail/collective_call.hpp"
 
 namespace jobkit::detail {
 
-/// One rank's bytes; rank is the rank in the group.
-struct rank_bytes {
-  int rank;
-  std::vector<std::byte> bytes;
-};
-
-/// What an exchange is: who contributes, who receives what (receives()), and which way the
-/// transport takes (tcp_tree::route_of). Each collective names its kind; nothing is inferred.
-enum class exchange_kind {
-  barrier,               ///< nothing contributed, nothing received
-  broadcast,             ///< `root` contributes; every member receives its bytes as they are
-  all_gather,            ///< every member contributes; every member receives every entry
-  all_reduce,            ///< every member contributes; `fold` combines them; every member receives the result
-  gather,                ///< every member contributes; `root` alone receives every entry
-  scatter,               ///< `root` contributes; `finish` splits it; each member receives its own entry
-  reduce_and_broadcast,  ///< every member contributes; `finish` on group rank 0; every member receives its result
-  // The kinds over the members' own memory (`buffer`, the same size on every member): nothing is
-  // received as entries, the result is in place.
-  broadcast_into,   ///< `root`'s whole buffer ends in every member's buffer
-  all_gather_into,  ///< each member's piece (`piece` bytes at rank * piece, already in place) ends at its place
-};
-
-/// The one primitive every collective is made of. The contributions travel to the group's rank 0,
-/// combined on the way by `fold` (all_reduce); rank 0 applies `finish` (scatter,
-/// reduce_and_broadcast) and the result travels back to the members that receive it; the kinds
-/// over buffers move the bytes between the members' buffers instead. Ranks compare `name`, so a
-/// different collective or a different root on one rank is an error, not a pairing.
+/// One exchange: a view of its collective's call, which must outlive it, and the members' buffers
+/// for broadcast_into and all_gather_into (`buffer`, the same size on every member: nothing is
+/// received as entries, the result is in place).
 struct exchange {
-  exchange(exchange_kind of, std::string called, std::string at, std::chrono::milliseconds within)
-      : kind(of), name(std::move(called)), site(std::move(at)), timeout(within) {}
+  explicit exchange(const collective_call& call)
+      : kind(call.kind),
+        name(call.name),
+        site(call.site),
+        timeout(call.timeout),
+        root(call.root),
+        mine(call.mine),
+        fold(call.fold),
+        finish(call.finish) {}
 
   exchange_kind kind;
-  std::string name;
-  std::string site;  ///< "file.cpp:42"
+  const std::string& name;
+  const std::string& site;  ///< "file.cpp:42"
   std::chrono::milliseconds timeout;
-  int root = 0;  ///< broadcast, gather, scatter, broadcast_into: the member that contributes or receives
+  int root;
   // The kinds of values:
   std::optional<std::span<const std::byte>> mine;
-  std::function<rank_bytes(std::vector<rank_bytes>&)> fold;
-  std::function<std::vector<rank_bytes>(std::vector<rank_bytes>&)> finish;
+  const std::function<rank_bytes(std::vector<rank_bytes>&)>& fold;
+  const std::function<std::vector<rank_bytes>(std::vector<rank_bytes>&)>& finish;
   // The kinds over buffers:
   std::span<std::byte> buffer;
   std::size_t piece = 0;  ///< all_gather_into: each member's piece
@@ -93,10 +77,5 @@ struct exchange {
     return piece_of(self);
   }
 };
-
-struct group_state;
-
-/// "file.cpp:42": a call site as errors name it.
-std::string site_text(const std::source_location& site);
 
 }  // namespace jobkit::detail
