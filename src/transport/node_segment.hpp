@@ -34,7 +34,7 @@ class node_segment {
   /// What a member signs for one exchange that every member signs (all but one-way broadcasts):
   /// two per slot, in turn, so that a member may sign the next such exchange while the others
   /// still read this one (an exchange on one node whose members read each other's parts:
-  /// tree_node::exchange_on_node). No member can sign the one after next before every member
+  /// node_exchange). No member can sign the one after next before every member
   /// arrived at the next, which it does only once it read this one.
   /// The words the others read first share a cache line with the payload's first bytes; the
   /// name and call site, read whole only for a message, come last.

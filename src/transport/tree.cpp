@@ -1,6 +1,6 @@
-// tcp_tree: a group's data path composed of its two media. tree_node runs what happens among the
-// members of a node in their shared segment, tree_links what happens between node leaders over
-// TCP; this file decides which exchange takes which way and hands results from one to the other.
+// tcp_tree: a group's data path composed of its two media. tree_node is the members of a node in
+// their shared segment, tree_links the node leaders' TCP links; this file sets them up, decides
+// which route each exchange takes (routes.hpp, one file per route) and spreads a failure on both.
 
 #include "transport/tree.hpp"
 
@@ -13,6 +13,7 @@
 #include "core/failure.hpp"
 #include "core/posix_io.hpp"
 #include "transport/frame.hpp"
+#include "transport/routes.hpp"
 #include "transport/tree_layout.hpp"
 
 namespace jobkit::detail {
@@ -142,53 +143,6 @@ void tcp_tree::begin_exchange(const exchange& ex) {
   ++context_.sequence;
 }
 
-std::vector<rank_bytes> tcp_tree::gather_up(const exchange& ex) {
-  const auto deadline = clock::now() + ex.timeout;
-  std::vector<rank_bytes> entries;
-  if (ex.mine) entries.push_back(rank_bytes{context_.rank, {ex.mine->begin(), ex.mine->end()}});
-  tree_links::gather wait(*links_, ex, deadline, entries);
-  if (node_leader()) {
-    const auto used = node_->await_mates(ex, deadline, wait);
-    const auto& mates = node_->mates();
-    for (std::size_t i = 1; i < mates.size(); ++i) {
-      if (node_->part(static_cast<int>(i)).has_payload == 0) continue;
-      const auto bytes = node_->contribution(static_cast<int>(i), used);
-      entries.push_back(rank_bytes{mates[i], {bytes.begin(), bytes.end()}});
-    }
-  }
-  wait.finish();
-  return entries;
-}
-
-std::optional<std::vector<rank_bytes>> tcp_tree::broadcast_across_nodes(const exchange& ex, bool fits) {
-  const auto deadline = clock::now() + ex.timeout;
-  if (node_mate()) return node_->take_mail(ex, deadline);
-  if (node_) node_->check_members(ex, false);
-  tree_links::broadcast b;
-  if (links_->root()) {
-    const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-    b.one_way = fits;
-    b.source_site = ex.site;
-    if (b.one_way) {
-      b.entries.push_back(rank_bytes{context_.rank, {mine.begin(), mine.end()}});
-      append_entries(b.everyone, {&b.entries.front()});
-    }
-  } else {
-    b = links_->receive_broadcast(ex, deadline, [&] {
-      if (node_) node_->check_members(ex, true);
-    });
-  }
-  // The node first, as the ordinary exchange does: measured faster on nodes with more ranks than
-  // cores (bench/RESULTS.md, "2026-11-24, 8bb13f0: a one-way broadcast across nodes").
-  if (node_) {
-    const auto bytes = b.one_way ? std::span<const std::byte>(b.entries.front().bytes) : std::span<const std::byte>{};
-    node_->post_mail(ex, deadline, bytes, b.one_way, b.source_site);
-  }
-  links_->pass_on_broadcast(ex, deadline, b);
-  if (!b.one_way) return std::nullopt;
-  return std::move(b.entries);
-}
-
 tcp_tree::route tcp_tree::route_of(const exchange& ex) const {
   const auto size = context_.members.size();
   const bool one_node = node_ && node_->mates().size() == size;
@@ -224,42 +178,19 @@ std::vector<rank_bytes> tcp_tree::run(const exchange& ex) {
 
 std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
   begin_exchange(ex);
+  const route_media media{context_, node_.get(), links_.get()};
   switch (route_of(ex)) {
     case route::node_broadcast:
-      if (auto entries = node_->broadcast_on_node(ex, fits_one_way(ex))) return std::move(*entries);
+      if (auto entries = node_broadcast(media, ex, fits_one_way(ex))) return std::move(*entries);
       break;  // too large for mail: the tree
-    case route::node_exchange: return node_->exchange_on_node(ex);
+    case route::node_exchange: return node_exchange(media, ex);
     case route::one_way_broadcast:
-      if (auto entries = broadcast_across_nodes(ex, fits_one_way(ex))) return std::move(*entries);
+      if (auto entries = one_way_broadcast(media, ex, fits_one_way(ex))) return std::move(*entries);
       break;  // too large for one way: the tree
-    case route::buffer_tree:
-      if (node_mate()) return node_->run_as_mate(ex);
-      run_buffer_tree(ex);
-      return {};
+    case route::buffer_tree: buffer_tree(media, ex); return {};
     case route::tree: break;
   }
-  if (node_mate()) return node_->run_as_mate(ex);
-  return run_tree(ex);
-}
-
-std::vector<rank_bytes> tcp_tree::run_tree(const exchange& ex) {
-  auto entries = gather_up(ex);
-  if (ex.fold && !entries.empty()) {
-    entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
-  }
-  const auto deadline = clock::now() + ex.timeout;
-  std::vector<std::byte> everyone;  // what every child receives when the result goes to everyone
-  if (!links_->root()) {
-    entries = links_->up_and_back(ex, deadline, entries, everyone);
-  } else {
-    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-    if (ex.finish) entries = context_.user_step(ex, [&] { return ex.finish(entries); });
-    if (ex.to_everyone() && (links_->children() > 0 || node_leader())) everyone = all_entries(entries);
-  }
-  if (node_leader()) node_->publish(ex, entries, everyone);
-  links_->send_down(ex, deadline, entries, everyone);
-
-  return received(ex, context_.rank, std::move(entries));
+  return tree_exchange(media, ex);
 }
 
 std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std::vector<int>& members,

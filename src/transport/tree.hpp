@@ -17,7 +17,8 @@ namespace jobkit::detail {
 
 /// The data path of a group: the members of a node meet in a shared memory segment under their
 /// first member, the node's leader (tree_node); the leaders form a binomial tree of TCP
-/// connections under group rank 0 (tree_links). Every wait has a deadline; a closed connection, a
+/// connections under group rank 0 (tree_links). Each exchange takes one route (routes.hpp) over
+/// these two media. Every wait has a deadline; a closed connection, a
 /// node-mate whose process ended (seen through its pidfd) or an abort from any member fails the
 /// exchange on every member. One exchange at a time, in the same order on every member.
 class tcp_tree final : public transport, private abort_spreader {
@@ -41,37 +42,21 @@ class tcp_tree final : public transport, private abort_spreader {
 
  private:
   using time_point = tree_context::time_point;
-  /// Which way an exchange takes, by its kind and the group's shape; the one place that decides.
+  /// Which way an exchange takes, by its kind and the group's shape; the one place that decides,
+  /// with run_exchange's size fallbacks. Each route is one file (routes.hpp):
   /// node_broadcast: every member on one node, the root's bytes as mail (one way);
-  /// node_exchange: every member on one node, the last to arrive finishes (no leader);
+  /// node_exchange: every member on one node, each reads the others' parts (no leader);
   /// one_way_broadcast: a broadcast from group rank 0 down the leaders' tree (one way);
   /// tree: contributions up to group rank 0 (through node leaders), the result back down;
   /// buffer_tree: the tree's way for the kinds over buffers, the bytes moving between the
-  /// members' buffers, the node's segment and the sockets (tree_buffers.cpp).
+  /// members' buffers, the node's segment and the sockets.
   enum class route { node_broadcast, node_exchange, one_way_broadcast, tree, buffer_tree };
   route route_of(const exchange& ex) const;
   /// The size rule of both one-way routes, decided by the source alone: whether its bytes fit in
   /// mail. When they do not, the source posts a notice instead and every member takes the tree.
   static bool fits_one_way(const exchange& ex);
-  bool node_leader() const noexcept { return node_ && node_->leader(); }
-  bool node_mate() const noexcept { return node_ && !node_->leader(); }
   /// Fails on a group that failed before; else starts the next exchange (its sequence number).
   void begin_exchange(const exchange& ex);
-  /// A leader's contributions: its own, its node-mates' and its children's.
-  std::vector<rank_bytes> gather_up(const exchange& ex);
-  /// A broadcast from group rank 0 of a group that spans nodes, one way: the root sends its bytes
-  /// down and goes on; each leader sends a receipt up, posts the bytes as its node's mail and
-  /// passes them on to its children. Empty when they do not fit (`fits`, the root's decision):
-  /// every member then takes the tree.
-  std::optional<std::vector<rank_bytes>> broadcast_across_nodes(const exchange& ex, bool fits);
-  /// The tree: a leader's exchange (a node-mate's is tree_node::run_as_mate).
-  std::vector<rank_bytes> run_tree(const exchange& ex);
-  /// The buffer tree, a leader's: node-mates through the segment; between nodes, pieces go up as
-  /// scatter-gather frames from the buffers and the whole buffer comes down in chunks that each
-  /// leader forwards to its children as they arrive, straight from and into the members' buffers.
-  void run_buffer_tree(const exchange& ex);
-  /// The group ranks whose pieces this leader's buffer holds once its subtree came in.
-  std::vector<int> pieces_here(const exchange& ex) const;
   /// Marks the tree unusable and tells every member, on both media.
   void spread_abort(const std::string& message, int origin, errc code) noexcept override;
 

@@ -37,7 +37,7 @@ class abort_spreader {
   ~abort_spreader() = default;
 };
 
-/// What the on-node half (tree_node) watches on the across-node half (tree_links) while a node
+/// What the on-node medium (tree_node) watches on the across-node one (tree_links) while a node
 /// leader waits for its node-mates: tree_links::gather implements it.
 class link_watch {
  public:

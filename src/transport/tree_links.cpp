@@ -1,4 +1,4 @@
-// The across-node half of the tree protocol (tree_links): a node leader's TCP links to its
+// The across-node medium of the tree protocol (tree_links): a node leader's TCP links to its
 // parent and children, the frames of each exchange up and down them, receipts for one-way
 // broadcasts, and aborts spread to every neighbour. Frames and their limits are frame.hpp's.
 

@@ -16,10 +16,11 @@ struct protocol_violation;
 struct frame;
 struct frame_header;
 
-/// The across-node half of the tree protocol: a node leader's TCP links to its parent and
-/// children in the binomial tree of node leaders under group rank 0. Contributions go up as
-/// frames and results come down; one-way broadcasts go down with receipts coming back up; an
-/// abort goes to every neighbour. What happens on the node meanwhile is tree_node's.
+/// The across-node medium of the tree protocol: a node leader's TCP links to its parent and
+/// children in the binomial tree of node leaders under group rank 0. A leader sends frames up and
+/// down (contributions, results, one-way broadcasts and their receipts, each checked in step as it
+/// arrives), waits for them with a deadline, and sends an abort to every neighbour. Which exchange
+/// does what is the routes' (routes.hpp); what happens on the node meanwhile is tree_node's.
 class tree_links {
  public:
   using time_point = tree_context::time_point;

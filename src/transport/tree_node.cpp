@@ -1,9 +1,9 @@
-// The on-node half of the tree protocol (tree_node): slots and their parts, members reading each
-// other's parts (or the last arriver finishing, past a part), the leader gathering and
-// publishing for a group that spans nodes, and every wait on the segment's futexes with the
-// node-mates' pidfds looked at in between. Its setup is tree_node_setup.cpp, its one-way
-// broadcasts tree_node_mail.cpp; the segment itself (its layout, futexes, pidfd watches) is
-// node_segment.
+// The on-node medium of the tree protocol (tree_node): what the routes (routes.hpp) do with the
+// node's segment. A member signs its slot and its part, contributes past it into a granted place
+// of the data region, a leader (or a finisher) publishes a result that the others read; every wait
+// sleeps on the segment's futexes with the node-mates' pidfds and aborts looked at in between. Its
+// setup is tree_node_setup.cpp, its mail tree_node_mail.cpp; the segment itself (its layout,
+// futexes, pidfd watches) is node_segment.
 
 #include "transport/tree_node.hpp"
 
@@ -22,11 +22,6 @@ namespace jobkit::detail {
 namespace {
 
 using clock = steady_clock;
-
-/// Whether a member's contribution goes through the data region (past its slot) rather than in place.
-bool in_data_region(const node_segment::part& part) {
-  return part.has_payload != 0 && part.size > node_segment::inline_capacity;
-}
 
 }  // namespace
 
@@ -187,61 +182,6 @@ std::span<const std::byte> tree_node::contribution(int index, std::size_t used) 
   return segment_->data(used).subspan(segment_->member(index).data_offset, p.size);
 }
 
-std::vector<rank_bytes> tree_node::exchange_on_node(const exchange& ex) {
-  auto& segment = *segment_;
-  const auto deadline = clock::now() + ex.timeout;
-  const auto seq = low_bits(context_.sequence);
-  const auto target = context_.sequence * mates_.size();
-  check(ex, false);
-  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (ex.mine) context_.check_size(mine.size(), ex);
-  sign_slot(ex, mine, ex.mine.has_value());
-  const auto stalled = [&] { finish_stalled(ex); };
-  // The last to arrive wakes the others. A node-mate in another collective (one over buffers) may be
-  // the last and ring only the leader's bell: the others find every arrival at their next look.
-  const bool last = segment.arrive() == target;
-  if (last) {
-    segment.ring(node_segment::bell::down);
-  } else {
-    wait_in_segment(
-        node_segment::bell::down, ex, deadline, [&] { return segment.arrivals() >= target; }, stalled);
-  }
-  check_parts_in_step(ex);
-  const auto count = static_cast<int>(mates_.size());
-  bool large = false;
-  for (int i = 0; i < count && !large; ++i) large = in_data_region(part(i));
-  if (!large) return read_parts(ex);
-
-  // A contribution past its part: the last to arrive gathers them in the data region and
-  // publishes the result; the others wait for it.
-  std::optional<std::vector<rank_bytes>> finished;
-  const auto try_finish = [&] {
-    if (finished || !segment.claim(seq, index_)) return;
-    try {
-      finished = finish_on_node(ex, deadline, mine);
-    } catch (...) {
-      // fail() and user_step() have told the others; anything else (no memory, an interruption)
-      // must too, or they would wait for this rank's result until their deadline.
-      if (context_.broken.empty()) {
-        context_.spreader->spread_abort(fmt::format("{} at {} failed on {}, which was finishing it for its node",
-                                                    ex.name, ex.site, context_.describe(context_.rank)),
-                                        context_.rank, errc::peer_failure);
-      }
-      throw;
-    }
-  };
-  const auto published = [&] { return segment.load(segment.result_word()) == seq; };
-  if (last) try_finish();
-  if (mine.size() > node_segment::inline_capacity && !finished) {
-    wait_in_segment(
-        node_segment::bell::down, ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; }, stalled);
-    fill_granted(ex, mine);
-  }
-  if (finished) return std::move(*finished);
-  wait_in_segment(node_segment::bell::down, ex, deadline, published, stalled);
-  return read_result(ex);
-}
-
 std::uint64_t tree_node::name_hash_of(const exchange& ex) {
   if (hashed_ != context_.sequence) {
     hash_ = node_segment::name_hash(ex.name);
@@ -259,22 +199,6 @@ void tree_node::check_parts_in_step(const exchange& ex) {
     const auto& p = part(i);
     if (p.sequence != context_.sequence || p.name_hash != hash || p.name_size != size) check_slot_in_step(i, ex);
   }
-}
-
-std::vector<rank_bytes> tree_node::read_parts(const exchange& ex) {
-  const auto count = static_cast<int>(mates_.size());
-  std::vector<rank_bytes> entries;
-  if (ex.kind == exchange_kind::barrier) return entries;
-  entries.reserve(mates_.size());
-  for (int i = 0; i < count; ++i) {
-    const auto& p = part(i);
-    if (p.has_payload != 0)
-      entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {p.payload, p.payload + p.size}});
-  }
-  if (ex.fold && !entries.empty()) {
-    entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
-  }
-  return entries;
 }
 
 std::vector<int> tree_node::unfilled(int finisher) {
@@ -304,60 +228,6 @@ std::vector<int> tree_node::not_arrived() {
       ranks.push_back(context_.members[static_cast<std::size_t>(mates_[i])]);
   }
   return ranks;
-}
-
-void tree_node::finish_stalled(const exchange& ex) {
-  auto& segment = *segment_;
-  const auto seq = low_bits(context_.sequence);
-  if (const auto missing = not_arrived(); !missing.empty()) context_.never_arrived(ex, missing);
-  const int finisher = segment.finisher(seq);
-  if (finisher >= 0 && segment.load(segment.grant_word()) == seq) {
-    if (const auto ranks = unfilled(finisher); !ranks.empty()) pieces_not_filled(ex, ranks);
-  }
-  const auto who = finisher >= 0 ? context_.describe(mates_[static_cast<std::size_t>(finisher)]) : "no rank";
-  context_.fail(ex,
-                fmt::format("{} at {} timed out after {} ms on {}: every rank arrived, but {}, which arrived last and "
-                            "finishes the exchange, did not publish the result (a slow operation, or stopped)",
-                            ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), who),
-                context_.rank, errc::timeout);
-}
-
-std::vector<rank_bytes> tree_node::finish_on_node(const exchange& ex, time_point deadline,
-                                                  std::span<const std::byte> mine) {
-  const auto count = static_cast<int>(mates_.size());  // every part checked: exchange_on_node
-  const auto total = grant_places(ex, index_);
-  if (total > 0) {
-    wait_in_segment(
-        node_segment::bell::up, ex, deadline, [&] { return unfilled(index_).empty(); },
-        [&] { pieces_not_filled(ex, unfilled(index_)); });
-  }
-  std::vector<rank_bytes> entries;
-  for (int i = 0; i < count; ++i) {
-    if (part(i).has_payload == 0) continue;
-    const auto bytes = i == index_ ? mine : contribution(i, total);
-    entries.push_back(rank_bytes{mates_[static_cast<std::size_t>(i)], {bytes.begin(), bytes.end()}});
-  }
-  if (ex.fold && !entries.empty()) {
-    entries = context_.user_step(ex, [&] { return std::vector<rank_bytes>{ex.fold(entries)}; });
-  }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  const auto everyone = all_entries(entries);
-  check_members(ex, false);  // the others may have given up meanwhile (a slow operation): fail as they did
-  publish(ex, entries, everyone);
-  return entries;
-}
-
-std::vector<rank_bytes> tree_node::run_as_mate(const exchange& ex) {
-  const auto deadline = clock::now() + ex.timeout;
-  check(ex, false);
-  const auto contribution = ex.contribution_of(context_.rank);
-  const auto mine = contribution.value_or(std::span<const std::byte>{});
-  if (contribution && !ex.into_buffer()) context_.check_size(mine.size(), ex);
-  contribute(ex, deadline, mine, contribution.has_value());
-  wait_for_result(ex, deadline);
-  if (!ex.into_buffer()) return read_result(ex);
-  read_buffer(ex);
-  return {};
 }
 
 std::vector<rank_bytes> tree_node::read_result(const exchange& ex) {

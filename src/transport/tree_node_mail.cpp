@@ -33,17 +33,6 @@ void tree_node::check_mail_in_step(const exchange& ex) {
   context_.out_of_step(mail->source, name, context_.sequence, std::string_view(mail->site, mail->site_size), ex);
 }
 
-std::optional<std::vector<rank_bytes>> tree_node::broadcast_on_node(const exchange& ex, bool fits) {
-  const auto deadline = clock::now() + ex.timeout;
-  // A source that posted its last broadcast may have left the group already: the others look
-  // for the mail before they look at the node.
-  if (ex.source() != context_.rank) return take_mail(ex, deadline);
-  check(ex, false);
-  const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (!post_mail(ex, deadline, mine, fits, ex.site)) return std::nullopt;
-  return std::vector<rank_bytes>{rank_bytes{context_.rank, {mine.begin(), mine.end()}}};
-}
-
 int tree_node::mail_poster(int source) const {
   const auto at = std::find(mates_.begin(), mates_.end(), source);
   return at == mates_.end() ? 0 : static_cast<int>(at - mates_.begin());

@@ -12,8 +12,6 @@
 
 #include <unistd.h>
 
-#include "memory_rendezvous.hpp"
-#include "network/fabric.hpp"
 #include "transport/tree.hpp"
 
 namespace test_support {
@@ -33,15 +31,23 @@ jobkit::identity rank_identity(int rank, const std::vector<int>& nodes) {
   return id;
 }
 
-namespace {
+inprocess_step::inprocess_step(const std::vector<int>& layout) : nodes(layout) {
+  static std::atomic<int> steps{0};
+  job = fmt::format("inprocess{}-{}", ::getpid(), steps++);
+  store = std::make_shared<memory_rendezvous_store>(static_cast<int>(nodes.size()), nodes);
+}
 
-/// What one rank's groups stand on: its rendezvous and its fabric.
-struct rank_fabric {
-  rank_fabric(std::shared_ptr<memory_rendezvous_store> store, int rank, const jobkit::identity& id)
-      : rv(std::move(store), rank), fabric(rv, id, 20s, {.addresses = {"127.0.0.1"}, .handshake_timeout = 30s}) {}
-  memory_rendezvous rv;
-  jobkit::detail::tcp_fabric fabric;
-};
+jobkit::identity inprocess_step::identity(int rank) const {
+  auto id = rank_identity(rank, nodes);
+  id.job_id = job;
+  return id;
+}
+
+rank_fabric::rank_fabric(const inprocess_step& step, int rank, std::chrono::milliseconds handshake_timeout)
+    : rv(step.store, rank),
+      fabric(rv, step.identity(rank), 20s, {.addresses = {"127.0.0.1"}, .handshake_timeout = handshake_timeout}) {}
+
+namespace {
 
 /// A group's state and the fabric under it, destroyed in that order.
 struct held_state {
@@ -61,23 +67,16 @@ std::shared_ptr<group_state> make_state(const std::shared_ptr<rank_fabric>& unde
 }  // namespace
 
 std::vector<jobkit::group> inprocess_groups(int size, const std::vector<int>& nodes) {
-  // Each set its own job, so that no two sets share a segment's name, in this process or in
-  // another test program running beside it (a job id keeps the pid out of the name).
-  static std::atomic<int> sets{0};
-  const auto job = fmt::format("inprocess{}-{}", ::getpid(), sets++);
-  const auto layout = nodes.empty() ? std::vector<int>(static_cast<std::size_t>(size), 0) : nodes;
-  auto store = std::make_shared<memory_rendezvous_store>(size, layout);
+  const inprocess_step step(nodes.empty() ? std::vector<int>(static_cast<std::size_t>(size), 0) : nodes);
   std::vector<std::shared_ptr<group_state>> states(static_cast<std::size_t>(size));
   std::vector<std::string> errors(static_cast<std::size_t>(size));
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto id = rank_identity(r, layout);
-        id.job_id = job;
         std::vector<int> all(static_cast<std::size_t>(size));
         std::iota(all.begin(), all.end(), 0);
-        states[static_cast<std::size_t>(r)] = make_state(std::make_shared<rank_fabric>(store, r, id), all, 20s);
+        states[static_cast<std::size_t>(r)] = make_state(std::make_shared<rank_fabric>(step, r), all, 20s);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }

@@ -1,4 +1,4 @@
-// The buffer tree (broadcast_into and all_gather_into, src/transport/tree_buffers.cpp): buffer to
+// The buffer tree (broadcast_into and all_gather_into, src/transport/route_buffer_tree.cpp): buffer to
 // buffer across pretend nodes and in shared memory; a size that differs, out of step and a late rank named.
 #include <chrono>
 #include <cstdint>

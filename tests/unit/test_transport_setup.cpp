@@ -453,7 +453,7 @@ TEST_CASE(
     "[transport]") {
   const std::vector<int> nodes{0, 0, 1, 1, 2, 2, 3, 3};  // rank 0 leads; 2, 4, 6 lead the others
   const int size = static_cast<int>(nodes.size());
-  auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
+  const test_support::inprocess_step step(nodes);
   struct seen {  // Catch2's assertions are for the main thread only
     std::optional<int> sum, pair_sum;
     std::string error, host_of_7;
@@ -467,8 +467,9 @@ TEST_CASE(
       auto& o = out[static_cast<std::size_t>(r)];
       try {
         if (r == 6) std::this_thread::sleep_for(500ms);  // a leader that starts late: its child waits for it
-        memory_rendezvous rv(store, r);
-        tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, {.addresses = {"127.0.0.1"}});
+        test_support::rank_fabric under(step, r);
+        auto& rv = under.rv;
+        auto& fabric = under.fabric;
         o.on_demand = fabric.on_demand();
         std::vector<int> all(nodes.size());
         std::iota(all.begin(), all.end(), 0);

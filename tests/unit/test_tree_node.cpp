@@ -1,6 +1,7 @@
-// The on-node half of the tree protocol alone: threads of one process as the members of one node,
-// meeting in a segment without the fabric (no sockets, no setup connections): the last arriver
-// finishing, one-way broadcasts as mail, a leader gathering for a group that spans nodes, and the
+// The on-node medium of the tree protocol and the routes on one node, without links: threads of one
+// process as the members of one node, meeting in a segment without the fabric (no sockets, no
+// setup connections): the node exchange (each reading the others' parts, or the last arriver
+// finishing), the node broadcast as mail, a leader gathering for a group that spans nodes, and the
 // failures each names.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "owned_exchange.hpp"
 #include "support.hpp"
 #include "transport/frame.hpp"
+#include "transport/routes.hpp"
 #include "transport/tree_node.hpp"
 
 using namespace std::chrono_literals;
@@ -32,11 +34,13 @@ using test_support::owned_exchange;
 
 namespace {
 
-/// One member: its share of the group's context and its tree_node.
-/// One member: its half of the protocol, and what tcp_tree would do with an abort (its node's only).
+/// One member: its share of the group's context, its tree_node, and what tcp_tree would do with an
+/// abort (its node's only).
 struct member final : abort_spreader {
   tree_context context;
   std::unique_ptr<tree_node> node;
+  /// What a route runs on here: the segment, no links.
+  route_media media() { return {context, node.get(), nullptr}; }
   void spread_abort(const std::string& message, int origin, jobkit::errc code) noexcept override {
     if (context.broken.empty()) context.broken = message;
     node->post_abort(origin, code, message);
@@ -107,10 +111,10 @@ TEST_CASE("tree_node: each member reads the others' parts, or past a part the la
     const auto results = on_node(4, name, [&](member& m) {
       m.context.sequence = 1;
       const auto mine = filled(size, m.context.rank);
-      auto entries = m.node->exchange_on_node(contributing("all_gather", mine));
+      auto entries = node_exchange(m.media(), contributing("all_gather", mine));
       m.context.sequence = 2;
       // A barrier delivers nothing.
-      if (!m.node->exchange_on_node(barrier_at("test_tree_node.cpp:2", 5s)).empty()) entries.clear();
+      if (!node_exchange(m.media(), barrier_at("test_tree_node.cpp:2", 5s)).empty()) entries.clear();
       return entries;
     });
     for (const auto& o : results) {
@@ -137,7 +141,7 @@ TEST_CASE("tree_node: a broadcast goes one way as mail; collectives out of step 
     ex.kind = exchange_kind::broadcast;
     ex.root = 1;
     if (m.context.rank != 1) ex.mine.reset();
-    const auto entries = m.node->broadcast_on_node(ex, true);
+    const auto entries = node_broadcast(m.media(), ex, true);
     if (entries && entries->size() == 1) {
       const auto& e = entries->front();
       got[static_cast<std::size_t>(m.context.rank)] =
@@ -145,7 +149,7 @@ TEST_CASE("tree_node: a broadcast goes one way as mail; collectives out of step 
     }
     m.context.sequence = 2;
     const auto mine = filled(8, m.context.rank);
-    m.node->exchange_on_node(contributing(m.context.rank == 2 ? "all_reduce" : "all_gather", mine));
+    node_exchange(m.media(), contributing(m.context.rank == 2 ? "all_reduce" : "all_gather", mine));
     return true;
   });
   for (std::size_t r = 0; r < 3; ++r) {
@@ -168,7 +172,7 @@ TEST_CASE("tree_node: a leader gathers for a group that spans nodes and publishe
       const auto owned = contributing("gather", mine, late >= 0 ? 500ms : 5s);
       const exchange& ex = owned;
       if (m.context.rank == late) std::this_thread::sleep_for(1500ms);
-      if (!m.node->leader()) return m.node->run_as_mate(ex);
+      if (!m.node->leader()) return node_mate_by_tree(m.media(), ex);
       int ticks = 0;
       struct no_links final : link_watch {
         int& ticks;
@@ -223,7 +227,7 @@ TEST_CASE("tree_node: a segment that cannot grow fails every member, naming the 
     ::setrlimit(RLIMIT_FSIZE, &small);
     m.context.sequence = 1;
     const auto mine = filled(1 << 20, m.context.rank);
-    return m.node->exchange_on_node(contributing("all_gather", mine)).size();
+    return node_exchange(m.media(), contributing("all_gather", mine)).size();
   });
   ::setrlimit(RLIMIT_FSIZE, &before);
   std::signal(SIGXFSZ, old_handler);
@@ -257,7 +261,7 @@ TEST_CASE("tree_node: a signal handled while a member was not blocked ends its w
     if (m.context.rank == 1) handled_signal = true;
     const auto start = std::chrono::steady_clock::now();
     try {
-      return m.node->exchange_on_node(barrier).size();
+      return node_exchange(m.media(), barrier).size();
     } catch (const jobkit::error&) {
       if (m.context.rank == 1) {
         waited_ms =

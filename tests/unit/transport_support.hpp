@@ -22,7 +22,6 @@
 #include "inprocess_groups.hpp"
 #include "jobkit/collectives.hpp"
 #include "jobkit/identity.hpp"
-#include "memory_rendezvous.hpp"
 #include "network/fabric.hpp"
 #include "support.hpp"
 #include "transport/tree.hpp"
@@ -30,7 +29,6 @@
 namespace test_support {
 
 using namespace std::chrono_literals;
-using jobkit::detail::fabric_settings;
 using jobkit::detail::make_tcp_group_state;
 using jobkit::detail::tcp_fabric;
 
@@ -41,17 +39,16 @@ std::vector<test_support::outcome<T>> on_tcp_ranks(const std::vector<int>& nodes
                                                    std::chrono::milliseconds handshake_timeout = 30s,
                                                    const std::function<void(int, tcp_fabric&)>& before_groups = {}) {
   const int size = static_cast<int>(nodes.size());
-  // With the ranks' nodes the store serves direct reads: endpoints are read on demand, as under PMIx.
-  auto store = std::make_shared<memory_rendezvous_store>(size, nodes);
+  // The step's store serves direct reads: endpoints are read on demand, as under PMIx.
+  const inprocess_step step(nodes);
   std::vector<test_support::outcome<T>> outcomes(nodes.size());
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       auto& out = outcomes[static_cast<std::size_t>(r)];
       try {
-        memory_rendezvous rv(store, r);
-        fabric_settings settings{.addresses = {"127.0.0.1"}, .handshake_timeout = handshake_timeout};
-        tcp_fabric fabric(rv, rank_identity(r, nodes), 20s, settings);
+        rank_fabric under(step, r, handshake_timeout);
+        auto& fabric = under.fabric;
         if (before_groups) before_groups(r, fabric);
         std::vector<int> all(static_cast<std::size_t>(size));
         std::iota(all.begin(), all.end(), 0);
