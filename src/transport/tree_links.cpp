@@ -37,6 +37,17 @@ constexpr std::chrono::milliseconds silence_check_interval{250};
 /// calls to be few, small enough that every level of the tree works at once.
 constexpr std::size_t buffer_chunk = std::size_t{1} << 20;
 
+/// The links' one wait with a deadline: a poll of `fds` for at most `slice`, never past
+/// `deadline`; a slice that passed or a signal is an interruption point. The count of ready links
+/// (0: none).
+int poll_for(std::vector<pollfd>& fds, clock::time_point deadline, std::chrono::milliseconds slice) {
+  const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(slice.count()));
+  const int ready = ::poll(fds.data(), fds.size(), wait);
+  if (ready > 0) return ready;
+  if (ready == 0 || errno == EINTR) interruption_point();
+  return 0;
+}
+
 bool readable_now(int fd) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
@@ -373,58 +384,46 @@ void tree_links::check_from_parent(const frame& f, const exchange& ex) {
                        {source, f.name, f.header.sequence, f.site});
 }
 
-void tree_links::check_links(gather& wait) {
-  const auto& ex = wait.ex_;
-  const auto deadline = wait.deadline_;
-  auto& done = wait.done_;
-  auto& pending = wait.pending_;
-  std::vector<pollfd> fds;
+std::vector<pollfd>& tree_links::link_fds(gather& wait, short child_events) {
+  auto& fds = wait.fds_;
+  fds.clear();
   for (std::size_t i = 0; i < children_.size(); ++i)
-    fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN | POLLRDHUP, 0});
+    fds.push_back(pollfd{wait.done_[i] ? -1 : children_[i].fd, child_events, 0});
+  // The parent sends nothing before it has this rank's contribution, except an abort or its
+  // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
   if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
-  if (::poll(fds.data(), fds.size(), 0) <= 0) {
-    check_silence(ex);
-    return;
-  }
-  if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
+  return fds;
+}
+
+void tree_links::take_ready(gather& wait, short child_events) {
+  const auto& fds = wait.fds_;
+  if (parent_ && fds.back().revents != 0) parent_spoke(wait.ex_, wait.deadline_);
   for (std::size_t i = 0; i < children_.size(); ++i) {
-    // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
-    if (done[i] || (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0 || !wait.take(i)) continue;
-    done[i] = true;
-    --pending;
+    if (wait.done_[i] || (fds[i].revents & child_events) == 0 || !wait.take(i)) continue;
+    wait.done_[i] = true;
+    --wait.pending_;
   }
 }
 
+void tree_links::check_links(gather& wait) {
+  auto& fds = link_fds(wait, POLLIN | POLLRDHUP);
+  if (::poll(fds.data(), fds.size(), 0) <= 0) {
+    check_silence(wait.ex_);
+    return;
+  }
+  // A child's contribution waits in its socket; one that closed (or aborted and closed) cannot.
+  take_ready(wait, POLLRDHUP | POLLHUP | POLLERR);
+}
+
 void tree_links::await_children(gather& wait) {
-  const auto& ex = wait.ex_;
-  const auto deadline = wait.deadline_;
-  auto& done = wait.done_;
-  auto& pending = wait.pending_;
-  std::vector<pollfd> fds;
-  while (pending > 0) {
-    fds.clear();
-    for (std::size_t i = 0; i < children_.size(); ++i) fds.push_back(pollfd{done[i] ? -1 : children_[i].fd, POLLIN, 0});
-    // The parent sends nothing before it has this rank's contribution, except an abort or its
-    // closing: watch it too, so that a failure elsewhere does not wait for a slow child.
-    if (parent_) fds.push_back(pollfd{parent_->fd, POLLIN, 0});
-    const auto slice = std::min<int>(remaining_ms(deadline), static_cast<int>(silence_check_interval.count()));
-    const int ready = ::poll(fds.data(), fds.size(), slice);
-    if (ready < 0 && errno == EINTR) {
-      interruption_point();
+  while (wait.pending_ > 0) {
+    auto& fds = link_fds(wait, POLLIN);
+    if (poll_for(fds, wait.deadline_, silence_check_interval) > 0) {
+      take_ready(wait, static_cast<short>(~0));
       continue;
     }
-    if (ready == 0) {
-      interruption_point();
-      if (clock::now() >= deadline) time_out(ex, done, {});
-      check_silence(ex);
-      continue;
-    }
-    if (parent_ && fds.back().revents != 0) parent_spoke(ex, deadline);
-    for (std::size_t i = 0; i < children_.size(); ++i) {
-      if (done[i] || fds[i].revents == 0 || !wait.take(i)) continue;
-      done[i] = true;
-      --pending;
-    }
+    if (clock::now() >= wait.deadline_) time_out(wait.ex_, wait.done_, {});
+    check_silence(wait.ex_);
   }
 }
 
@@ -436,9 +435,7 @@ frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const
     fds.clear();
     fds.push_back(pollfd{parent.fd, POLLIN, 0});
     for (const auto& child : children_) fds.push_back(pollfd{child.fd, POLLIN | POLLRDHUP, 0});
-    const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(segment_check_interval.count()));
-    const int ready = ::poll(fds.data(), fds.size(), wait);
-    if (ready == 0 || (ready < 0 && errno == EINTR)) interruption_point();
+    const int ready = poll_for(fds, deadline, segment_check_interval);
     if (ready > 0 && fds.front().revents != 0) break;
     for (std::size_t i = 0; ready > 0 && i < children_.size(); ++i) {
       if (fds[i + 1].revents != 0) check_child(i, ex, deadline);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -50,6 +52,7 @@ class tree_links {
     std::vector<rank_bytes>* entries_;
     std::vector<bool> done_;
     std::size_t pending_;
+    std::vector<pollfd> fds_;  // the children's links, then the parent's (tree_links::link_fds)
   };
   /// A one-way broadcast as it came to this leader: entries (empty when it was too large for
   /// mail, and goes the ordinary way), the frame to pass on, and the source's call site.
@@ -111,6 +114,12 @@ class tree_links {
   struct child_link : link {
     std::deque<unconfirmed_broadcast> unconfirmed;
   };
+  /// The links a gather watches: each child's not heard from yet (for child_events), then the
+  /// parent's; in wait.fds_.
+  std::vector<pollfd>& link_fds(gather& wait, short child_events);
+  /// After a poll of link_fds: fails when the parent spoke; takes the contribution of each child
+  /// whose link showed one of child_events.
+  void take_ready(gather& wait, short child_events);
   /// gather::tick: fails on an abort from the parent or a child that closed; takes the
   /// contributions of the children that have one waiting.
   void check_links(gather& wait);
