@@ -1,6 +1,6 @@
 // A node's shared memory segment as memory: its creation, mapping and unlinking, the layout of
 // slots, mailboxes and the growing data region, the futex bells and the pidfd watches. What the
-// members write there and when, the on-node protocol, is tree_node's (tree_node.cpp).
+// members write there and when is tree_node's (the on-node medium) and the routes' (routes.hpp).
 
 #include "transport/node_segment.hpp"
 

@@ -4,8 +4,8 @@
 // exchange does on its way, over the group's two media. tree_node is the node's shared segment
 // (slots a member signs, words it waits on with a deadline, parts it reads, mail, an abort
 // notice); tree_links are the node leaders' TCP links (frames up and down with their checks,
-// receipts, aborts). tcp_tree::route_of decides which route an exchange takes, and its size
-// fallbacks.
+// receipts, aborts). tcp_tree::route_of decides which route an exchange takes, and
+// tcp_tree::run_exchange its size fallbacks.
 
 #include <optional>
 #include <vector>

@@ -41,7 +41,6 @@ class tcp_tree final : public transport, private abort_spreader {
   void settle_after_first_exchange(tcp_fabric& fabric);
 
  private:
-  using time_point = tree_context::time_point;
   /// Which way an exchange takes, by its kind and the group's shape; the one place that decides,
   /// with run_exchange's size fallbacks. Each route is one file (routes.hpp):
   /// node_broadcast: every member on one node, the root's bytes as mail (one way);

@@ -1,4 +1,4 @@
-// The failures that both halves of the tree protocol report in the same words: who is out of
+// The failures that both media of the tree protocol and its routes report in the same words: who is out of
 // step with whom, who never arrived, a payload too large for the data path.
 
 #include "transport/tree_context.hpp"

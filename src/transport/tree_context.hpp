@@ -1,9 +1,9 @@
 #pragma once
 
-// What the two halves of the tree protocol share: the group's members, this rank's place, the
-// exchange's number, and how a failure is told (tree_node: the members of a node in their shared
-// segment; tree_links: the node leaders over TCP; tcp_tree composes them and spreads a failure
-// on both media).
+// What the two media of the tree protocol and its routes share: the group's members, this rank's
+// place, the exchange's number, and how a failure is told (tree_node: the members of a node in
+// their shared segment; tree_links: the node leaders over TCP; tcp_tree composes them and spreads
+// a failure on both).
 
 #include <chrono>
 #include <cstdint>
@@ -26,7 +26,7 @@ struct call_site {
   std::string_view site;
 };
 
-/// Tells every member of a failure, on both media: what the halves call when they fail
+/// Tells every member of a failure, on both media: what the media and routes call when they fail
 /// (tree_context::fail); tcp_tree implements it over its node segment and its links.
 class abort_spreader {
  public:

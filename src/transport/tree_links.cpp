@@ -39,13 +39,14 @@ constexpr std::size_t buffer_chunk = std::size_t{1} << 20;
 
 /// The links' one wait with a deadline: a poll of `fds` for at most `slice`, never past
 /// `deadline`; a slice that passed or a signal is an interruption point. The count of ready links
-/// (0: none).
+/// (0: none; -1: a signal ended the slice).
 int poll_for(std::vector<pollfd>& fds, clock::time_point deadline, std::chrono::milliseconds slice) {
   const auto wait = std::min<int>(remaining_ms(deadline), static_cast<int>(slice.count()));
   const int ready = ::poll(fds.data(), fds.size(), wait);
   if (ready > 0) return ready;
-  if (ready == 0 || errno == EINTR) interruption_point();
-  return 0;
+  const bool signalled = ready < 0 && errno == EINTR;
+  if (ready == 0 || signalled) interruption_point();
+  return signalled ? -1 : 0;
 }
 
 bool readable_now(int fd) {
@@ -418,7 +419,9 @@ void tree_links::check_links(gather& wait) {
 void tree_links::await_children(gather& wait) {
   while (wait.pending_ > 0) {
     auto& fds = link_fds(wait, POLLIN);
-    if (poll_for(fds, wait.deadline_, silence_check_interval) > 0) {
+    const int ready = poll_for(fds, wait.deadline_, silence_check_interval);
+    if (ready < 0) continue;  // a signal: look again
+    if (ready > 0) {
       take_ready(wait, static_cast<short>(~0));
       continue;
     }

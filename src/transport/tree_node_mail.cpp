@@ -1,4 +1,5 @@
-// tree_node's one-way broadcasts: the source (or the node's leader, for a broadcast from another
+// tree_node's mail, what both one-way broadcast routes post and take (route_node_broadcast.cpp,
+// route_one_way_broadcast.cpp): the source (or the node's leader, for a broadcast from another
 // node) posts the bytes as mail in the segment and goes on; each other member takes them. A
 // mailbox is reused only once every member took its earlier broadcast.
 

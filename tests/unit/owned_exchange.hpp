@@ -1,7 +1,7 @@
 #pragma once
 
-// An exchange that holds its own call, for the tests that drive a half of the tree protocol
-// without a group (test_tree_node, test_tree_links).
+// An exchange that holds its own call, for the tests that drive a medium of the tree protocol
+// (and the routes on one node) without a group (test_tree_node, test_tree_links).
 
 #include <chrono>
 #include <optional>

@@ -467,7 +467,7 @@ TEST_CASE(
       auto& o = out[static_cast<std::size_t>(r)];
       try {
         if (r == 6) std::this_thread::sleep_for(500ms);  // a leader that starts late: its child waits for it
-        test_support::rank_fabric under(step, r);
+        test_support::rank_fabric under(step, r, fabric_settings{}.handshake_timeout);
         auto& rv = under.rv;
         auto& fabric = under.fabric;
         o.on_demand = fabric.on_demand();

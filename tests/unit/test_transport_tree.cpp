@@ -51,7 +51,7 @@ TEST_CASE("the TCP tree over loopback: every collective, groups and splits", "[t
 TEST_CASE("node-mates in shared memory: large payloads in both directions, every delivery, no name left",
           "[transport]") {
   const std::vector<int> nodes{0, 0, 0, 1, 0};  // rank 4 is rank 0's node-mate, after rank 3 of node 1
-  const auto results = on_tcp_ranks(nodes, [](tcp_fabric&, jobkit::group& g) {
+  const auto results = on_tcp_ranks(nodes, [](tcp_fabric& fabric, jobkit::group& g) {
     const auto text = [](int r, std::size_t size) { return std::string(size, static_cast<char>('a' + r)); };
     std::vector<std::size_t> got;
     // 100 KiB from each rank: past a slot's 7 KiB, through the data region both ways.
@@ -67,7 +67,7 @@ TEST_CASE("node-mates in shared memory: large payloads in both directions, every
     g.barrier();
     // The segments were unlinked once every node-mate had mapped them: their names are gone
     // while the groups still use them.
-    const auto prefix = fmt::format("jobkit-pid{}-", ::getpid());
+    const auto prefix = fabric.segment_prefix().substr(1) + "-";  // this step's, without the leading '/'
     std::size_t named = 0;
     for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
       named += entry.path().filename().string().starts_with(prefix);

@@ -1,4 +1,4 @@
-// The across-node half of the tree protocol alone: three node leaders as threads, linked by
+// The across-node medium of the tree protocol alone: three node leaders as threads, linked by
 // loopback TCP connections made here (no fabric, no handshake, no shared memory): group rank 0
 // the root with children 1 and 2. Results up and down, a one-way broadcast with its receipts, and
 // an abort or a closed link reaching the other leaders.

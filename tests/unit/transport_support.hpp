@@ -21,7 +21,6 @@
 #include "../catch.hpp"
 #include "inprocess_groups.hpp"
 #include "jobkit/collectives.hpp"
-#include "jobkit/identity.hpp"
 #include "network/fabric.hpp"
 #include "support.hpp"
 #include "transport/tree.hpp"
