@@ -224,6 +224,7 @@ class group {
 
   /// Fails the collective the other members are in (or enter next) with `message`, on every
   /// member, and makes this group unusable. For work that other ranks wait on and that failed.
+  /// A group of one has nobody to tell: it stays usable.
   void abort(const std::string& message) noexcept;
 
   /// Throws jobkit::error at once when a member is known to be gone (its connection to this rank

@@ -410,6 +410,15 @@ TEST_CASE("all_reduce with a user operation folds in rank order, on any sendable
   for (const auto& r : throwing) CHECK(contains(r.error, "bad combine"));
 }
 
+TEST_CASE("abort on a group of one tells nobody: the group stays usable", "[collectives]") {
+  auto mine = jobkit::world().split(3, 0);
+  REQUIRE(mine);
+  mine->abort("nothing to undo");
+  mine->barrier();
+  CHECK(mine->all_reduce(5, reduce_op::sum) == 5);
+  CHECK(mine->broadcast(std::string("still"), {.root = 0}) == "still");
+}
+
 TEST_CASE("split of a one-rank group, and a negative color", "[collectives]") {
   auto& world = jobkit::world();
   auto mine = world.split(7, 0);
