@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "core/environment.hpp"
 #include "jobkit/jobkit.hpp"
 #include "network/fabric.hpp"
 
@@ -370,16 +369,8 @@ int run_exec(std::string_view name, const std::vector<std::string_view>& args) {
                    {"MASTER_ADDR", master.first},
                    {"MASTER_PORT", std::to_string(master.second)}});
   }
-  // This process published its endpoint under its launcher rank; the program it hands the step to
-  // publishes its own under the next generation's key (src/transport/fabric.cpp, endpoint_key).
-  const int generation = jobkit::detail::endpoint_generation(jobkit::detail::process_environment());
-  if (generation == jobkit::detail::max_endpoint_generation) {
-    throw jobkit::error(jobkit::errc::invalid_environment,
-                        fmt::format("JOBKIT_ENDPOINT_GENERATION='{}': jobkit {} nested {} deep has no next generation "
-                                    "for the program it starts",
-                                    generation, name, generation));
-  }
-  values.emplace_back("JOBKIT_ENDPOINT_GENERATION", std::to_string(generation + 1));
+  // This process took its launcher rank's turn of the data path; the program it hands the step to
+  // takes the next one (src/rendezvous/endpoint_turn.hpp).
   if (name == "env") {
     for (const auto& [variable, value] : values) std::printf("export %s=%s\n", variable.c_str(), value.c_str());
     return 0;

@@ -87,6 +87,8 @@ void group::connect(const detail::collective_call& call) {
   }
   std::optional<error> failed;
   try {
+    // Bounded by the call's timeout from about when the call began, as the exchange after it: the
+    // exchange has what the setup left of the call's deadline.
     state.pending->connect(state, call.timeout);
   } catch (const timeout_error& e) {
     failed.emplace(

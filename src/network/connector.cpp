@@ -115,6 +115,7 @@ std::optional<int> connector::attempt(const endpoint& e, int peer, const std::st
 
 int connector::connect(const endpoint& e, int peer, const std::string& key, steady_clock::time_point deadline) {
   std::vector<std::string> failures;
+  bool refused_everywhere = false;  // every address refused (or reset) the last attempt
   backoff pauses(std::chrono::milliseconds(50), std::chrono::milliseconds(1000),
                  backoff::jitter::half_to_one_and_a_half);
   for (int tried = 1;; ++tried) {
@@ -128,6 +129,7 @@ int connector::connect(const endpoint& e, int peer, const std::string& key, stea
       retry = retry && transient;
       if (steady_clock::now() >= deadline) break;
     }
+    refused_everywhere = retry;
     if (!retry || tried >= max_attempts) break;
     // A refused or reset connection: the listener had no room yet (a burst of connections
     // beyond its backlog, its file limit). Backoff with jitter, so that a burst spreads out.
@@ -137,9 +139,17 @@ int connector::connect(const endpoint& e, int peer, const std::string& key, stea
                fmt::join(failures, "; "), tried + 1, max_attempts, pause.count());
     interruptible_pause_until(pause, deadline);
   }
-  const auto message =
+  auto message =
       fmt::format("data path setup: cannot connect to {}: {}", rank_label(peer, e.host), fmt::join(failures, "; "));
   if (steady_clock::now() >= deadline) throw timeout_error(message);
+  if (refused_everywhere) {
+    // It published this endpoint, so it reached jobkit in this turn: its listener is gone since.
+    message += fmt::format(
+        "; it reached jobkit (it published this endpoint) but nothing listens there any more: it ended before "
+        "this rank came: either this rank is late and the others' deadline passed before it arrived (every "
+        "rank's call has its own timeout, from when that rank made it), or {} failed (its own error says why)",
+        rank_label(peer, e.host));
+  }
   throw error(errc::peer_failure, message);
 }
 

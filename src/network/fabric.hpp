@@ -37,7 +37,8 @@ struct fabric_settings {
   /// The rendezvous key this fabric publishes its endpoint under and reads its peers' from.
   std::string endpoint_key = "jobkit.endpoint";
 };
-/// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME.
+/// The settings of a launched rank: addresses from the host's interfaces and JOBKIT_SOCKET_IFNAME,
+/// and the key of this process's turn (take_endpoint_turn: called once per process's fabric).
 fabric_settings settings_for(const identity& self);
 /// The interfaces and addresses behind settings_for(self).addresses.
 std::vector<interface_address> endpoint_interfaces(const identity& self);

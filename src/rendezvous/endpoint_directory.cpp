@@ -3,33 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <charconv>
-
 #include "core/failure.hpp"
 #include "core/lost_node.hpp"
 
 namespace jobkit::detail {
-
-int endpoint_generation(const environment& env) {
-  const auto text = env.get("JOBKIT_ENDPOINT_GENERATION");
-  if (!text || text->empty()) return 0;
-  int generation = 0;
-  const auto* end = text->data() + text->size();
-  const auto [stop, ec] = std::from_chars(text->data(), end, generation);
-  if (ec != std::errc{} || stop != end || generation < 1 || generation > max_endpoint_generation) {
-    throw error(errc::invalid_environment,
-                fmt::format("JOBKIT_ENDPOINT_GENERATION='{}' is not a whole number from 1 to {} (jobkit exec and "
-                            "jobkit env set it for the program they start; unset it otherwise)",
-                            *text, max_endpoint_generation));
-  }
-  return generation;
-}
-
-std::string endpoint_key(const environment& env) {
-  constexpr std::string_view base = "jobkit.endpoint";
-  const int generation = endpoint_generation(env);
-  return generation == 0 ? std::string(base) : fmt::format("{}.{}", base, generation);
-}
 
 void raise_setup_failure(rendezvous& rv, const std::string& key, const identity& self, const error& e) {
   const auto call = rv.ranks_without(key, self.world_size, std::chrono::seconds(2));

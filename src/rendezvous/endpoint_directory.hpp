@@ -9,7 +9,6 @@
 #include <map>
 #include <string>
 
-#include "core/environment.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/identity.hpp"
@@ -18,16 +17,6 @@
 #include "rendezvous/rendezvous.hpp"
 
 namespace jobkit::detail {
-
-/// The endpoint key of a process: "jobkit.endpoint", or "jobkit.endpoint.N" under
-/// JOBKIT_ENDPOINT_GENERATION=N (1 to 1000), which `jobkit exec` and `jobkit env` set for the program
-/// they hand the step to: their own process already published an endpoint under the same launcher
-/// rank, and a second one under the same key would be read as the first (stale, refused connections).
-std::string endpoint_key(const environment& env);
-/// The generation behind endpoint_key: 0 when JOBKIT_ENDPOINT_GENERATION is unset or empty, else
-/// its value (1 to max_endpoint_generation; anything else is an invalid_environment naming it).
-inline constexpr int max_endpoint_generation = 1000;
-int endpoint_generation(const environment& env);
 
 /// Raises `e`, a failure of the data path's setup on `self`, with what the rendezvous can say of
 /// the ranks that never arrived: those of this node that never published their endpoint under

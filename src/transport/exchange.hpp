@@ -24,6 +24,7 @@ struct exchange {
         name(call.name),
         site(call.site),
         timeout(call.timeout),
+        deadline(call.deadline),
         root(call.root),
         mine(call.mine),
         fold(call.fold),
@@ -31,8 +32,9 @@ struct exchange {
 
   exchange_kind kind;
   const std::string& name;
-  const std::string& site;  ///< "file.cpp:42"
-  std::chrono::milliseconds timeout;
+  const std::string& site;                         ///< "file.cpp:42"
+  std::chrono::milliseconds timeout;               ///< what the messages name
+  std::chrono::steady_clock::time_point deadline;  ///< the call's: every wait of every route ends by it
   int root;
   // The kinds of values:
   std::optional<std::span<const std::byte>> mine;

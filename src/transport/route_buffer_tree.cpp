@@ -45,13 +45,12 @@ void buffer_tree(const route_media& m, const exchange& ex) {
   auto& context = m.context;
   auto& links = *m.links;
   auto* node = m.node;
-  const auto deadline = steady_clock::now() + ex.timeout;
   std::vector<rank_bytes> none;  // the children's pieces go straight into the buffer
-  tree_links::gather wait(links, ex, deadline, none);
+  tree_links::gather wait(links, ex, ex.deadline, none);
   std::vector<int> pieces;  // node indexes of the node-mates whose pieces are in the segment
   std::size_t used = 0;     // the bytes of the segment's data region they use
   if (m.node_leader()) {
-    used = node->await_mates(ex, deadline, wait);
+    used = node->await_mates(ex, ex.deadline, wait);
     const auto& mates = node->mates();
     for (std::size_t i = 1; i < mates.size(); ++i) {
       const int index = static_cast<int>(i);
@@ -79,8 +78,8 @@ void buffer_tree(const route_media& m, const exchange& ex) {
   const bool publish_first = m.node_leader() && node->pieces_in_place() && links.root() && links.subtrees().empty();
   if (!publish_first) take_pieces();
   wait.finish();
-  if (!links.root()) links.send_pieces_up(ex, deadline, pieces_here(m, ex));
-  links.pass_buffer_down(ex, deadline);
+  if (!links.root()) links.send_pieces_up(ex, ex.deadline, pieces_here(m, ex));
+  links.pass_buffer_down(ex, ex.deadline);
   if (m.node_leader()) node->publish_buffer(ex);
   if (publish_first) take_pieces();
 }

@@ -8,13 +8,12 @@ namespace jobkit::detail {
 
 std::optional<std::vector<rank_bytes>> node_broadcast(const route_media& m, const exchange& ex, bool fits) {
   auto& node = *m.node;
-  const auto deadline = steady_clock::now() + ex.timeout;
   // A source that posted its last broadcast may have left the group already: the others look
   // for the mail before they look at the node.
-  if (ex.source() != m.context.rank) return node.take_mail(ex, deadline);
+  if (ex.source() != m.context.rank) return node.take_mail(ex, ex.deadline);
   node.check(ex, false);
   const auto mine = ex.mine.value_or(std::span<const std::byte>{});
-  if (!node.post_mail(ex, deadline, mine, fits, ex.site)) return std::nullopt;
+  if (!node.post_mail(ex, ex.deadline, mine, fits, ex.site)) return std::nullopt;
   return std::vector<rank_bytes>{rank_bytes{m.context.rank, {mine.begin(), mine.end()}}};
 }
 

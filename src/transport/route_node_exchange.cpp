@@ -22,8 +22,7 @@ using clock = steady_clock;
 std::vector<rank_bytes> read_parts(const route_media& m, const exchange& ex);
 /// The finisher's: has the large contributions copied into the data region, folds, and publishes
 /// the result; returns this member's entries. `mine` is this member's contribution.
-std::vector<rank_bytes> finish_on_node(const route_media& m, const exchange& ex, clock::time_point deadline,
-                                       std::span<const std::byte> mine);
+std::vector<rank_bytes> finish_on_node(const route_media& m, const exchange& ex, std::span<const std::byte> mine);
 /// The deadline of a member waiting in the node exchange: names who never arrived, whose large
 /// contribution never came, or the member that took on finishing and never published.
 [[noreturn]] void finish_stalled(const route_media& m, const exchange& ex);
@@ -34,7 +33,6 @@ std::vector<rank_bytes> node_exchange(const route_media& m, const exchange& ex) 
   auto& context = m.context;
   auto& node = *m.node;
   auto& segment = node.segment();
-  const auto deadline = clock::now() + ex.timeout;
   const auto seq = low_bits(context.sequence);
   const auto target = context.sequence * node.mates().size();
   node.check(ex, false);
@@ -49,7 +47,7 @@ std::vector<rank_bytes> node_exchange(const route_media& m, const exchange& ex) 
     segment.ring(node_segment::bell::down);
   } else {
     node.wait_in_segment(
-        node_segment::bell::down, ex, deadline, [&] { return segment.arrivals() >= target; }, stalled);
+        node_segment::bell::down, ex, ex.deadline, [&] { return segment.arrivals() >= target; }, stalled);
   }
   node.check_parts_in_step(ex);
   const auto count = static_cast<int>(node.mates().size());
@@ -63,7 +61,7 @@ std::vector<rank_bytes> node_exchange(const route_media& m, const exchange& ex) 
   const auto try_finish = [&] {
     if (finished || !segment.claim(seq, node.index())) return;
     try {
-      finished = finish_on_node(m, ex, deadline, mine);
+      finished = finish_on_node(m, ex, mine);
     } catch (...) {
       // fail() and user_step() have told the others; anything else (no memory, an interruption)
       // must too, or they would wait for this rank's result until their deadline.
@@ -79,11 +77,11 @@ std::vector<rank_bytes> node_exchange(const route_media& m, const exchange& ex) 
   if (last) try_finish();
   if (mine.size() > node_segment::inline_capacity && !finished) {
     node.wait_in_segment(
-        node_segment::bell::down, ex, deadline, [&] { return segment.load(segment.grant_word()) == seq; }, stalled);
+        node_segment::bell::down, ex, ex.deadline, [&] { return segment.load(segment.grant_word()) == seq; }, stalled);
     node.fill_granted(ex, mine);
   }
   if (finished) return std::move(*finished);
-  node.wait_in_segment(node_segment::bell::down, ex, deadline, published, stalled);
+  node.wait_in_segment(node_segment::bell::down, ex, ex.deadline, published, stalled);
   return node.read_result(ex);
 }
 
@@ -105,15 +103,14 @@ std::vector<rank_bytes> read_parts(const route_media& m, const exchange& ex) {
   return entries;
 }
 
-std::vector<rank_bytes> finish_on_node(const route_media& m, const exchange& ex, clock::time_point deadline,
-                                       std::span<const std::byte> mine) {
+std::vector<rank_bytes> finish_on_node(const route_media& m, const exchange& ex, std::span<const std::byte> mine) {
   auto& node = *m.node;
   const auto& mates = node.mates();
   const int self = node.index();
   const auto total = node.grant_places(ex, self);  // every part checked: node_exchange
   if (total > 0) {
     node.wait_in_segment(
-        node_segment::bell::up, ex, deadline, [&] { return node.unfilled(self).empty(); },
+        node_segment::bell::up, ex, ex.deadline, [&] { return node.unfilled(self).empty(); },
         [&] { node.pieces_not_filled(ex, node.unfilled(self)); });
   }
   std::vector<rank_bytes> entries;
@@ -143,11 +140,9 @@ void finish_stalled(const route_media& m, const exchange& ex) {
     if (const auto ranks = node.unfilled(finisher); !ranks.empty()) node.pieces_not_filled(ex, ranks);
   }
   const auto who = finisher >= 0 ? context.describe(node.mates()[static_cast<std::size_t>(finisher)]) : "no rank";
-  context.fail(ex,
-               fmt::format("{} at {} timed out after {} ms on {}: every rank arrived, but {}, which arrived last and "
-                           "finishes the exchange, did not publish the result (a slow operation, or stopped)",
-                           ex.name, ex.site, ex.timeout.count(), context.describe(context.rank), who),
-               context.rank, errc::timeout);
+  context.timed_out(ex, fmt::format(": every rank arrived, but {}, which arrived last and "
+                                    "finishes the exchange, did not publish the result (a slow operation, or stopped)",
+                                    who));
 }
 
 }  // namespace

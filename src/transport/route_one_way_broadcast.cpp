@@ -10,8 +10,7 @@
 namespace jobkit::detail {
 
 std::optional<std::vector<rank_bytes>> one_way_broadcast(const route_media& m, const exchange& ex, bool fits) {
-  const auto deadline = steady_clock::now() + ex.timeout;
-  if (m.node_mate()) return m.node->take_mail(ex, deadline);
+  if (m.node_mate()) return m.node->take_mail(ex, ex.deadline);
   auto* node = m.node;
   auto& links = *m.links;
   if (node) node->check_members(ex, false);
@@ -25,7 +24,7 @@ std::optional<std::vector<rank_bytes>> one_way_broadcast(const route_media& m, c
       append_entries(b.everyone, {&b.entries.front()});
     }
   } else {
-    b = links.receive_broadcast(ex, deadline, [&] {
+    b = links.receive_broadcast(ex, ex.deadline, [&] {
       if (node) node->check_members(ex, true);
     });
   }
@@ -33,9 +32,9 @@ std::optional<std::vector<rank_bytes>> one_way_broadcast(const route_media& m, c
   // cores (bench/RESULTS.md, "2026-11-24, 8bb13f0: a one-way broadcast across nodes").
   if (node) {
     const auto bytes = b.one_way ? std::span<const std::byte>(b.entries.front().bytes) : std::span<const std::byte>{};
-    node->post_mail(ex, deadline, bytes, b.one_way, b.source_site);
+    node->post_mail(ex, ex.deadline, bytes, b.one_way, b.source_site);
   }
-  links.pass_on_broadcast(ex, deadline, b);
+  links.pass_on_broadcast(ex, ex.deadline, b);
   if (!b.one_way) return std::nullopt;
   return std::move(b.entries);
 }

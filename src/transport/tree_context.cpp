@@ -43,12 +43,17 @@ void tree_context::out_of_step(int group_rank, std::string_view name, std::uint6
   out_of_step({group_rank, name, seq, site}, {rank, ex.name, sequence, ex.site});
 }
 
+void tree_context::timed_out(const exchange& ex, std::string_view rest) {
+  fail(
+      ex,
+      fmt::format("{} at {} timed out after {} ms on {}{}", ex.name, ex.site, ex.timeout.count(), describe(rank), rest),
+      rank, errc::timeout);
+}
+
 void tree_context::never_arrived(const exchange& ex, const std::vector<int>& missing) {
-  fail(ex,
-       fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never arrived (at least one of them "
-                   "is late, stuck or in another collective)",
-                   ex.name, ex.site, ex.timeout.count(), describe(rank), fmt::join(missing, ", ")),
-       rank, errc::timeout);
+  timed_out(ex, fmt::format(": rank(s) {} never arrived (at least one of them "
+                            "is late, stuck or in another collective)",
+                            fmt::join(missing, ", ")));
 }
 
 void tree_context::corrupt_segment(const exchange& ex, std::string_view found, std::string_view due) {

@@ -76,6 +76,9 @@ struct tree_context {
   /// out_of_step against this rank's current exchange.
   [[noreturn]] void out_of_step(int group_rank, std::string_view name, std::uint64_t sequence, std::string_view site,
                                 const exchange& ex);
+  /// The one message of a deadline that passed: "{call} at {site} timed out after {timeout} ms on
+  /// {this rank}" and `rest` (": who never arrived", or " waiting for ..."), failed as a timeout.
+  [[noreturn]] void timed_out(const exchange& ex, std::string_view rest);
   [[noreturn]] void never_arrived(const exchange& ex, const std::vector<int>& missing);
   [[noreturn]] void sizes_differ(const exchange& ex, int group_rank, std::uint64_t theirs, std::uint64_t mine);
   /// What this rank found in the node's shared memory, which no member of this build writes

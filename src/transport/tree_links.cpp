@@ -446,13 +446,9 @@ frame tree_links::await_broadcast(const exchange& ex, time_point deadline, const
     watch_node();
     check_silence(ex);
     if (clock::now() >= deadline) {
-      context_.fail(
-          ex,
-          fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}: rank {} or a rank "
-                      "between never arrived",
-                      ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                      context_.describe(parent.peer), context_.members.front()),
-          context_.rank, errc::timeout);
+      context_.timed_out(ex, fmt::format(" waiting for the broadcast from {}: rank {} or a rank "
+                                         "between never arrived",
+                                         context_.describe(parent.peer), context_.members.front()));
     }
   }
   try {

@@ -98,12 +98,9 @@ void tree_links::result_failed(const link& parent, const exchange& ex) {
   try {
     throw;
   } catch (const socket_timeout&) {
-    context_.fail(ex,
-                  fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
-                              "this rank's subtree never arrived",
-                              ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                              context_.describe(parent.peer)),
-                  context_.rank, errc::timeout);
+    context_.timed_out(ex, fmt::format(" waiting for the result from {}: some rank outside "
+                                       "this rank's subtree never arrived",
+                                       context_.describe(parent.peer)));
   } catch (...) {
     message_failed(parent, ex);
   }

@@ -83,12 +83,9 @@ void tree_node::check_members(const exchange& ex, bool deaths, const std::functi
 void tree_node::wait_for_leader(const exchange& ex, time_point deadline, const std::function<bool()>& ready) {
   wait_in_segment(node_segment::bell::down, ex, deadline, ready, [&] {
     if (const auto missing = not_arrived(); !missing.empty()) context_.never_arrived(ex, missing);
-    context_.fail(ex,
-                  fmt::format("{} at {} timed out after {} ms on {} waiting for the result from {}: some rank outside "
-                              "this rank's node never arrived",
-                              ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                              context_.describe(mates_.front())),
-                  context_.rank, errc::timeout);
+    context_.timed_out(ex, fmt::format(" waiting for the result from {}: some rank outside "
+                                       "this rank's node never arrived",
+                                       context_.describe(mates_.front())));
   });
 }
 
@@ -213,12 +210,9 @@ std::vector<int> tree_node::unfilled(int finisher) {
 }
 
 void tree_node::pieces_not_filled(const exchange& ex, const std::vector<int>& ranks) {
-  context_.fail(ex,
-                fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} arrived but never copied in their "
-                            "contribution past {} bytes (stuck, or stopped)",
-                            ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                            fmt::join(ranks, ", "), node_segment::inline_capacity),
-                context_.rank, errc::timeout);
+  context_.timed_out(ex, fmt::format(": rank(s) {} arrived but never copied in their "
+                                     "contribution past {} bytes (stuck, or stopped)",
+                                     fmt::join(ranks, ", "), node_segment::inline_capacity));
 }
 
 std::vector<int> tree_node::not_arrived() {

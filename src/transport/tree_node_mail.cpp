@@ -56,12 +56,9 @@ bool tree_node::post_mail(const exchange& ex, time_point deadline, std::span<con
         node_segment::bell::down, ex, deadline,
         [&] { return segment.load(mail.posted) == low_bits(context_.sequence); },
         [&] {
-          context_.fail(
-              ex,
-              fmt::format("{} at {} timed out after {} ms on {}: another rank claimed #{} for a broadcast and never "
-                          "posted it",
-                          ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), context_.sequence),
-              context_.rank, errc::timeout);
+          context_.timed_out(ex, fmt::format(": another rank claimed #{} for a broadcast and never "
+                                             "posted it",
+                                             context_.sequence));
         });
     context_.out_of_step(mail.source, std::string_view(mail.name, mail.name_size), context_.sequence,
                          std::string_view(mail.site, mail.site_size), ex);
@@ -88,14 +85,11 @@ void tree_node::mail_not_taken(const exchange& ex, node_segment::mail& mail) {
     if (i != poster && segment_->load(segment_->member(static_cast<int>(i)).taken) < earlier)
       missing.push_back(context_.members[static_cast<std::size_t>(mates_[i])]);
   }
-  context_.fail(
-      ex,
-      fmt::format("{} at {} timed out after {} ms on {}: rank(s) {} never took {} #{} at {}, whose mailbox {} "
-                  "needs for #{} (at least one of them is late, stuck or in another collective)",
-                  ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank), fmt::join(missing, ", "),
-                  std::string_view(mail.name, mail.name_size), earlier, std::string_view(mail.site, mail.site_size),
-                  context_.describe(mates_[poster]), context_.sequence),
-      context_.rank, errc::timeout);
+  context_.timed_out(ex, fmt::format(": rank(s) {} never took {} #{} at {}, whose mailbox {} "
+                                     "needs for #{} (at least one of them is late, stuck or in another collective)",
+                                     fmt::join(missing, ", "), std::string_view(mail.name, mail.name_size), earlier,
+                                     std::string_view(mail.site, mail.site_size), context_.describe(mates_[poster]),
+                                     context_.sequence));
 }
 
 std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, time_point deadline) {
@@ -116,14 +110,10 @@ std::optional<std::vector<rank_bytes>> tree_node::take_mail(const exchange& ex, 
         if (segment.load(mail.claimed) < context_.sequence && segment.load(mail.readers_left) != 0)
           mail_not_taken(ex, mail);
         if (mates_[static_cast<std::size_t>(source)] != ex.source()) {
-          context_.fail(
-              ex,
-              fmt::format("{} at {} timed out after {} ms on {} waiting for the broadcast from {}, which {} passes on "
-                          "to this node: rank {} or a rank between never arrived",
-                          ex.name, ex.site, ex.timeout.count(), context_.describe(context_.rank),
-                          context_.describe(ex.source()), context_.describe(mates_.front()),
-                          context_.members[static_cast<std::size_t>(ex.source())]),
-              context_.rank, errc::timeout);
+          context_.timed_out(ex, fmt::format(" waiting for the broadcast from {}, which {} passes on "
+                                             "to this node: rank {} or a rank between never arrived",
+                                             context_.describe(ex.source()), context_.describe(mates_.front()),
+                                             context_.members[static_cast<std::size_t>(ex.source())]));
         }
         context_.never_arrived(ex, {context_.members[static_cast<std::size_t>(ex.source())]});
       });

@@ -1,6 +1,5 @@
 // What a rank reads from its environment before any launcher answers: the variables of torchrun,
-// of Slurm (a heterogeneous job's too) and the ones jobkit sets itself (JOBKIT_TORCH_VARIABLES,
-// JOBKIT_ENDPOINT_GENERATION).
+// of Slurm (a heterogeneous job's too) and the one jobkit sets itself (JOBKIT_TORCH_VARIABLES).
 // The input is lines, each the value of the next variable of `names` (an empty line leaves it
 // unset). An identity that is accepted must be one: every index inside its count.
 #include <cstdint>
@@ -12,7 +11,6 @@
 #include "core/environment.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
-#include "network/fabric.hpp"
 
 using namespace jobkit::detail;
 
@@ -36,7 +34,6 @@ constexpr const char* names[] = {"RANK",
                                  "SLURM_STEP_NUM_NODES",
                                  "SLURM_STEP_TASKS_PER_NODE",
                                  "SLURM_JOB_ID",
-                                 "JOBKIT_ENDPOINT_GENERATION",
                                  "JOBKIT_IDENTITY",
                                  "SLURM_STEP_NODELIST",
                                  "SLURM_HET_SIZE",
@@ -72,11 +69,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         id.component_rank >= id.component_size || id.component_rank > id.rank) {
       finding("a component rank outside its component");
     }
-  } catch (const jobkit::error&) {
-  }
-  try {
-    const auto key = endpoint_key(env);
-    if (key.rfind("jobkit.endpoint", 0) != 0 || key.size() > 20) finding("an endpoint key out of its form");
   } catch (const jobkit::error&) {
   }
   return 0;

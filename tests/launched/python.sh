@@ -3,13 +3,14 @@
 # usage: python.sh MODE PYTHON PYTHONPATH SHARED_DIR
 #   MODE: identity-uneven, identity-cyclic, semantics-uneven, semantics-cyclic, throw-main, die,
 #         hang, interrupt, torch, preempt, torch-env, tensor-uneven, tensor-cyclic, compat-uneven,
-#         compat-cyclic, exec-import-uneven, exec-import-cyclic, ddp-resume, ddp-preempt, ddp-template
-# exec-import-* and ddp-template also need JOBKIT_TEST_CLI, the jobkit program (meson sets it).
+#         compat-cyclic, exec-import-uneven, exec-import-cyclic, ddp-resume, ddp-preempt, ddp-template,
+#         in-a-row, one-deadline
+# exec-import-*, ddp-template and in-a-row also need JOBKIT_TEST_CLI, the jobkit program (meson sets it).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes identity-uneven identity-cyclic semantics-uneven semantics-cyclic throw-main die hang interrupt torch preempt \
   torch-env tensor-uneven tensor-cyclic compat-uneven compat-cyclic exec-import-uneven exec-import-cyclic \
-  ddp-resume ddp-preempt ddp-template
+  ddp-resume ddp-preempt ddp-template in-a-row one-deadline
 mode=$1
 python=$2
 export PYTHONPATH=$3
@@ -176,6 +177,44 @@ $out" ;;
     [[ $mode == exec-import-cyclic ]] && layout=(-N3 -n8 --distribution=cyclic)  # 6+1+1, ranks dealt cyclically
     run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK \
       "${step[@]}" "${layout[@]}" "${JOBKIT_TEST_CLI:?the jobkit program}" exec --timeout 60 -- "${check[@]}" exec-import ;;
+  in-a-row)
+    # 20 processes of jobkit one after another on every rank of one step (3 nodes x 2 ranks), as a
+    # batch script's shell step makes them: the jobkit command's collectives, a Python script that
+    # imports jobkit, jobkit exec and the Python program it starts. Each meets the others of its
+    # turn (docs/architecture.md, one rank, many processes).
+    export JOBKIT_CLI=${JOBKIT_TEST_CLI:?the jobkit program} JOBKIT_PYTHON=$python
+    run_step env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK \
+      timeout 240 srun --mpi=pmix -N3 --ntasks-per-node=2 bash -c '
+      n=0
+      turn() { "$@" || { echo "rank $SLURM_PROCID: process $((n + 1)) failed: $*"; exit 1; }; n=$((n + 1)); }
+      turn "$JOBKIT_CLI" once-per-node --timeout 60 -- true
+      for _ in 1 2 3 4 5 6 7 8; do turn "$JOBKIT_CLI" barrier --timeout 60; done
+      turn "$JOBKIT_PYTHON" -c "import jobkit, os; r = jobkit.rank(); assert jobkit.all_gather_object(r) == list(range(6)); print(\"rank\", r, \"python ok\", flush=True)"
+      n=$((n + 1))  # jobkit exec takes a turn, and the program it starts the next one
+      turn "$JOBKIT_CLI" exec --timeout 60 -- "$JOBKIT_PYTHON" -c "import jobkit; jobkit.barrier(); print(\"rank\", jobkit.rank(), \"exec ok\", flush=True)"
+      for _ in 1 2 3 4 5 6 7 8; do turn "$JOBKIT_CLI" barrier --timeout 60; done
+      echo "rank $SLURM_PROCID: $n processes in a row passed"' ;;
+  one-deadline)
+    # One deadline per call, however its wait is split: 3 nodes x 2 ranks, rank 2 the leader of c2
+    # (a leader below the root, rank 0), rank 3 its node-mate. After a first barrier, rank 0 stops
+    # taking part (it sleeps, alive, its links open) and rank 3 comes 3.5 s late to a barrier of 5 s:
+    # rank 2 gathers its node at 3.5 s, then waits for rank 0's answer, and must fail when its own
+    # 5 s have passed, not 5 s after its node was gathered.
+    run_step "${step[@]}" -N3 --ntasks-per-node=2 "$python" -c '
+import sys, time, jobkit
+r = jobkit.rank()
+jobkit.barrier(timeout=60)
+if r == 0:
+    time.sleep(14)
+    sys.exit(0)
+if r == 3:
+    time.sleep(3.5)
+start = time.monotonic()
+try:
+    jobkit.barrier(timeout=5)
+    print(f"rank {r}: passed", flush=True)
+except jobkit.Error as e:
+    print(f"rank {r}: failed after {time.monotonic() - start:.2f} s: {e}", flush=True)' ;;
   *) run_step "${step[@]}" -N3 -n7 "${check[@]}" "$mode" ;;
 esac
 case $mode in
@@ -261,6 +300,20 @@ case $mode in
       grep -m1 "^rank 0 .*: compat $seed ok" <<<"$out" | sed 's/^rank 0 ([^)]*): /side by side: /'
     done
     [[ $packages != SKIP* ]] || echo "side by side: $packages" ;;
+  one-deadline)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'passed') == 0)) || fail "a rank passed the barrier that rank 0 never joined"
+    elapsed=$(grep -o '^rank 2: failed after [0-9.]* s' <<<"$out" | awk '{print $5}')
+    [[ -n $elapsed ]] || fail "rank 2 did not fail"
+    # Within 1.2 times the call's timeout (6 s); a deadline taken again after the node was gathered
+    # made it 8.5 s.
+    awk -v e="$elapsed" 'BEGIN { exit !(e < 6.0) }' || fail "rank 2 failed after $elapsed s, past 1.2 x its 5 s"
+    (($(count '^rank 2: failed after .*barrier at <string>:[0-9]* timed out after 5000 ms on rank 2 (c2)') == 1)) ||
+      fail "rank 2 did not say that its deadline passed" ;;
+  in-a-row)
+    ((status == 0)) || fail "exit status $status"
+    (($(count 'python ok') == 6 && $(count 'exec ok') == 6)) || fail "the Python processes did not pass on every rank"
+    (($(count ': 20 processes in a row passed') == 6)) || fail "not every rank passed its 20 processes" ;;
   torch)
     ((status == 0)) || fail "exit status $status"
     (($(count 'nccl refused: NcclError\|nccl refused: CudaError') == 7)) || fail "nccl did not fail cleanly"

@@ -2,8 +2,10 @@
 // pieces, the frame limits, connections and their failures (strangers on a rank's port, a refused or
 // wrong port, a rank that leaves), endpoints read on demand and lost nodes, the links' probes.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include "network/addresses.hpp"
 #include "network/fabric.hpp"
 #include "network/handshake.hpp"
+#include "rendezvous/endpoint_turn.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "support.hpp"
 #include "transport/frame.hpp"
@@ -239,25 +242,57 @@ TEST_CASE("JOBKIT_SOCKET_IFNAME selects interfaces as NCCL_SOCKET_IFNAME does", 
                     Catch::Contains("no usable non-loopback address") && Catch::Contains("JOBKIT_SOCKET_IFNAME"));
 }
 
-TEST_CASE("the endpoint key follows JOBKIT_ENDPOINT_GENERATION, and a bad one is named", "[transport]") {
+TEST_CASE("each process of a rank takes the next endpoint turn of its node, and a bad count is named", "[transport]") {
   using jobkit::detail::endpoint_key;
+  using jobkit::detail::take_endpoint_turn;
+  CHECK(endpoint_key(0) == "jobkit.endpoint");
+  CHECK(endpoint_key(3) == "jobkit.endpoint.t3");
   using jobkit::detail::map_environment;
-  CHECK(endpoint_key(map_environment{}) == "jobkit.endpoint");
-  CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", ""}}) == "jobkit.endpoint");
-  CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "1"}}) == "jobkit.endpoint.1");
-  CHECK(endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "1000"}}) == "jobkit.endpoint.1000");
-  CHECK(jobkit::detail::endpoint_generation(map_environment{}) == 0);
-  CHECK(jobkit::detail::endpoint_generation(map_environment{{"JOBKIT_ENDPOINT_GENERATION", "7"}}) == 7);
-  for (const char* bad : {"0", "-1", "1001", "2x", " 2", "1.5", "99999999999999999999"}) {
-    INFO(bad);
-    try {
-      (void)endpoint_key(map_environment{{"JOBKIT_ENDPOINT_GENERATION", bad}});
-      FAIL("accepted");
-    } catch (const jobkit::error& e) {
-      CHECK(e.code() == jobkit::errc::invalid_environment);
-      CHECK(contains(e.what(), fmt::format("JOBKIT_ENDPOINT_GENERATION='{}'", bad)));
-    }
+  using jobkit::detail::task_stamp;
+  CHECK(task_stamp(map_environment{}) == 0);
+  const auto stamp = task_stamp(map_environment{{"SLURM_TASK_PID", "4242"}, {"SLURM_SRUN_COMM_PORT", "40001"}});
+  CHECK(stamp != 0);
+  CHECK(stamp != task_stamp(map_environment{{"SLURM_TASK_PID", "4243"}, {"SLURM_SRUN_COMM_PORT", "40001"}}));
+  CHECK(stamp != task_stamp(map_environment{{"SLURM_TASK_PID", "4242"}, {"SLURM_SRUN_COMM_PORT", "40002"}}));
+  CHECK(stamp != task_stamp(map_environment{{"SLURM_TASK_PID", "42424"}, {"SLURM_SRUN_COMM_PORT", "0001"}}));
+  jobkit::identity self;
+  CHECK(take_endpoint_turn(self, stamp) == 0);  // no job id: no launcher, no earlier process of this rank
+  self.job_id = fmt::format("unit{}", ::getpid());
+  self.step_id = "0";
+  self.node_rank = 2;
+  self.local_rank = 1;
+  const auto name = jobkit::detail::endpoint_turns_name(self);
+  CHECK(name == fmt::format("/jobkit-turns-unit{}.0-n2", ::getpid()));
+  ::shm_unlink(name.c_str());
+  const struct unlink_at_end {
+    const std::string& name;
+    ~unlink_at_end() { ::shm_unlink(name.c_str()); }
+  } cleanup{name};
+  CHECK(take_endpoint_turn(self, stamp) == 1);
+  CHECK(take_endpoint_turn(self, stamp) == 2);
+  auto mate = self;
+  mate.local_rank = 0;  // a slot of its own, below the one already there
+  CHECK(take_endpoint_turn(mate, stamp + 1) == 1);
+  CHECK(take_endpoint_turn(self, stamp) == 3);
+  // A slot an earlier task left (the same job and step ids, another task): counted from 1 again.
+  CHECK(take_endpoint_turn(self, stamp + 7) == 1);
+  CHECK(take_endpoint_turn(self, stamp + 7) == 2);
+  auto other_node = self;
+  other_node.node_rank = 3;  // the dev cluster's nodes share one /dev/shm
+  CHECK(jobkit::detail::endpoint_turns_name(other_node) != name);
+
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  const std::uint64_t past = jobkit::detail::max_endpoint_turns;
+  REQUIRE(::pwrite(fd, &past, sizeof past, 16 + 8) == static_cast<ssize_t>(sizeof past));  // local rank 1's count
+  CHECK_THROWS_WITH(take_endpoint_turn(self, stamp + 7),
+                    Catch::Contains(name) && Catch::Contains("local rank 1 has taken 1000000"));
+  if (::geteuid() == 0) {  // as root, the segment is given to another user
+    REQUIRE(::fchown(fd, 65534, 65534) == 0);
+    CHECK_THROWS_WITH(take_endpoint_turn(mate, stamp + 1),
+                      Catch::Contains(name) && Catch::Contains("belongs to user 65534"));
   }
+  ::close(fd);
 }
 
 TEST_CASE("frame sizes are checked before anything is allocated", "[transport]") {

@@ -38,7 +38,9 @@ enum class exchange_kind {
 };
 
 /// One collective as the templates of jobkit/collectives.hpp describe it to their group: its kind,
-/// name and call site, its deadline, and this member's part. The contributions travel to the
+/// name and call site, its timeout and the one deadline it gives (taken when the call is made:
+/// the data path's setup, every route and both media wait until it, never past it), and this
+/// member's part. The contributions travel to the
 /// group's rank 0, combined on the way by `fold` (all_reduce); rank 0 applies `finish` (scatter,
 /// reduce_and_broadcast) and the result travels back to the members that receive it. Ranks
 /// compare `name`, so a different collective or a different root on one rank is an error, not a
@@ -46,12 +48,17 @@ enum class exchange_kind {
 /// (src/transport/exchange.hpp); the kinds over buffers are made by the group itself.
 struct collective_call {
   collective_call(exchange_kind of, std::string called, std::string at, std::chrono::milliseconds within)
-      : kind(of), name(std::move(called)), site(std::move(at)), timeout(within) {}
+      : kind(of),
+        name(std::move(called)),
+        site(std::move(at)),
+        timeout(within),
+        deadline(std::chrono::steady_clock::now() + within) {}
 
   exchange_kind kind;
   std::string name;
   std::string site;  ///< "file.cpp:42"
   std::chrono::milliseconds timeout;
+  std::chrono::steady_clock::time_point deadline;  ///< when the call began, plus timeout
   int root = 0;  ///< broadcast, gather, scatter, broadcast_into: the member that contributes or receives
   std::optional<std::span<const std::byte>> mine;
   std::function<rank_bytes(std::vector<rank_bytes>&)> fold;
