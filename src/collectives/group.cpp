@@ -87,9 +87,7 @@ void group::connect(const detail::collective_call& call) {
   }
   std::optional<error> failed;
   try {
-    // Bounded by the call's timeout from about when the call began, as the exchange after it: the
-    // exchange has what the setup left of the call's deadline.
-    state.pending->connect(state, call.timeout);
+    state.pending->connect(state, {call.timeout, call.deadline});  // the exchange has what the setup left
   } catch (const timeout_error& e) {
     failed.emplace(
         timeout_error(detail::in_call(call.name, call.site, fmt::format("setting up the data path: {}", e.what())),
@@ -274,7 +272,7 @@ std::optional<group> group::split(int color, int key, call_options options, std:
   if (!state_->make_subgroup) {
     throw error(errc::internal, fmt::format("split at {}: this group cannot make subgroups", call.site));
   }
-  return detail::group_over(state_->make_subgroup(members, call.timeout));
+  return detail::group_over(state_->make_subgroup(members, {call.timeout, call.deadline}));  // what the all_gather left
 }
 
 }  // namespace jobkit

@@ -116,5 +116,10 @@ std::chrono::milliseconds timeout_of(std::chrono::milliseconds timeout, std::str
   return timeout.count() == 0 ? default_timeout() : timeout;
 }
 
+std::chrono::milliseconds time_bound::left() const {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
 }  // namespace detail
 }  // namespace jobkit

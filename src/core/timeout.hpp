@@ -47,6 +47,22 @@ std::optional<std::chrono::milliseconds> timeout_from_seconds(double seconds);
 /// What a refused timeout_from_seconds is told, after "NAME=VALUE: ".
 inline constexpr std::string_view timeout_seconds_rule = "must be more than 0 seconds, finite and at most 1e9";
 
+/// A call's bound: its timeout, which messages name, and the one deadline it gives, taken once
+/// when the call began, which every part of the call (the data path's setup, a split's subgroup,
+/// the exchange) waits until and never past. Made from a timeout alone, the deadline is now plus it.
+struct time_bound {
+  template <class Rep, class Period>
+  time_bound(std::chrono::duration<Rep, Period> within)  // NOLINT(google-explicit-constructor): a timeout is a bound
+      : timeout(within), deadline(std::chrono::steady_clock::now() + timeout) {}
+  time_bound(std::chrono::milliseconds within, std::chrono::steady_clock::time_point until)
+      : timeout(within), deadline(until) {}
+  /// What is left until the deadline, at least 1 ms (a part that takes a timeout then fails at once).
+  std::chrono::milliseconds left() const;
+
+  std::chrono::milliseconds timeout;
+  std::chrono::steady_clock::time_point deadline;
+};
+
 /// The one timeout policy of every blocking call: zero means default_timeout(), a positive
 /// value is used as it is, a negative one is refused.
 /// @throws jobkit::error (invalid_argument) naming `operation` when timeout is negative

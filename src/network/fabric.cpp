@@ -47,7 +47,7 @@ fabric_settings settings_for(const identity& self) {
   fabric_settings settings;
   for (const auto& a : endpoint_interfaces(self)) settings.addresses.push_back(a.numeric);
   settings.silence_limit = lost_node_timeout();
-  settings.endpoint_key = endpoint_key(take_endpoint_turn(self, task_stamp(process_environment())));
+  settings.endpoint_key = take_endpoint_turn(self, task_of(process_environment(), ::getppid())).key();
   return settings;
 }
 

@@ -37,11 +37,11 @@ struct runtime::impl {
   class world_connector final : public detail::group_connector {
    public:
     world_connector(impl& runtime, const std::shared_ptr<const bool>& alive) : runtime_(runtime), alive_(alive) {}
-    void connect(detail::group_state&, std::chrono::milliseconds timeout) override {
+    void connect(detail::group_state&, const detail::time_bound& bound) override {
       if (alive_.expired()) {
         throw error(errc::invalid_argument, "this world group's runtime was destroyed before its first collective");
       }
-      runtime_.connect(timeout);
+      runtime_.connect(bound);
     }
 
    private:
@@ -81,7 +81,7 @@ struct runtime::impl {
 
   /// The endpoint exchange and the world's tree, set up together, so that a rank that dies later
   /// is seen by its world neighbours whatever group the others are busy with.
-  detail::tcp_fabric& connect(std::chrono::milliseconds timeout) {
+  detail::tcp_fabric& connect(const detail::time_bound& bound) {
     auto& rendezvous = require_rendezvous();
     if (setup_failure) {
       throw error(setup_failure->first, "the data path is unusable after its setup failed: " + setup_failure->second);
@@ -90,9 +90,9 @@ struct runtime::impl {
       world_group();
       try {
         const auto settings = detail::settings_for(id);
-        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, timeout, settings);
+        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, bound.left(), settings);
         try {
-          auto tree = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, timeout);
+          auto tree = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, bound);
           tree->settle_after_first_exchange(*created);
           world_state->link = std::move(tree);
         } catch (const error& e) {
@@ -123,16 +123,16 @@ struct runtime::impl {
   /// What group::split uses to create its groups; it must not reach a destroyed runtime.
   detail::subgroup_maker subgroup_maker() {
     return [this, alive = std::weak_ptr<const bool>(alive)](const std::vector<int>& ranks,
-                                                            std::chrono::milliseconds timeout) {
+                                                            const detail::time_bound& bound) {
       if (alive.expired()) throw error(errc::invalid_argument, "this group's runtime was destroyed before the split");
-      return make_state(ranks, timeout);
+      return make_state(ranks, bound);
     };
   }
 
   /// The state of a group of these world ranks, connected now.
-  std::shared_ptr<detail::group_state> make_state(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+  std::shared_ptr<detail::group_state> make_state(const std::vector<int>& ranks, const detail::time_bound& bound) {
     if (ranks.size() == 1) return detail::make_single_rank_group_state(ranks.front(), id.hostname);
-    return detail::make_tcp_group_state(connect(timeout), ranks, timeout, subgroup_maker());
+    return detail::make_tcp_group_state(connect(bound), ranks, bound, subgroup_maker());
   }
   group make(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
     return detail::group_over(make_state(ranks, timeout));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/timeout.hpp"
 #include "jobkit/error.hpp"
 #include "transport/exchange.hpp"
 
@@ -39,16 +40,16 @@ class transport {
 };
 
 struct group_state;
-/// Makes the state of a group of these world ranks (group::split), bounded by the timeout.
-using subgroup_maker = std::function<std::shared_ptr<group_state>(const std::vector<int>&, std::chrono::milliseconds)>;
+/// Makes the state of a group of these world ranks (group::split), within the bound.
+using subgroup_maker = std::function<std::shared_ptr<group_state>(const std::vector<int>&, const time_bound&)>;
 
 /// What sets up a pending group's data path, in its first collective (the world group's: the
 /// runtime's endpoint exchange and tree, src/runtime/runtime.cpp).
 class group_connector {
  public:
   virtual ~group_connector() = default;
-  /// Sets the state's link, hosts and local_ranks, bounded by `timeout`. @throws jobkit::error
-  virtual void connect(group_state& state, std::chrono::milliseconds timeout) = 0;
+  /// Sets the state's link, hosts and local_ranks, within the bound. @throws jobkit::error
+  virtual void connect(group_state& state, const time_bound& bound) = 0;
 };
 
 /// Where a group is in its life. Groups made connected stay so; a pending one (the world group)

@@ -20,8 +20,8 @@ namespace jobkit::detail {
 
 using clock = steady_clock;
 
-tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout) {
-  const auto deadline = clock::now() + timeout;
+tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, const time_bound& bound) {
+  const auto deadline = bound.deadline;
   const auto& placement = fabric.placement();
   context_.members = members;
   context_.rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
@@ -81,7 +81,7 @@ tcp_tree::tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chr
   std::vector<int> fds;
   try {
     fds = fabric.accept(
-        accepted_world_ranks, key, deadline, timeout,
+        accepted_world_ranks, key, deadline, bound.timeout,
         [&](std::size_t i, int fd, const std::string& message) { tell(fd, i >= child_ranks.size(), message); });
   } catch (const std::exception& e) {
     if (parent) {
@@ -194,11 +194,11 @@ std::vector<rank_bytes> tcp_tree::run_exchange(const exchange& ex) {
 }
 
 std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std::vector<int>& members,
-                                                  std::chrono::milliseconds timeout, subgroup_maker make_subgroup) {
+                                                  const time_bound& bound, subgroup_maker make_subgroup) {
   auto state = std::make_shared<group_state>();
   state->world_ranks = members;
   state->rank = static_cast<int>(std::find(members.begin(), members.end(), fabric.rank()) - members.begin());
-  auto tree = std::make_unique<tcp_tree>(fabric, members, timeout);
+  auto tree = std::make_unique<tcp_tree>(fabric, members, bound);
   if (static_cast<int>(members.size()) == fabric.world_size()) tree->settle_after_first_exchange(fabric);
   state->link = std::move(tree);
   for (const int r : members) {
@@ -206,8 +206,8 @@ std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std:
     state->local_ranks.push_back(fabric.placement().local_rank_of.at(static_cast<std::size_t>(r)));
   }
   state->make_subgroup =
-      make_subgroup ? std::move(make_subgroup) : [&fabric](const std::vector<int>& ranks, std::chrono::milliseconds t) {
-        return make_tcp_group_state(fabric, ranks, t);
+      make_subgroup ? std::move(make_subgroup) : [&fabric](const std::vector<int>& ranks, const time_bound& b) {
+        return make_tcp_group_state(fabric, ranks, b);
       };
   return state;
 }
@@ -217,7 +217,7 @@ std::shared_ptr<group_state> make_single_rank_group_state(int world_rank, const 
   state->link = std::make_unique<tcp_tree>(world_rank, hostname);
   state->world_ranks = {world_rank};
   state->hosts = {hostname};
-  state->make_subgroup = [world_rank, hostname](const std::vector<int>&, std::chrono::milliseconds) {
+  state->make_subgroup = [world_rank, hostname](const std::vector<int>&, const time_bound&) {
     return make_single_rank_group_state(world_rank, hostname);
   };
   return state;

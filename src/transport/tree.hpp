@@ -25,7 +25,7 @@ class tcp_tree final : public transport, private abort_spreader {
  public:
   /// members: world ranks in group-rank order; the calling rank must be one of them.
   /// @throws jobkit::error when a connection fails or times out
-  tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, std::chrono::milliseconds timeout);
+  tcp_tree(tcp_fabric& fabric, const std::vector<int>& members, const time_bound& bound);
   /// The tree of a group whose only member is this process (world rank `world_rank` on `host`):
   /// no segment and no links, so every exchange takes the tree's way on one member.
   tcp_tree(int world_rank, const std::string& host);
@@ -73,7 +73,7 @@ class tcp_tree final : public transport, private abort_spreader {
 /// outlive them. The first group of every rank of an unsettled fabric (the world) settles it
 /// after its first exchange (settle_after_first_exchange).
 std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std::vector<int>& members,
-                                                  std::chrono::milliseconds timeout, subgroup_maker make_subgroup = {});
+                                                  const time_bound& bound, subgroup_maker make_subgroup = {});
 
 /// The state of a group whose only member is this process (world rank `world_rank`): what a
 /// single-rank job uses, with no launcher and no sockets. Its split makes groups of one too.

@@ -56,10 +56,11 @@ struct held_state {
 };
 
 std::shared_ptr<group_state> make_state(const std::shared_ptr<rank_fabric>& under, const std::vector<int>& members,
-                                        std::chrono::milliseconds timeout) {
+                                        const jobkit::detail::time_bound& bound) {
   auto state = jobkit::detail::make_tcp_group_state(
-      under->fabric, members, timeout,
-      [under](const std::vector<int>& ranks, std::chrono::milliseconds t) { return make_state(under, ranks, t); });
+      under->fabric, members, bound, [under](const std::vector<int>& ranks, const jobkit::detail::time_bound& b) {
+        return make_state(under, ranks, b);
+      });
   auto held = std::make_shared<held_state>(held_state{under, std::move(state)});
   return {held, held->state.get()};  // owns both, points at the state
 }

@@ -38,7 +38,7 @@ namespace {
 class counting_connector final : public jobkit::detail::group_connector {
  public:
   counting_connector(int& calls, int failures, jobkit::errc code) : calls_(calls), failures_(failures), code_(code) {}
-  void connect(jobkit::detail::group_state& state, std::chrono::milliseconds) override {
+  void connect(jobkit::detail::group_state& state, const jobkit::detail::time_bound&) override {
     if (++calls_ <= failures_) throw jobkit::error(code_, "the endpoints never came", 7);
     auto connected = jobkit::detail::make_single_rank_group_state(0, "node-a");
     state.link = std::move(connected->link);
@@ -56,7 +56,7 @@ class counting_connector final : public jobkit::detail::group_connector {
 class foreign_failure_connector final : public jobkit::detail::group_connector {
  public:
   explicit foreign_failure_connector(int& calls) : calls_(calls) {}
-  void connect(jobkit::detail::group_state&, std::chrono::milliseconds) override {
+  void connect(jobkit::detail::group_state&, const jobkit::detail::time_bound&) override {
     ++calls_;
     throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "no thread");
   }

@@ -243,20 +243,24 @@ TEST_CASE("JOBKIT_SOCKET_IFNAME selects interfaces as NCCL_SOCKET_IFNAME does", 
 }
 
 TEST_CASE("each process of a rank takes the next endpoint turn of its node, and a bad count is named", "[transport]") {
-  using jobkit::detail::endpoint_key;
-  using jobkit::detail::take_endpoint_turn;
-  CHECK(endpoint_key(0) == "jobkit.endpoint");
-  CHECK(endpoint_key(3) == "jobkit.endpoint.t3");
+  using jobkit::detail::endpoint_turn;
   using jobkit::detail::map_environment;
-  using jobkit::detail::task_stamp;
-  CHECK(task_stamp(map_environment{}) == 0);
-  const auto stamp = task_stamp(map_environment{{"SLURM_TASK_PID", "4242"}, {"SLURM_SRUN_COMM_PORT", "40001"}});
-  CHECK(stamp != 0);
-  CHECK(stamp != task_stamp(map_environment{{"SLURM_TASK_PID", "4243"}, {"SLURM_SRUN_COMM_PORT", "40001"}}));
-  CHECK(stamp != task_stamp(map_environment{{"SLURM_TASK_PID", "4242"}, {"SLURM_SRUN_COMM_PORT", "40002"}}));
-  CHECK(stamp != task_stamp(map_environment{{"SLURM_TASK_PID", "42424"}, {"SLURM_SRUN_COMM_PORT", "0001"}}));
+  using jobkit::detail::task_of;
+  using jobkit::detail::task_of_process;
+  // The task: SLURM_TASK_PID, else the parent; its stamp tells it from an earlier task.
+  const auto task = task_of(map_environment{{"SLURM_TASK_PID", "4242"}, {"SLURM_SRUN_COMM_PORT", "40001"}}, 7);
+  CHECK(task.pid == 4242);
+  CHECK(task_of(map_environment{{"SLURM_TASK_PID", "42x"}}, 7).pid == 7);
+  CHECK(task_of(map_environment{}, 7).pid == 7);
+  CHECK(task.stamp != task_of(map_environment{{"SLURM_TASK_PID", "4243"}, {"SLURM_SRUN_COMM_PORT", "40001"}}, 7).stamp);
+  CHECK(task.stamp != task_of(map_environment{{"SLURM_TASK_PID", "4242"}, {"SLURM_SRUN_COMM_PORT", "40002"}}, 7).stamp);
+  CHECK(task.stamp != task_of(map_environment{{"SLURM_TASK_PID", "42424"}, {"SLURM_SRUN_COMM_PORT", "0001"}}, 7).stamp);
+
+  using jobkit::detail::end_task_turns;
+  using jobkit::detail::take_endpoint_turn;
   jobkit::identity self;
-  CHECK(take_endpoint_turn(self, stamp) == 0);  // no job id: no launcher, no earlier process of this rank
+  CHECK(take_endpoint_turn(self, task).number == 0);  // no job id: no launcher, no earlier process of this rank
+  CHECK(take_endpoint_turn(self, task).key() == "jobkit.endpoint");
   self.job_id = fmt::format("unit{}", ::getpid());
   self.step_id = "0";
   self.node_rank = 2;
@@ -268,31 +272,67 @@ TEST_CASE("each process of a rank takes the next endpoint turn of its node, and 
     const std::string& name;
     ~unlink_at_end() { ::shm_unlink(name.c_str()); }
   } cleanup{name};
-  CHECK(take_endpoint_turn(self, stamp) == 1);
-  CHECK(take_endpoint_turn(self, stamp) == 2);
+  const auto exists = [&] { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; };
+  // A shell's commands, one after another: their task (the shell, here the test's parent) lives on.
+  const task_of_process shell{static_cast<int>(::getppid()), 11};
+  CHECK(take_endpoint_turn(self, shell).number == 1);
+  CHECK(take_endpoint_turn(self, shell).key() == "jobkit.endpoint.t2");
   auto mate = self;
   mate.local_rank = 0;  // a slot of its own, below the one already there
-  CHECK(take_endpoint_turn(mate, stamp + 1) == 1);
-  CHECK(take_endpoint_turn(self, stamp) == 3);
-  // A slot an earlier task left (the same job and step ids, another task): counted from 1 again.
-  CHECK(take_endpoint_turn(self, stamp + 7) == 1);
-  CHECK(take_endpoint_turn(self, stamp + 7) == 2);
-  auto other_node = self;
-  other_node.node_rank = 3;  // the dev cluster's nodes share one /dev/shm
-  CHECK(jobkit::detail::endpoint_turns_name(other_node) != name);
+  const task_of_process mate_task{static_cast<int>(::getppid()), 12};
+  CHECK(take_endpoint_turn(mate, mate_task).number == 1);
+  CHECK(take_endpoint_turn(self, shell).number == 3);
+  // An earlier task's slot (the same job and step ids, another stamp): counted from 1 again.
+  CHECK(take_endpoint_turn(self, task_of_process{shell.pid, 99}).number == 1);
+  CHECK(take_endpoint_turn(self, task_of_process{shell.pid, 99}).number == 2);
+  // The tasks end, one after the other: the count stays while one is left, the last removes it.
+  end_task_turns(name, 0);
+  CHECK(exists());
+  end_task_turns(name, 1);
+  CHECK(!exists());
+  CHECK(take_endpoint_turn(self, shell).number == 1);  // a count made anew
 
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   REQUIRE(fd >= 0);
   const std::uint64_t past = jobkit::detail::max_endpoint_turns;
-  REQUIRE(::pwrite(fd, &past, sizeof past, 16 + 8) == static_cast<ssize_t>(sizeof past));  // local rank 1's count
-  CHECK_THROWS_WITH(take_endpoint_turn(self, stamp + 7),
+  REQUIRE(::pwrite(fd, &past, sizeof past, 24 + 8) == static_cast<ssize_t>(sizeof past));  // local rank 1's count
+  CHECK_THROWS_WITH(take_endpoint_turn(self, shell),
                     Catch::Contains(name) && Catch::Contains("local rank 1 has taken 1000000"));
-  if (::geteuid() == 0) {  // as root, the segment is given to another user
+  if (::geteuid() == 0) {  // as root, the count is given to another user
     REQUIRE(::fchown(fd, 65534, 65534) == 0);
-    CHECK_THROWS_WITH(take_endpoint_turn(mate, stamp + 1),
+    CHECK_THROWS_WITH(take_endpoint_turn(mate, mate_task),
                       Catch::Contains(name) && Catch::Contains("belongs to user 65534"));
   }
   ::close(fd);
+}
+
+TEST_CASE("a count of endpoint turns whose tasks have all ended is removed by the next step's first turn",
+          "[transport]") {
+  using jobkit::detail::take_endpoint_turn;
+  jobkit::identity left;
+  left.job_id = fmt::format("unitleft{}", ::getpid());
+  left.step_id = "0";
+  const auto left_name = jobkit::detail::endpoint_turns_name(left);
+  const auto exists = [](const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; };
+  ::shm_unlink(left_name.c_str());
+  // A step whose task lives on (this test's parent).
+  jobkit::identity live = left;
+  live.job_id = fmt::format("unitlive{}", ::getpid());
+  const auto live_name = jobkit::detail::endpoint_turns_name(live);
+  ::shm_unlink(live_name.c_str());
+  CHECK(take_endpoint_turn(live, {static_cast<int>(::getppid()), 6}).number == 1);
+  // A task that ended without a word (a crash; a shell step's): pid 0x7ffffffe is no process here.
+  CHECK(take_endpoint_turn(left, {0x7ffffffe, 5}).number == 1);
+  REQUIRE(exists(left_name));
+  REQUIRE(exists(live_name));  // the first turn of `left` swept, and kept it
+  jobkit::identity next = left;
+  next.job_id = fmt::format("unitnext{}", ::getpid());
+  const auto next_name = jobkit::detail::endpoint_turns_name(next);
+  ::shm_unlink(next_name.c_str());
+  CHECK(take_endpoint_turn(next, {static_cast<int>(::getppid()), 7}).number == 1);
+  CHECK(!exists(left_name));  // swept: its task ended
+  CHECK(exists(live_name));   // kept: its task lives
+  for (const auto& n : {left_name, live_name, next_name}) ::shm_unlink(n.c_str());
 }
 
 TEST_CASE("frame sizes are checked before anything is allocated", "[transport]") {
