@@ -121,7 +121,7 @@ int run_agent(const std::string& job, const std::string& step) {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
   struct rank_seen {
-    int rank;
+    int rank = 0;
     std::optional<where::record_view> record;
     std::string state;
     int stack = -1;        // its index in requests
@@ -144,12 +144,15 @@ int run_agent(const std::string& job, const std::string& step) {
       }
     }
     for (const auto& p : list) {
-      const bool parent = std::any_of(list.begin(), list.end(), [&](const where::task_process& q) { return q.ppid == p.pid; });
+      const bool parent =
+          std::any_of(list.begin(), list.end(), [&](const where::task_process& q) { return q.ppid == p.pid; });
       if (chosen == nullptr && !parent) chosen = &p;
     }
     if (chosen == nullptr) chosen = &list.front();
-    rank_seen r{rank, files.record.empty() ? std::nullopt : where::read_record(files.record),
-                where::proc_state(chosen->pid)};
+    rank_seen r;
+    r.rank = rank;
+    if (!files.record.empty()) r.record = where::read_record(files.record);
+    r.state = where::proc_state(chosen->pid);
     if (!files.stack.empty() && r.state.find("stopped") == std::string::npos && (!r.record || !r.record->in_call)) {
       const auto status = where::read_small_file("/proc/" + std::to_string(chosen->pid) + "/status", 16384);
       const auto plan = where::plan_stack(chosen->pid, files.stack_signal, status);

@@ -34,10 +34,8 @@ struct where_call {
 where_call where_of(const detail::group_state& state, const detail::collective_call& call) {
   where_call w;
   const int rank = state.world_ranks.at(static_cast<std::size_t>(state.rank));
-  w.recorded = {.call = call.name,
-                .site = call.site,
-                .rank = rank,
-                .group_size = static_cast<int>(state.world_ranks.size())};
+  w.recorded = {
+      .call = call.name, .site = call.site, .rank = rank, .group_size = static_cast<int>(state.world_ranks.size())};
   w.watched = {.call = call.name,
                .site = call.site,
                .rank = rank,
@@ -129,11 +127,11 @@ std::vector<detail::rank_bytes> group::run(const detail::collective_call& call) 
 
 std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, const detail::exchange& ex) {
   const auto began = std::chrono::steady_clock::now();
-  auto where = where_of(*state_, call);
-  const where::call_scope recorded(where.recorded);
-  const auto after = where.watched.report_after;
-  if (state_->rank != 0) where.watched.report_after = std::chrono::milliseconds(0);  // rank 0 reports
-  const where::watch_scope watched(where.watched);
+  auto described = where_of(*state_, call);
+  const where::call_scope recorded(described.recorded);
+  const auto after = described.watched.report_after;
+  if (state_->rank != 0) described.watched.report_after = std::chrono::milliseconds(0);  // rank 0 reports
+  const where::watch_scope watched(described.watched);
   try {
     check_section(call);
     connect(call);

@@ -15,6 +15,8 @@
 namespace jobkit::where {
 namespace {
 
+static_assert(sizeof(record_layout) == 1608, "docs/cli.md gives the record's size");
+
 std::int64_t now_ns() noexcept {
   timespec t{};
   ::clock_gettime(CLOCK_REALTIME_COARSE, &t);

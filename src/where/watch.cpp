@@ -18,7 +18,7 @@ extern char** environ;
 namespace jobkit::where {
 namespace {
 
-/// The calls watched, as the watching thread sees them: all under `lock`, which a fork takes
+/// The calls watched, as the watching thread sees them: all under `watch_lock`, which a fork takes
 /// (atfork), so that a child starts from a state no one was changing.
 struct watched_slot {
   bool used = false;
@@ -30,27 +30,27 @@ struct watched_slot {
   char site[128] = {};
 };
 constexpr int slot_count = 16;
-pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
 watched_slot slots[slot_count];
 bool thread_started = false;
 std::uint64_t watch_generation = 1;
 
-class held {
+class watch_held {
  public:
-  held() noexcept { ::pthread_mutex_lock(&lock); }
-  ~held() { ::pthread_mutex_unlock(&lock); }
-  held(const held&) = delete;
-  held& operator=(const held&) = delete;
+  watch_held() noexcept { ::pthread_mutex_lock(&watch_lock); }
+  ~watch_held() { ::pthread_mutex_unlock(&watch_lock); }
+  watch_held(const watch_held&) = delete;
+  watch_held& operator=(const watch_held&) = delete;
 };
 
-void before_fork() noexcept { ::pthread_mutex_lock(&lock); }
-void after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&lock); }
-void after_fork_in_child() noexcept {
+void watch_before_fork() noexcept { ::pthread_mutex_lock(&watch_lock); }
+void watch_after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&watch_lock); }
+void watch_after_fork_in_child() noexcept {
   // No thread watches the child, and its parent's calls are not its own.
   for (auto& s : slots) s = watched_slot{};
   thread_started = false;
   ++watch_generation;
-  ::pthread_mutex_unlock(&lock);
+  ::pthread_mutex_unlock(&watch_lock);
 }
 
 std::int64_t monotonic_ns() noexcept {
@@ -60,7 +60,7 @@ std::int64_t monotonic_ns() noexcept {
 }
 
 template <std::size_t N>
-void copy_text(char (&to)[N], std::string_view from) noexcept {
+void copy_name(char (&to)[N], std::string_view from) noexcept {
   const auto n = std::min(from.size(), N - 1);
   std::memcpy(to, from.data(), n);
   to[n] = '\0';
@@ -68,7 +68,7 @@ void copy_text(char (&to)[N], std::string_view from) noexcept {
 
 /// A call past its threshold, not reported yet: marked reported and copied out; nullopt when none.
 std::optional<watched_slot> take_due() noexcept {
-  const held h;
+  const watch_held h;
   const auto now = monotonic_ns();
   for (auto& s : slots) {
     if (!s.used || s.reported || now - s.since_ns < s.after_ms * 1'000'000) continue;
@@ -97,11 +97,12 @@ void watch_loop() {
 
 watch_scope::watch_scope(const watched_call& call) noexcept {
   if (call.report_after.count() <= 0) return;
-  static const bool registered = ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) == 0;
+  static const bool registered =
+      ::pthread_atfork(watch_before_fork, watch_after_fork_in_parent, watch_after_fork_in_child) == 0;
   (void)registered;
   bool start = false;
   {
-    const held h;
+    const watch_held h;
     const auto free = std::find_if(std::begin(slots), std::end(slots), [](const watched_slot& s) { return !s.used; });
     if (free == std::end(slots)) return;
     free->used = true;
@@ -109,8 +110,8 @@ watch_scope::watch_scope(const watched_call& call) noexcept {
     free->rank = call.rank;
     free->since_ns = monotonic_ns();
     free->after_ms = call.report_after.count();
-    copy_text(free->call, call.call);
-    copy_text(free->site, call.site);
+    copy_name(free->call, call.call);
+    copy_name(free->site, call.site);
     slot_ = static_cast<int>(free - std::begin(slots));
     generation_ = watch_generation;
     start = !thread_started;
@@ -126,7 +127,7 @@ watch_scope::watch_scope(const watched_call& call) noexcept {
 
 watch_scope::~watch_scope() {
   if (slot_ < 0) return;
-  const held h;
+  const watch_held h;
   if (generation_ == watch_generation) slots[slot_].used = false;  // else the parent's call, in a child
 }
 

@@ -202,9 +202,9 @@ TEST_CASE("what the agent reads in /proc: a step's processes, their state, the s
   using namespace std::string_literals;
   const auto env = "HOME=/root\0SLURM_JOB_ID=77\0SLURM_STEP_ID=0\0SLURMD_NODENAME=c2\0SLURM_PROCID=5\0"s;
   CHECK(rank_in_step(env, "77", "0", "c2") == 5);
-  CHECK_FALSE(rank_in_step(env, "77", "0", "c1"));   // another node's (one process namespace)
-  CHECK_FALSE(rank_in_step(env, "77", "1", "c2"));   // another step's
-  CHECK_FALSE(rank_in_step(env, "7", "0", "c2"));    // SLURM_JOB_ID=77 is not job 7
+  CHECK_FALSE(rank_in_step(env, "77", "0", "c1"));  // another node's (one process namespace)
+  CHECK_FALSE(rank_in_step(env, "77", "1", "c2"));  // another step's
+  CHECK_FALSE(rank_in_step(env, "7", "0", "c2"));   // SLURM_JOB_ID=77 is not job 7
   CHECK_FALSE(rank_in_step("SLURM_JOB_ID=77\0SLURM_STEP_ID=0\0SLURMD_NODENAME=c2\0SLURM_PROCID=x"s, "77", "0", "c2"));
   CHECK_FALSE(rank_in_step("", "77", "0", "c2"));
 
@@ -233,12 +233,12 @@ TEST_CASE("what the agent reads in /proc: a step's processes, their state, the s
   CHECK(catches(status, 64) == false);
   CHECK(catches(status, 65) == false);  // past the mask
   CHECK(catches(status, 0) == false);
-  CHECK(catches("SigCgt:\tF\n", 4) == true);  // at the start, and a short mask
+  CHECK(catches("SigCgt:\tF\n", 4) == true);                // at the start, and a short mask
   CHECK(catches("SigCgt:\t0000010000014202", 41) == true);  // no newline at the end
   // Hostile or broken text: no answer, never an exception.
-  for (const std::string& bad : std::vector<std::string>
-       {"", "SigCgt:", "SigCgt:\t\n", "SigCgt:\tzz\n", "SigCgt:\t12 34\n", "XSigCgt:\t1\n", "Name: SigCgt:\t1\n",
-        "SigCgt:\t" + std::string(65, 'f') + "\n", std::string(1 << 16, '\n')}) {
+  for (const std::string& bad : std::vector<std::string>{
+           "", "SigCgt:", "SigCgt:\t\n", "SigCgt:\tzz\n", "SigCgt:\t12 34\n", "XSigCgt:\t1\n", "Name: SigCgt:\t1\n",
+           "SigCgt:\t" + std::string(65, 'f') + "\n", std::string(1 << 16, '\n')}) {
     CHECK_FALSE(catches(bad, 41));
   }
   CHECK(catches("SigCgt:\t" + std::string(64, 'f') + "\n", 256) == true);
