@@ -46,17 +46,17 @@ void fence(std::memory_order order) noexcept {
 #endif
 }
 
-/// This process's record, mapped once, and what only its writers touch: all under `lock`, which a
-/// fork takes (atfork), so that a child starts from a state no writer was changing.
-pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/// This process's record, mapped once, and what only its writers touch: all under `record_lock`,
+/// which a fork takes (atfork), so that a child starts from a state no writer was changing.
+pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
 record_layout* layout_ = nullptr;
 int fd_ = -1;
 bool tried_ = false;
 std::uint64_t record_generation = 1;  // a forked child's record is another
 
-void before_fork() noexcept { ::pthread_mutex_lock(&lock); }
-void after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&lock); }
-void after_fork_in_child() noexcept {
+void record_before_fork() noexcept { ::pthread_mutex_lock(&record_lock); }
+void record_after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&record_lock); }
+void record_after_fork_in_child() noexcept {
   // The mapping and the fd are the parent's record: dropped unwritten. The calls in progress were
   // the parent's; a scope of one of them that ends here (the forking thread's) finds another
   // generation and leaves nothing.
@@ -66,10 +66,10 @@ void after_fork_in_child() noexcept {
   fd_ = -1;
   tried_ = false;
   ++record_generation;
-  ::pthread_mutex_unlock(&lock);
+  ::pthread_mutex_unlock(&record_lock);
 }
 
-/// Under `lock`.
+/// Under `record_lock`.
 record_layout* open_record() noexcept {
   if (tried_) return layout_;
   tried_ = true;
@@ -93,9 +93,9 @@ record_layout* open_record() noexcept {
   return layout_;
 }
 
-/// Writes under the sequence count: odd while `change` runs. Under `lock`.
+/// Writes under the sequence count: odd while `change` runs. Under `record_lock`.
 template <typename Change>
-void write(record_layout& layout, Change change) noexcept {
+void write_record(record_layout& layout, Change change) noexcept {
   const auto sequence = layout.sequence.load(std::memory_order_relaxed);
   layout.sequence.store(sequence + 1, std::memory_order_relaxed);
   fence(std::memory_order_release);
@@ -103,20 +103,21 @@ void write(record_layout& layout, Change change) noexcept {
   layout.sequence.store(sequence + 2, std::memory_order_release);
 }
 
-class held {
+class record_held {
  public:
-  held() noexcept { ::pthread_mutex_lock(&lock); }
-  ~held() { ::pthread_mutex_unlock(&lock); }
-  held(const held&) = delete;
-  held& operator=(const held&) = delete;
+  record_held() noexcept { ::pthread_mutex_lock(&record_lock); }
+  ~record_held() { ::pthread_mutex_unlock(&record_lock); }
+  record_held(const record_held&) = delete;
+  record_held& operator=(const record_held&) = delete;
 };
 
 }  // namespace
 
 call_scope::call_scope(const call_info& info) noexcept {
-  static const bool registered = ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) == 0;
+  static const bool registered =
+      ::pthread_atfork(record_before_fork, record_after_fork_in_parent, record_after_fork_in_child) == 0;
   if (!registered || !enabled()) return;  // (without atfork, a record a forked child would share: none)
-  const held h;
+  const record_held h;
   auto* layout = open_record();
   if (layout == nullptr) {
     slot_ = -2;
@@ -127,7 +128,7 @@ call_scope::call_scope(const call_info& info) noexcept {
                                  [](const record_layout::call_slot& s) { return s.in_call == 0; });
   slot_ = free == std::end(layout->slots) ? -1 : static_cast<int>(free - std::begin(layout->slots));
   const auto since = now_ns();
-  write(*layout, [&] {
+  write_record(*layout, [&] {
     layout->rank = info.rank;
     ++layout->calls;
     if (slot_ < 0) return;
@@ -142,10 +143,10 @@ call_scope::call_scope(const call_info& info) noexcept {
 
 call_scope::~call_scope() {
   if (slot_ == -2) return;
-  const held h;
+  const record_held h;
   auto* layout = layout_;
   if (layout == nullptr || generation_ != record_generation) return;  // the parent's call, in a child
-  write(*layout, [&] {
+  write_record(*layout, [&] {
     --layout->calls;
     if (slot_ < 0) return;
     auto& s = layout->slots[slot_];
