@@ -32,6 +32,7 @@
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
 #include "nccl/device_rule.hpp"
+#include "where/settings.hpp"
 #include "where/watch.hpp"
 
 namespace py = pybind11;
@@ -362,11 +363,16 @@ void define_identity(py::module_& m) {
     for (const auto& a : jobkit::default_runtime().data_path_addresses()) out.emplace_back(a.interface, a.address);
     return out;
   });
-  // The step's report by itself, for torch's own collectives (_torch_where.py): the rule of when,
-  // and the report, as for jobkit's calls (src/where/watch.hpp).
+  // `jobkit where`'s one rule of whether it is on, and of the stack dump's signal (src/where/settings.hpp),
+  // for the dump `import jobkit` registers (_where.py). The step's report by itself, for torch's own
+  // collectives (_torch_where.py): whether it reports at all, the rule of when, and the report, as for
+  // jobkit's calls (src/where/watch.hpp).
+  m.def("where_enabled", [] { return jobkit::where::enabled(); });
+  m.def("where_stack_signal", [] { return jobkit::where::stack_signal(); });
+  m.def("where_reports", [] { return jobkit::where::reports(); });
   m.def("where_report_after", [](double deadline_s) {
     const auto deadline = duration_of(deadline_s, "deadline_s");
-    return static_cast<double>(jobkit::detail::report_after(deadline).count()) / 1000;
+    return static_cast<double>(jobkit::where::report_after(deadline).count()) / 1000;
   });
   m.def("where_report", [](int rank, const std::string& call, const std::string& site, long waited_s) {
     py::gil_scoped_release nogil;

@@ -117,13 +117,12 @@ def _watch(dumpers: List[_Dump], rank: int) -> None:
 
 
 def watch(backend: str, rank: int) -> None:
-    """Starts rank 0's watch of torch's collectives, once per process; nothing elsewhere, outside
-    a Slurm step, with JOBKIT_WHERE=0 or JOBKIT_WHERE_REPORT_AFTER=0, or where torch records
-    nothing a library can read."""
+    """Starts rank 0's watch of torch's collectives, once per process; nothing elsewhere, where the
+    step does not report by itself (the library's one rule, src/where/settings.hpp: outside a Slurm
+    step, with JOBKIT_WHERE=0 or JOBKIT_WHERE_REPORT_AFTER=0), or where torch records nothing a
+    library can read."""
     global _started
-    if _started or rank != 0 or not os.environ.get("SLURM_STEP_ID"):
-        return
-    if os.environ.get("JOBKIT_WHERE") == "0" or os.environ.get("JOBKIT_WHERE_REPORT_AFTER") == "0":
+    if _started or rank != 0 or not _jobkit.where_reports():
         return
     dumpers = _dumpers(str(backend))
     if not dumpers:

@@ -2,26 +2,19 @@
 // Slurm for the job's steps and their nodes and starts one agent per node in an overlapping step
 // (`srun --overlap ... jobkit where --agent JOB STEP`); each agent reads the records of the step's
 // processes on its node (src/where/record.hpp), asks Python ranks for their stacks (the handler
-// `import jobkit` registers, python/jobkit/_where.py) and /proc for the others.
-#include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
+// `import jobkit` registers, python/jobkit/_where.py: only with the signal each one registered, and
+// only where it is caught, src/where/proc.hpp) and /proc for the others.
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -33,6 +26,7 @@
 #include "core/environment.hpp"
 #include "core/parse.hpp"
 #include "core/rank_set.hpp"
+#include "where/proc.hpp"
 #include "where/record.hpp"
 #include "where/report.hpp"
 
@@ -57,86 +51,16 @@ constexpr std::string_view where_usage =
     "  --timeout SECONDS  the longest to wait for the nodes' answers (default 10)\n"
     "  --help             show this help\n";
 
-std::string read_small_file(const std::string& path, std::size_t limit = 1 << 20) {
-  std::ifstream in(path, std::ios::binary);
-  std::string text(limit, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(limit));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
-}
-
 bool digits_only(std::string_view text) {
   return !text.empty() && text.size() < 12 && text.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
 // --- the agent: one node --------------------------------------------------------------------
 
-struct task_process {
-  int pid;
-  int ppid;
-  int rank;
-};
-
-/// The processes of step JOB.STEP on node (their environment says so: SLURMD_NODENAME, since the
-/// nodes of a cluster may share a process namespace), this one excepted.
-std::vector<task_process> step_processes(const std::string& job, const std::string& step, const std::string& node) {
-  std::vector<task_process> found;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return found;
-  const std::string job_entry = "SLURM_JOB_ID=" + job;
-  const std::string step_entry = "SLURM_STEP_ID=" + step;
-  const std::string node_entry = "SLURMD_NODENAME=" + node;
-  while (const dirent* entry = ::readdir(proc)) {
-    if (!digits_only(entry->d_name)) continue;
-    const int pid = std::atoi(entry->d_name);
-    if (pid == ::getpid()) continue;
-    const auto environment = read_small_file("/proc/" + std::string(entry->d_name) + "/environ");
-    bool job_matches = false;
-    bool step_matches = false;
-    bool node_matches = false;
-    std::optional<int> rank;
-    for (std::size_t start = 0; start < environment.size();) {
-      auto end = environment.find('\0', start);
-      if (end == std::string::npos) end = environment.size();
-      const std::string_view variable(environment.data() + start, end - start);
-      job_matches = job_matches || variable == job_entry;
-      step_matches = step_matches || variable == step_entry;
-      node_matches = node_matches || variable == node_entry;
-      if (variable.starts_with("SLURM_PROCID=")) {
-        auto value = variable.substr(13);
-        if (const auto r = detail::take_decimal(value); r && value.empty()) rank = r;
-      }
-      start = end + 1;
-    }
-    if (!job_matches || !step_matches || !node_matches || !rank) continue;
-    const auto stat = read_small_file("/proc/" + std::string(entry->d_name) + "/stat", 4096);
-    const auto close = stat.rfind(')');
-    int ppid = 0;
-    if (close != std::string::npos) std::sscanf(stat.c_str() + close + 1, " %*c %d", &ppid);
-    found.push_back({pid, ppid, *rank});
-  }
-  ::closedir(proc);
-  return found;
-}
-
-/// What /proc says of a process: its state, and where the kernel has it sleep.
-std::string proc_state(int pid) {
-  const std::string dir = "/proc/" + std::to_string(pid);
-  const auto stat = read_small_file(dir + "/stat", 4096);
-  const auto open = stat.find('(');
-  const auto close = stat.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) return "gone";
-  const auto comm = stat.substr(open + 1, close - open - 1);
-  const char state = stat[close + 2];
-  auto wchan = read_small_file(dir + "/wchan", 256);
-  std::string text = comm + " " + where::state_name(state);
-  if (!wchan.empty() && wchan != "0") text += " in " + wchan;
-  return text;
-}
-
 /// A Python process's stack, asked of the handler `import jobkit` registered: its dump file.
 struct stack_request {
   int pid = 0;
+  int signal = 0;    // the one it registered, which it catches (where::plan_stack)
   std::string path;  // /proc/PID/fd/N of its memfd
   off_t before = 0;  // the file's size before the signal
   off_t last = 0;
@@ -148,13 +72,13 @@ struct stack_request {
 /// The stacks of every request at once: each process is sent the signal, then all are waited for
 /// together (their dumps run side by side) until each dump has stopped growing, within one limit
 /// for all; nullopt for a process that did not answer.
-std::vector<std::optional<std::string>> python_stacks(std::vector<stack_request>& requests, int signal,
+std::vector<std::optional<std::string>> python_stacks(std::vector<stack_request>& requests,
                                                       std::chrono::milliseconds limit) {
   for (auto& r : requests) {
     struct stat before {};
     if (::stat(r.path.c_str(), &before) != 0) continue;
     r.before = r.last = before.st_size;
-    r.sent = ::kill(r.pid, signal) == 0;
+    r.sent = ::kill(r.pid, r.signal) == 0;
   }
   const auto deadline = std::chrono::steady_clock::now() + limit;
   auto waiting = [&] {
@@ -192,23 +116,23 @@ int run_agent(const std::string& job, const std::string& step) {
   char hostname[256] = {};
   ::gethostname(hostname, sizeof hostname - 1);
   const std::string host = detail::process_environment().get("SLURMD_NODENAME").value_or(hostname);
-  const int signal = where::python_signal();
-  std::map<int, std::vector<task_process>> by_rank;
-  for (const auto& p : step_processes(job, step, host)) by_rank[p.rank].push_back(p);
+  std::map<int, std::vector<where::task_process>> by_rank;
+  for (const auto& p : where::step_processes(job, step, host, ::getpid())) by_rank[p.rank].push_back(p);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
   struct rank_seen {
-    int rank;
+    int rank = 0;
     std::optional<where::record_view> record;
     std::string state;
-    int stack = -1;  // its index in requests
+    int stack = -1;        // its index in requests
+    std::string no_stack;  // why it was not asked for one
   };
   std::vector<rank_seen> seen;
   std::vector<stack_request> requests;
   for (const auto& [rank, list] : by_rank) {
     // The process with a record, else with a Python stack file; else one without a child in the
     // task (the program, not its shell).
-    const task_process* chosen = nullptr;
+    const where::task_process* chosen = nullptr;
     where::process_files files;
     for (const auto& p : list) {
       auto found = where::find_files(p.pid);
@@ -220,22 +144,32 @@ int run_agent(const std::string& job, const std::string& step) {
       }
     }
     for (const auto& p : list) {
-      const bool parent = std::any_of(list.begin(), list.end(), [&](const task_process& q) { return q.ppid == p.pid; });
+      const bool parent =
+          std::any_of(list.begin(), list.end(), [&](const where::task_process& q) { return q.ppid == p.pid; });
       if (chosen == nullptr && !parent) chosen = &p;
     }
     if (chosen == nullptr) chosen = &list.front();
-    rank_seen r{rank, files.record.empty() ? std::nullopt : where::read_record(files.record), proc_state(chosen->pid)};
+    rank_seen r;
+    r.rank = rank;
+    if (!files.record.empty()) r.record = where::read_record(files.record);
+    r.state = where::proc_state(chosen->pid);
     if (!files.stack.empty() && r.state.find("stopped") == std::string::npos && (!r.record || !r.record->in_call)) {
-      r.stack = static_cast<int>(requests.size());
-      requests.push_back(stack_request{.pid = chosen->pid, .path = files.stack});
+      const auto status = where::read_small_file("/proc/" + std::to_string(chosen->pid) + "/status", 16384);
+      const auto plan = where::plan_stack(chosen->pid, files.stack_signal, status);
+      if (plan.signal != 0) {
+        r.stack = static_cast<int>(requests.size());
+        requests.push_back(stack_request{.pid = chosen->pid, .signal = plan.signal, .path = files.stack});
+      } else {
+        r.no_stack = plan.refused;
+      }
     }
     seen.push_back(std::move(r));
   }
-  const auto stacks = python_stacks(requests, signal, std::chrono::milliseconds(2000));
+  const auto stacks = python_stacks(requests, std::chrono::milliseconds(2000));
   std::string out;
   for (const auto& r : seen) {
     const auto stack = r.stack >= 0 ? stacks[static_cast<std::size_t>(r.stack)] : std::nullopt;
-    out += where::format_answer(where::describe(r.rank, host, r.record, stack, r.state, now_ns));
+    out += where::format_answer(where::describe(r.rank, host, r.record, stack, r.state, now_ns, r.no_stack));
   }
   out += "#node " + host + " " + std::to_string(by_rank.size()) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -15,29 +15,40 @@
 #include "jobkit/detail/sections.hpp"
 #include "transport/transport.hpp"
 #include "where/record.hpp"
+#include "where/settings.hpp"
+#include "where/watch.hpp"
 
 namespace jobkit {
 
 namespace {
 
-/// What `jobkit where` and the step's own report say of a call (src/where/record.hpp).
-where::call_info where_info(const detail::group_state& state, const detail::collective_call& call) {
-  where::call_info info;
-  info.call = call.name;
-  info.site = call.site;
-  info.group_rank = state.rank;
-  info.rank = state.world_ranks.at(static_cast<std::size_t>(state.rank));
-  info.group_size = static_cast<int>(state.world_ranks.size());
-  info.report_after = detail::report_after(call.timeout);
-  return info;
+/// What `jobkit where` and the step's own report say of a call: the record (src/where/record.hpp)
+/// and the watch (src/where/watch.hpp), each told what it needs. Where the step reports at all
+/// (src/where/settings.hpp), the group's rank 0 asks for the report and every rank's deadline
+/// message points to it.
+struct where_call {
+  where::call_info recorded;
+  where::watched_call watched;
+};
+
+where_call where_of(const detail::group_state& state, const detail::collective_call& call) {
+  where_call w;
+  const int rank = state.world_ranks.at(static_cast<std::size_t>(state.rank));
+  w.recorded = {
+      .call = call.name, .site = call.site, .rank = rank, .group_size = static_cast<int>(state.world_ranks.size())};
+  w.watched = {.call = call.name,
+               .site = call.site,
+               .rank = rank,
+               .report_after = where::reports() ? where::report_after(call.timeout) : std::chrono::milliseconds(0)};
+  return w;
 }
 
 /// A call that failed after waiting past its report threshold: its message says where the step's
 /// report of every rank is (group rank 0 logged it, if it was in the call too).
-[[noreturn]] void point_to_report(const error& e, const detail::group_state& state, const where::call_info& info,
-                                  std::chrono::milliseconds waited) {
-  if (info.report_after.count() <= 0 || waited < info.report_after) throw;
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(info.report_after).count();
+[[noreturn]] void point_to_report(const error& e, const detail::group_state& state, std::chrono::milliseconds after,
+                                  std::chrono::steady_clock::time_point began) {
+  if (after.count() <= 0 || std::chrono::steady_clock::now() - began < after) throw;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(after).count();
   const std::string reporter =
       state.rank == 0 ? std::string("this rank")
                       : detail::rank_label(state.world_ranks.front(), state.hosts.empty() ? "" : state.hosts.front());
@@ -115,14 +126,18 @@ std::vector<detail::rank_bytes> group::run(const detail::collective_call& call) 
 }
 
 std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, const detail::exchange& ex) {
-  const auto info = where_info(*state_, call);
-  const where::call_scope where(info);
+  const auto began = std::chrono::steady_clock::now();
+  auto described = where_of(*state_, call);
+  const where::call_scope recorded(described.recorded);
+  const auto after = described.watched.report_after;
+  if (state_->rank != 0) described.watched.report_after = std::chrono::milliseconds(0);  // rank 0 reports
+  const where::watch_scope watched(described.watched);
   try {
     check_section(call);
     connect(call);
     return state_->link->run(ex);
   } catch (const error& e) {
-    point_to_report(e, *state_, info, where.waited());
+    point_to_report(e, *state_, after, began);
   }
 }
 

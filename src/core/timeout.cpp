@@ -78,27 +78,6 @@ std::chrono::milliseconds lost_node_timeout() {
   return limit;
 }
 
-std::chrono::milliseconds report_after_rule(std::optional<std::string_view> value, std::chrono::milliseconds deadline) {
-  std::chrono::milliseconds after{};
-  if (!value) {
-    after = std::max<std::chrono::milliseconds>(deadline / 4, std::chrono::seconds(10));
-  } else if (*value == "0") {
-    return std::chrono::milliseconds(0);
-  } else {
-    try {
-      after = parse_timeout("JOBKIT_WHERE_REPORT_AFTER", *value);
-    } catch (const error& e) {
-      throw error(errc::invalid_environment, std::string(e.what()) + " (0: never)");
-    }
-  }
-  return after < deadline ? after : std::chrono::milliseconds(0);
-}
-
-std::chrono::milliseconds report_after(std::chrono::milliseconds deadline) {
-  static const auto value = process_environment().get("JOBKIT_WHERE_REPORT_AFTER");
-  return report_after_rule(value, deadline);
-}
-
 std::optional<std::chrono::milliseconds> duration_from_seconds(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0 || seconds > longest_seconds) return std::nullopt;
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));

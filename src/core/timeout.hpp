@@ -23,13 +23,6 @@ std::chrono::milliseconds lost_node_timeout();
 /// @throws jobkit::error (invalid_environment) naming the variable and the value
 std::chrono::milliseconds lost_node_limit(std::optional<std::string_view> value);
 
-/// When a call that still waits has the step report where every rank is (src/where/watch.hpp):
-/// JOBKIT_WHERE_REPORT_AFTER seconds (parse_timeout's rule; 0: never), else a quarter of the
-/// call's deadline but at least 10 s; zero (never) when that is not before the deadline.
-/// @throws jobkit::error (invalid_environment) naming the variable and the value when malformed
-std::chrono::milliseconds report_after(std::chrono::milliseconds deadline);
-/// report_after's rule for one value of the variable (nullopt: unset).
-std::chrono::milliseconds report_after_rule(std::optional<std::string_view> value, std::chrono::milliseconds deadline);
 /// The longest span of time the rules below take, in seconds (31 years): what a wait with no
 /// timeout waits (the Python module's torch-like 0 or None where a span must be given).
 inline constexpr double longest_seconds = 1e9;

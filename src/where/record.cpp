@@ -1,6 +1,5 @@
 #include "where/record.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -11,11 +10,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/environment.hpp"
-#include "where/watch.hpp"
+#include "where/settings.hpp"
 
 namespace jobkit::where {
 namespace {
+
+static_assert(sizeof(record_layout) == 1608, "docs/cli.md gives the record's size");
 
 std::int64_t now_ns() noexcept {
   timespec t{};
@@ -27,15 +27,13 @@ template <std::size_t N>
 void copy_text(char (&to)[N], std::string_view from) noexcept {
   const auto n = std::min(from.size(), N - 1);
   std::memcpy(to, from.data(), n);
-  to[n] = '\0';
+  std::memset(to + n, 0, N - n);
 }
 
 template <std::size_t N>
 std::string text_of(const char (&from)[N]) {
   return std::string(from, ::strnlen(from, N));
 }
-
-std::atomic<int> depth{0};
 
 // The fences between the sequence count and the fields. GCC refuses atomic_thread_fence under
 // -fsanitize=thread (TSan does not model fences): that build, which no other process reads, orders
@@ -46,34 +44,35 @@ void fence(std::memory_order order) noexcept {
 #else
   std::atomic_thread_fence(order);
 #endif
-}  // calls in progress in this process
+}
 
-/// This process's record: a memfd (no file name anywhere: it ends with the process, and only
-/// its user and root reach it, through /proc/PID/fd), mapped once. A forked child makes its own.
+/// This process's record, mapped once, and what only its writers touch: all under `record_lock`,
+/// which a fork takes (atfork), so that a child starts from a state no writer was changing.
+pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
 record_layout* layout_ = nullptr;
 int fd_ = -1;
 bool tried_ = false;
+std::uint64_t record_generation = 1;  // a forked child's record is another
 
-void forget_in_child() noexcept {
+void record_before_fork() noexcept { ::pthread_mutex_lock(&record_lock); }
+void record_after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&record_lock); }
+void record_after_fork_in_child() noexcept {
+  // The mapping and the fd are the parent's record: dropped unwritten. The calls in progress were
+  // the parent's; a scope of one of them that ends here (the forking thread's) finds another
+  // generation and leaves nothing.
   if (layout_ != nullptr) ::munmap(layout_, sizeof(record_layout));
   if (fd_ >= 0) ::close(fd_);
   layout_ = nullptr;
   fd_ = -1;
   tried_ = false;
-  forget_watch_in_child();
+  ++record_generation;
+  ::pthread_mutex_unlock(&record_lock);
 }
 
+/// Under `record_lock`.
 record_layout* open_record() noexcept {
-  // Called by the thread that took depth from 0 to 1: one at a time.
   if (tried_) return layout_;
   tried_ = true;
-  static const bool off = [] {
-    const auto& env = detail::process_environment();
-    const auto value = env.get("JOBKIT_WHERE");
-    // Outside a Slurm job `jobkit where` has nothing to ask.
-    return (value && *value == "0") || !env.get("SLURM_JOB_ID");
-  }();
-  if (off) return nullptr;
   const int fd = ::memfd_create(record_name, MFD_CLOEXEC);
   if (fd < 0) return nullptr;
   void* mapped = MAP_FAILED;
@@ -89,71 +88,73 @@ record_layout* open_record() noexcept {
   layout->rank = -1;
   layout->version = record_layout::version_value;
   layout->magic = record_layout::magic_value;
-  static const bool registered = ::pthread_atfork(nullptr, nullptr, forget_in_child) == 0;
-  (void)registered;
   fd_ = fd;  // kept open: /proc/PID/fd is how a reader finds it
   layout_ = layout;
   return layout_;
 }
 
+/// Writes under the sequence count: odd while `change` runs. Under `record_lock`.
+template <typename Change>
+void write_record(record_layout& layout, Change change) noexcept {
+  const auto sequence = layout.sequence.load(std::memory_order_relaxed);
+  layout.sequence.store(sequence + 1, std::memory_order_relaxed);
+  fence(std::memory_order_release);
+  change();
+  layout.sequence.store(sequence + 2, std::memory_order_release);
+}
+
+class record_held {
+ public:
+  record_held() noexcept { ::pthread_mutex_lock(&record_lock); }
+  ~record_held() { ::pthread_mutex_unlock(&record_lock); }
+  record_held(const record_held&) = delete;
+  record_held& operator=(const record_held&) = delete;
+};
+
 }  // namespace
 
-std::int64_t enter(const call_info& info) noexcept {
-  if (depth.fetch_add(1, std::memory_order_acq_rel) != 0) return 0;
+call_scope::call_scope(const call_info& info) noexcept {
+  static const bool registered =
+      ::pthread_atfork(record_before_fork, record_after_fork_in_parent, record_after_fork_in_child) == 0;
+  if (!registered || !enabled()) return;  // (without atfork, a record a forked child would share: none)
+  const record_held h;
   auto* layout = open_record();
-  if (layout == nullptr) return 0;
-  const auto since = now_ns();
-  const auto sequence = layout->sequence.load(std::memory_order_relaxed);
-  layout->sequence.store(sequence + 1, std::memory_order_relaxed);
-  fence(std::memory_order_release);
-  layout->rank = info.rank;
-  layout->group_size = info.group_size;
-  layout->in_call = 1;
-  layout->since_ns = since;
-  copy_text(layout->call, info.call);
-  copy_text(layout->site, info.site);
-  layout->sequence.store(sequence + 2, std::memory_order_release);
-  watch_enter(info.group_rank, info.report_after, since);
-  return since;
-}
-
-std::chrono::milliseconds call_scope::waited() const noexcept {
-  if (since_ns_ == 0) return std::chrono::milliseconds(0);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(now_ns() - since_ns_));
-}
-
-void leave() noexcept {
-  if (depth.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  auto* layout = layout_;
-  if (layout == nullptr) return;
-  watch_leave();
-  const auto sequence = layout->sequence.load(std::memory_order_relaxed);
-  layout->sequence.store(sequence + 1, std::memory_order_relaxed);
-  fence(std::memory_order_release);
-  layout->in_call = 0;
-  layout->last_ended_ns = now_ns();
-  layout->sequence.store(sequence + 2, std::memory_order_release);
-}
-
-process_files find_files(int pid) {
-  process_files found;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* fds = ::opendir(dir.c_str());
-  if (fds == nullptr) return found;
-  const std::string record = std::string("/memfd:") + record_name + " ";
-  const std::string stack = std::string("/memfd:") + stack_name + " ";
-  while (const dirent* entry = ::readdir(fds)) {
-    if (entry->d_name[0] == '.') continue;
-    const std::string path = dir + "/" + entry->d_name;
-    char target[256];
-    const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
-    if (n <= 0) continue;
-    const std::string_view link(target, static_cast<std::size_t>(n));
-    if (link.starts_with(record) && found.record.empty()) found.record = path;
-    if (link.starts_with(stack) && found.stack.empty()) found.stack = path;
+  if (layout == nullptr) {
+    slot_ = -2;
+    return;
   }
-  ::closedir(fds);
-  return found;
+  generation_ = record_generation;
+  const auto free = std::find_if(std::begin(layout->slots), std::end(layout->slots),
+                                 [](const record_layout::call_slot& s) { return s.in_call == 0; });
+  slot_ = free == std::end(layout->slots) ? -1 : static_cast<int>(free - std::begin(layout->slots));
+  const auto since = now_ns();
+  write_record(*layout, [&] {
+    layout->rank = info.rank;
+    ++layout->calls;
+    if (slot_ < 0) return;
+    auto& s = layout->slots[slot_];
+    s.in_call = 1;
+    s.group_size = info.group_size;
+    s.since_ns = since;
+    copy_text(s.call, info.call);
+    copy_text(s.site, info.site);
+  });
+}
+
+call_scope::~call_scope() {
+  if (slot_ == -2) return;
+  const record_held h;
+  auto* layout = layout_;
+  if (layout == nullptr || generation_ != record_generation) return;  // the parent's call, in a child
+  write_record(*layout, [&] {
+    --layout->calls;
+    if (slot_ < 0) return;
+    auto& s = layout->slots[slot_];
+    s.in_call = 0;
+    std::memcpy(layout->last_call, s.call, sizeof s.call);
+    std::memcpy(layout->last_site, s.site, sizeof s.site);
+    layout->last_ended_ns = now_ns();
+  });
 }
 
 std::optional<record_view> read_record(const std::string& path) {
@@ -171,24 +172,33 @@ std::optional<record_view> read_record(const std::string& path) {
   for (int attempt = 0; attempt < 100 && !view; ++attempt) {
     const auto before = layout->sequence.load(std::memory_order_acquire);
     if (before % 2 != 0) continue;
+    // A copy first, then the checks: the writer may change it meanwhile.
+    record_layout::call_slot slots[record_layout::slot_count];
+    std::memcpy(static_cast<void*>(slots), layout->slots, sizeof slots);
     record_view v;
     v.pid = layout->pid;
     v.rank = layout->rank;
-    v.group_size = layout->group_size;
-    v.in_call = layout->in_call != 0;
-    v.since_ns = layout->since_ns;
+    v.calls = layout->calls;
     v.last_ended_ns = layout->last_ended_ns;
-    v.call = text_of(layout->call);
-    v.site = text_of(layout->site);
+    v.last_call = text_of(layout->last_call);
+    v.last_site = text_of(layout->last_site);
     fence(std::memory_order_acquire);
-    if (layout->sequence.load(std::memory_order_relaxed) == before && layout->magic == record_layout::magic_value &&
-        layout->version == record_layout::version_value) {
-      if (!v.in_call) {
-        v.last_call = v.call;
-        v.last_site = v.site;
-      }
-      view = std::move(v);
+    if (layout->sequence.load(std::memory_order_relaxed) != before || layout->magic != record_layout::magic_value ||
+        layout->version != record_layout::version_value) {
+      continue;
     }
+    const record_layout::call_slot* oldest = nullptr;
+    for (const auto& s : slots) {
+      if (s.in_call != 0 && (oldest == nullptr || s.since_ns < oldest->since_ns)) oldest = &s;
+    }
+    if (oldest != nullptr) {
+      v.in_call = true;
+      v.group_size = oldest->group_size;
+      v.since_ns = oldest->since_ns;
+      v.call = text_of(oldest->call);
+      v.site = text_of(oldest->site);
+    }
+    view = std::move(v);
   }
   ::munmap(mapped, sizeof(record_layout));
   return view;

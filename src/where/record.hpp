@@ -1,7 +1,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,44 +8,54 @@
 
 namespace jobkit::where {
 
-/// Where this process is in jobkit, kept where `jobkit where` on the same node reads it: the call in
-/// progress (its name, the caller's call site, the size of its group, since when) and the last one
-/// that ended.
+/// Where this process is in jobkit, kept where `jobkit where` on the same node reads it: the calls
+/// in progress (each one's name, the caller's call site, the size of its group, since when) and the
+/// last one that ended.
 ///
-/// A memfd named "jobkit-where" of 208 bytes, made at the process's first collective and kept open:
-/// it has no name in any file system, ends with the process (killed or not), and is reached only
-/// through /proc/PID/fd, by its user and root (ptrace's read access). A forked child makes its own.
-/// Written without a lock (a sequence count, odd while it is written): a reader that sees it change
-/// reads again. Writing costs a coarse clock read (the vDSO's, no system call) and a copy of the
-/// names at a call's start, the clock alone at its end (the call's fields then describe the last
-/// one that ended). JOBKIT_WHERE=0 turns it off, as does running outside a Slurm job; where the memfd cannot be
-/// made, nothing is recorded and nothing fails.
+/// A memfd named "jobkit-where", made at the process's first collective and kept open: it has no
+/// name in any file system, ends with the process (killed or not), and is reached only through
+/// /proc/PID/fd (proc.hpp: find_files), by its user and root (ptrace's read access). Each call owns
+/// a slot of it from its start to its end (call_scope), whichever thread makes it and however many
+/// make calls at once; a call past the slots is counted, not named. Its writers take turns (a lock
+/// of this process, held for a copy of the names) and count a sequence, odd while they write: a
+/// reader that sees it change reads again. A forked child starts with no calls and makes its own
+/// memfd at its first call; what it inherited of its parent's is dropped, and a call the parent was
+/// in when it forked is never the child's. Nothing is recorded where `jobkit where` is off
+/// (settings.hpp) or the memfd cannot be made, and nothing fails.
 inline constexpr const char* record_name = "jobkit-where";
-/// The memfd `import jobkit` has Python's faulthandler dump every thread's stack into.
-inline constexpr const char* stack_name = "jobkit-where-stack";
 
 struct record_layout {
   static constexpr std::uint32_t magic_value = 0x6a6b7768;  // "jkwh"
-  static constexpr std::uint32_t version_value = 2;
+  static constexpr std::uint32_t version_value = 3;
+  static constexpr int slot_count = 8;
+  struct call_slot {
+    std::int32_t in_call;  // 1 while the slot's call is in progress
+    std::int32_t group_size;
+    std::int64_t since_ns;  // CLOCK_REALTIME: when the call began
+    char call[32];
+    char site[128];
+  };
   std::uint32_t magic;
   std::uint32_t version;
   std::atomic<std::uint64_t> sequence;
   std::int32_t pid;
-  std::int32_t rank;  // in the world; -1 before the first call
-  std::int32_t group_size;
-  std::int32_t in_call;        // 1 while a call is in progress; 0: call and site are the last that ended
-  std::int64_t since_ns;       // CLOCK_REALTIME: when the call began
+  std::int32_t rank;   // in the world; -1 before the first call
+  std::int32_t calls;  // in progress, in a slot or not
+  std::int32_t unused;
+  call_slot slots[slot_count];
   std::int64_t last_ended_ns;  // when the last call ended
-  char call[32];
-  char site[128];
+  char last_call[32];
+  char last_site[128];
 };
 
-/// What a reader saw (read_record).
+/// What a reader saw (read_record): the oldest call in progress (the one that has waited longest),
+/// and the last one that ended.
 struct record_view {
   int pid = 0;
   int rank = -1;
   int group_size = 0;
   bool in_call = false;
+  int calls = 0;  // in progress
   std::int64_t since_ns = 0;
   std::int64_t last_ended_ns = 0;
   std::string call;
@@ -55,44 +64,27 @@ struct record_view {
   std::string last_site;
 };
 
-/// A call begins: its name ("barrier"), the caller's call site ("train.py:31"), this process's rank
-/// in the world, its rank in the call's group and the group's size; report_after: when the step
-/// reports by itself (watch.hpp; zero: never). A call inside a call (another thread's, or a
-/// helper's) leaves the outer one recorded.
+/// A call: its name ("barrier"), the caller's call site ("train.py:31"), this process's rank in the
+/// world and the size of the call's group.
 struct call_info {
   std::string_view call;
   std::string_view site;
   int rank = 0;
-  int group_rank = 0;
   int group_size = 0;
-  std::chrono::milliseconds report_after{0};
 };
-/// Returns when the call began (CLOCK_REALTIME, ns); 0 when nothing is recorded (a call inside a
-/// call, JOBKIT_WHERE=0, outside a Slurm job).
-std::int64_t enter(const call_info& info) noexcept;
-/// The call that enter began ended (returned or threw).
-void leave() noexcept;
 
-/// enter and leave around a scope.
+/// A call recorded from its start to its end (returned or threw): the one owner of its slot.
 class call_scope {
  public:
-  explicit call_scope(const call_info& info) noexcept : since_ns_(enter(info)) {}
-  ~call_scope() { leave(); }
-  /// How long the recorded call has been in progress; zero when it is not recorded.
-  std::chrono::milliseconds waited() const noexcept;
+  explicit call_scope(const call_info& info) noexcept;
+  ~call_scope();
   call_scope(const call_scope&) = delete;
   call_scope& operator=(const call_scope&) = delete;
 
  private:
-  std::int64_t since_ns_;
+  int slot_ = -2;                 // -1: past the slots; -2: not recorded
+  std::uint64_t generation_ = 0;  // the record's (a forked child's is another)
 };
-
-/// A process's record and Python stack file, as /proc/PID/fd/N paths; empty where it has none.
-struct process_files {
-  std::string record;
-  std::string stack;
-};
-process_files find_files(int pid);
 
 /// Reads a record (a /proc/PID/fd/N path); nullopt when it is not one (another size or magic) or
 /// kept changing.

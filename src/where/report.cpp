@@ -1,12 +1,9 @@
 #include "where/report.hpp"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "core/environment.hpp"
 #include "core/parse.hpp"
 #include "core/rank_set.hpp"
 
@@ -28,27 +25,6 @@ std::string flat(std::string_view text) {
 }
 
 }  // namespace
-
-int python_signal() {
-  if (const auto value = detail::process_environment().get("JOBKIT_WHERE_SIGNAL")) {
-    auto rest = std::string_view(*value);
-    if (const auto n = detail::take_decimal(rest); n && rest.empty() && *n >= 1 && *n <= SIGRTMAX) return *n;
-  }
-  return SIGRTMIN + 6;
-}
-
-std::string state_name(char state) {
-  switch (state) {
-    case 'R': return "R (running)";
-    case 'S': return "S (sleeping)";
-    case 'D': return "D (disk sleep)";
-    case 'T': return "T (stopped)";
-    case 't': return "t (stopped by a tracer)";
-    case 'Z': return "Z (zombie)";
-    case 'I': return "I (idle)";
-    default: return std::string(1, state);
-  }
-}
 
 std::optional<std::string> python_frames(std::string_view dump) {
   // faulthandler: "Current thread 0x... (most recent call first):" or "Thread 0x... (...):", then
@@ -84,7 +60,8 @@ std::optional<std::string> python_frames(std::string_view dump) {
 }
 
 rank_answer describe(int rank, std::string host, const std::optional<record_view>& record,
-                     const std::optional<std::string>& stack, const std::string& state, std::int64_t now_ns) {
+                     const std::optional<std::string>& stack, const std::string& state, std::int64_t now_ns,
+                     std::string_view no_stack) {
   rank_answer answer;
   answer.rank = rank;
   answer.host = std::move(host);
@@ -104,6 +81,7 @@ rank_answer describe(int rank, std::string host, const std::optional<record_view
     answer.text = "not in jobkit: " + *stack;
   } else {
     answer.text = "not in jobkit: " + state;
+    if (!no_stack.empty()) answer.text += " (" + std::string(no_stack) + ")";
   }
   if (record && !record->last_call.empty()) {
     const auto ago = std::max<long>(0, static_cast<long>((now_ns - record->last_ended_ns) / 1'000'000'000));

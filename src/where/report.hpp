@@ -10,13 +10,6 @@
 
 namespace jobkit::where {
 
-/// The signal `import jobkit` registers its Python stack dump on, and `jobkit where` sends:
-/// JOBKIT_WHERE_SIGNAL (a number), else SIGRTMIN+6 (nothing else in Python, torch or Slurm uses it).
-int python_signal();
-
-/// "S (sleeping)" for /proc's state letter.
-std::string state_name(char state);
-
 /// A Python rank's stack from faulthandler's dump (all threads): the thread the signal interrupted
 /// ("Current thread"), else the first, innermost frame first: "load_shard data.py:12 <- train_step
 /// train.py:27 <- <module> train.py:40"; at most 6 frames. nullopt when the dump holds no frame.
@@ -32,9 +25,11 @@ struct rank_answer {
 };
 
 /// What a rank is doing: its record (a call in progress, or the last that ended), else its Python
-/// stack, else /proc's state. now_ns: CLOCK_REALTIME.
+/// stack, else /proc's state, with why no stack was asked for where one could have been
+/// (no_stack: proc.hpp's plan_stack). now_ns: CLOCK_REALTIME.
 rank_answer describe(int rank, std::string host, const std::optional<record_view>& record,
-                     const std::optional<std::string>& stack, const std::string& state, std::int64_t now_ns);
+                     const std::optional<std::string>& stack, const std::string& state, std::int64_t now_ns,
+                     std::string_view no_stack = {});
 
 /// "RANK\tHOST\tSECONDS\tGROUP_SIZE\tTEXT\n"; tabs and newlines in the text become blanks.
 std::string format_answer(const rank_answer& answer);

@@ -1,72 +1,123 @@
 #include "where/watch.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
+#include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/command.hpp"
 #include "core/environment.hpp"
 #include "core/posix_io.hpp"
-#include "where/record.hpp"
 
 extern char** environ;
 
 namespace jobkit::where {
 namespace {
 
-// The call in progress, as the watching thread sees it: set by group rank 0's calls only, a few
-// relaxed stores each (the call's name and site are read back from the record when it reports).
-std::atomic<bool> in_call_{false};
-std::atomic<std::uint64_t> number_{0};  // watched calls entered
-std::atomic<std::int64_t> since_ns_{0};
-std::atomic<std::int64_t> report_after_ms_{0};
-std::atomic<bool> thread_started_{false};
+/// The calls watched, as the watching thread sees them: all under `watch_lock`, which a fork takes
+/// (atfork), so that a child starts from a state no one was changing.
+struct watched_slot {
+  bool used = false;
+  bool reported = false;
+  int rank = 0;
+  std::int64_t since_ns = 0;  // CLOCK_MONOTONIC
+  std::int64_t after_ms = 0;
+  char call[32] = {};
+  char site[128] = {};
+};
+constexpr int slot_count = 16;
+pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+watched_slot slots[slot_count];
+bool thread_started = false;
+std::uint64_t watch_generation = 1;
 
-std::int64_t realtime_ns() noexcept {
+class watch_held {
+ public:
+  watch_held() noexcept { ::pthread_mutex_lock(&watch_lock); }
+  ~watch_held() { ::pthread_mutex_unlock(&watch_lock); }
+  watch_held(const watch_held&) = delete;
+  watch_held& operator=(const watch_held&) = delete;
+};
+
+void watch_before_fork() noexcept { ::pthread_mutex_lock(&watch_lock); }
+void watch_after_fork_in_parent() noexcept { ::pthread_mutex_unlock(&watch_lock); }
+void watch_after_fork_in_child() noexcept {
+  // No thread watches the child, and its parent's calls are not its own.
+  for (auto& s : slots) s = watched_slot{};
+  thread_started = false;
+  ++watch_generation;
+  ::pthread_mutex_unlock(&watch_lock);
+}
+
+std::int64_t monotonic_ns() noexcept {
   timespec t{};
-  ::clock_gettime(CLOCK_REALTIME, &t);
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
   return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
 }
 
-void report(long waited_s, std::int64_t since_ns) {
-  // The call's name and site, from this process's own record (a mapping of its own: no lock
-  // shared with the call).
-  const auto record = read_record(find_files(::getpid()).record);
-  if (!record || !record->in_call || record->since_ns != since_ns) return;  // it ended meanwhile
-  report_call(record->rank, record->call, record->site, waited_s);
+template <std::size_t N>
+void copy_name(char (&to)[N], std::string_view from) noexcept {
+  const auto n = std::min(from.size(), N - 1);
+  std::memcpy(to, from.data(), n);
+  to[n] = '\0';
+}
+
+/// A call past its threshold, not reported yet: marked reported and copied out; nullopt when none.
+std::optional<watched_slot> take_due() noexcept {
+  const watch_held h;
+  const auto now = monotonic_ns();
+  for (auto& s : slots) {
+    if (!s.used || s.reported || now - s.since_ns < s.after_ms * 1'000'000) continue;
+    s.reported = true;
+    return s;
+  }
+  return std::nullopt;
 }
 
 void watch_loop() {
-  std::uint64_t reported = 0;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    const auto number = number_.load(std::memory_order_acquire);
-    if (!in_call_.load(std::memory_order_relaxed) || number == reported) continue;
-    const auto since = since_ns_.load(std::memory_order_relaxed);
-    const auto waited = std::chrono::nanoseconds(realtime_ns() - since);
-    if (waited < std::chrono::milliseconds(report_after_ms_.load(std::memory_order_relaxed))) continue;
-    if (number_.load(std::memory_order_acquire) != number) continue;  // another call began meanwhile
-    reported = number;
-    try {
-      report(static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(waited).count()), since);
-    } catch (...) {
-      // Out of memory while reporting: the report is lost, the step goes on.
+    while (const auto due = take_due()) {
+      const auto waited = std::chrono::nanoseconds(monotonic_ns() - due->since_ns);
+      try {
+        report_call(due->rank, due->call, due->site,
+                    static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(waited).count()));
+      } catch (...) {
+        // Out of memory while reporting: the report is lost, the step goes on.
+      }
     }
   }
 }
 
 }  // namespace
 
-void watch_enter(int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept {
-  if (report_after.count() <= 0 || group_rank != 0) return;
-  since_ns_.store(since_ns, std::memory_order_relaxed);
-  report_after_ms_.store(report_after.count(), std::memory_order_relaxed);
-  in_call_.store(true, std::memory_order_relaxed);
-  number_.fetch_add(1, std::memory_order_release);
-  if (thread_started_.load(std::memory_order_relaxed) || thread_started_.exchange(true)) return;
+watch_scope::watch_scope(const watched_call& call) noexcept {
+  if (call.report_after.count() <= 0) return;
+  static const bool registered =
+      ::pthread_atfork(watch_before_fork, watch_after_fork_in_parent, watch_after_fork_in_child) == 0;
+  (void)registered;
+  bool start = false;
+  {
+    const watch_held h;
+    const auto free = std::find_if(std::begin(slots), std::end(slots), [](const watched_slot& s) { return !s.used; });
+    if (free == std::end(slots)) return;
+    free->used = true;
+    free->reported = false;
+    free->rank = call.rank;
+    free->since_ns = monotonic_ns();
+    free->after_ms = call.report_after.count();
+    copy_name(free->call, call.call);
+    copy_name(free->site, call.site);
+    slot_ = static_cast<int>(free - std::begin(slots));
+    generation_ = watch_generation;
+    start = !thread_started;
+    thread_started = true;
+  }
+  if (!start) return;
   try {
     std::thread(watch_loop).detach();
   } catch (...) {
@@ -74,13 +125,10 @@ void watch_enter(int group_rank, std::chrono::milliseconds report_after, std::in
   }
 }
 
-void watch_leave() noexcept {
-  if (in_call_.load(std::memory_order_relaxed)) in_call_.store(false, std::memory_order_relaxed);
-}
-
-void forget_watch_in_child() noexcept {
-  in_call_.store(false);
-  thread_started_.store(false);
+watch_scope::~watch_scope() {
+  if (slot_ < 0) return;
+  const watch_held h;
+  if (generation_ == watch_generation) slots[slot_].used = false;  // else the parent's call, in a child
 }
 
 void report_call(int rank, std::string_view call, std::string_view site, long waited_s) {

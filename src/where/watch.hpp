@@ -8,20 +8,37 @@
 
 namespace jobkit::where {
 
-/// The step's report by itself: while a process is in a jobkit call as its group's rank 0, a
-/// thread of its own looks once a second at how long the call has waited; past the call's
-/// threshold (JOBKIT_WHERE_REPORT_AFTER, by default a quarter of its deadline: detail::report_after)
-/// it runs `jobkit where JOB.STEP` once for that call and logs its report to stderr, naming the
-/// call as the record has it. The thread
-/// starts at the first such call; a forked child starts its own. It never touches the call: the
-/// report runs beside it, and a report that fails says why in one line.
+/// The step's report by itself: while a process is in a watched call (its group's rank 0 asks for
+/// it: watch_scope), a thread of its own looks once a second at how long each such call has waited;
+/// past the call's threshold (settings.hpp: report_after) it runs `jobkit where JOB.STEP` once for
+/// that call and logs its report to stderr, naming the call as the caller described it. Any number
+/// of threads may be in watched calls at once. The thread starts at the first watched call; a
+/// forked child starts its own, and watches none of its parent's calls. It never touches the call:
+/// the report runs beside it, and a report that fails says why in one line. The watch knows nothing
+/// of the record (record.hpp): the caller tells it what to name.
 
-/// A call of this process begins (enter's first level, once the record holds it) or ends.
-/// since_ns: the record's. Only group rank 0's calls are watched: a few relaxed stores.
-void watch_enter(int group_rank, std::chrono::milliseconds report_after, std::int64_t since_ns) noexcept;
-void watch_leave() noexcept;
-/// After fork, in the child: no thread watches it, and no lock is held.
-void forget_watch_in_child() noexcept;
+/// What a watched call tells the watch: its name and call site, this process's rank in the world
+/// (the report's prefix), and when to report (zero: never).
+struct watched_call {
+  std::string_view call;
+  std::string_view site;
+  int rank = 0;
+  std::chrono::milliseconds report_after{0};
+};
+
+/// A call watched from its start to its end; nothing when report_after is zero, and nothing past
+/// the calls the watch holds at once (16).
+class watch_scope {
+ public:
+  explicit watch_scope(const watched_call& call) noexcept;
+  ~watch_scope();
+  watch_scope(const watch_scope&) = delete;
+  watch_scope& operator=(const watch_scope&) = delete;
+
+ private:
+  int slot_ = -1;  // -1: not watched
+  std::uint64_t generation_ = 0;
+};
 
 /// Runs `jobkit where` on this step (SLURM_JOB_ID.SLURM_STEP_ID) and logs its report under a
 /// header naming the call that has waited; nothing outside a Slurm step. Blocks up to 30 s: the

@@ -6,6 +6,10 @@
 #   cpp        the same with `jobkit barrier` (C++) and rank 5 in `sleep`, outside jobkit
 #   no-jobkit  every rank in `sleep`: what /proc says
 #   stopped    the python step with c2's ranks stopped (SIGSTOP): named as not answering
+#   signals    the python step with ranks 5 and 6 outside jobkit: rank 5 registered its stack dump
+#              on another signal (JOBKIT_WHERE_SIGNAL=45) than the agent's default, rank 6 set its
+#              own back to SIG_DFL; both survive `jobkit where` (twice), rank 5 with its stack,
+#              rank 6 without one, saying why
 #   two-steps  two steps of one job at once (2 ranks on c1, 6 on c2 and c3): both reported
 #   self-report        the python step with JOBKIT_WHERE_REPORT_AFTER=3 and a barrier of 20 s: rank 0
 #              logs the folded report by itself, and every deadline message points to it
@@ -15,7 +19,7 @@
 # usage: where.sh MODE JOBKIT PYTHON PYTHONPATH WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes python cpp no-jobkit stopped two-steps self-report self-report-cpp bad-input
+declare_modes python cpp no-jobkit stopped signals two-steps self-report self-report-cpp bad-input
 mode=$1
 jobkit=$(realpath "$2")
 python=$3
@@ -113,6 +117,30 @@ case $mode in
       ((elapsed_ms < 20000)) || fail "the report took $elapsed_ms ms, more than 20 s"
       kill -CONT "${pids[@]}"
     fi ;;
+  signals)
+    # Rank 5 (c2) registers on 45; the agent, run from here, has no JOBKIT_WHERE_SIGNAL (its old
+    # default, SIGRTMIN+6, would have ended rank 5). Rank 6 (c3) catches no signal for its dump.
+    unset JOBKIT_WHERE_SIGNAL
+    WHERE_STEP_OWN_SIGNAL=5:45 WHERE_STEP_UNCAUGHT=6 start_step "$mode" -N3 -n7 "$python" "$step_py" 200 5,6
+    barrier="in barrier at where_step.py:$(line_of BARRIER_LINE)"
+    stack="load_shard where_step.py:$(line_of LOAD_LINE) <- train_step where_step.py:$(line_of STEP_LINE)"
+    alive() {  # the step's processes of rank $1 still running
+      local pid n=0
+      for pid in $(pgrep -f where_step.py); do
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$1" && n=$((n + 1))
+      done
+      ((n > 0))
+    }
+    for round in 1 2; do
+      wait_for "^\[rank: 0-4\] $barrier for [0-9]+(-[0-9]+)? s, waiting for ranks 5-6 \(c2, c3\)$" \
+        "^\[rank: 5\] not in jobkit: $stack <- <module> where_step.py:[0-9]+$" \
+        "^\[rank: 6\] not in jobkit: .* \(signal [0-9]+ not caught by pid [0-9]+; no stack taken\)$"
+      (($(grep -c . <<<"$out") == 4)) || fail "the report is not 4 lines (round $round)"
+      sleep 1  # a signal's default action would have ended the rank by now
+      alive 5 || fail "rank 5 did not survive jobkit where (round $round)"
+      alive 6 || fail "rank 6 did not survive jobkit where (round $round)"
+    done
+    ! grep -qi "real-time signal" "$work/$mode.out" || fail "a rank was ended by a signal: $(cat "$work/$mode.out")" ;;
   cpp)
     start_step "$mode" -N3 -n7 bash -c \
       'if [[ $SLURM_PROCID == 5 ]]; then exec sleep 200; else exec "$0" barrier --timeout 260; fi' "$jobkit"
