@@ -101,16 +101,12 @@ child_process::child_process(const std::vector<std::string>& argv, const child_o
     for (int* fd : {&fds.out[0], &fds.out[1], &fds.err[0], &fds.err[1]}) close_fd(*fd);
   };
   if (options.null_stdin && (fds.null_in = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
-    {
-      fail("/dev/null: " + errno_text(errno));
-      return;
-    }
+    fail("/dev/null: " + errno_text(errno));
+    return;
   }
   if (options.capture_output && (::pipe2(fds.out, O_CLOEXEC) != 0 || ::pipe2(fds.err, O_CLOEXEC) != 0)) {
-    {
-      fail("pipe: " + errno_text(errno));
-      return;
-    }
+    fail("pipe: " + errno_text(errno));
+    return;
   }
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -196,10 +192,8 @@ child_process::child_process(const std::vector<std::string>& argv, const child_o
     ::close(report[1]);
     if (child < 0) {
       ::close(report[0]);
-      {
       fail("fork: " + errno_text(fork_error));
       return;
-    }
     }
     pid_ = child;
     int error_number = 0;
@@ -212,10 +206,8 @@ child_process::child_process(const std::vector<std::string>& argv, const child_o
       while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
       }
       pid_ = -1;
-      {
       fail(errno_text(error_number));
       return;
-    }
     }
   }
   pidfd_ = open_pidfd(pid_);
@@ -319,9 +311,7 @@ int child_process::wait_until(clock::time_point deadline, std::chrono::milliseco
           now_at = stage::killed;
           until = clock::now() + std::chrono::seconds(1);
           continue;
-        case stage::killed:
-          abandon();
-          return 124;
+        case stage::killed: abandon(); return 124;
       }
     }
     pause(std::chrono::duration_cast<std::chrono::milliseconds>(until - clock::now()) + std::chrono::milliseconds(1),
