@@ -334,9 +334,8 @@ void communicator::release() noexcept {
     const bool peers_failed = peers_failed_ && peers_failed_->load(std::memory_order_acquire);
     const bool unwinding = std::uncaught_exceptions() > uncaught_at_creation_;
     nccl_teardown calls(comm_);
-    const auto end = detail::tear_down(
-        calls, failed_ || peers_failed || unwinding,
-        clock::now() + (teardown_timeout_.count() > 0 ? teardown_timeout_ : detail::default_timeout()));
+    // teardown_timeout_ was set with comm_ (its creation's or its split's deadline, checked then).
+    const auto end = detail::tear_down(calls, failed_ || peers_failed || unwinding, clock::now() + teardown_timeout_);
     detail::library_log(end == detail::teardown_end::aborted_at_deadline ? log_level::warning : log_level::debug,
                         "NCCL communicator (rank {} of {}) {}{}", rank_, size_, detail::to_string(end),
                         peers_failed ? " (a collective of jobkit's world group had failed)" : "");
