@@ -357,6 +357,7 @@ if [[ $build_status != failed ]]; then
     if ((gpu_present)); then
       run_step mpirun-init 0 120 "${mpirun_[@]}" "$gpu_check" launched init "$deadline"
       run_step mpirun-pair 0 120 "${mpirun_[@]}" "$gpu_check" launched pair 60
+      run_step mpirun-teardown 0 120 "${mpirun_[@]}" "$gpu_check" launched teardown "$deadline"
     fi
   else
     record launched SKIP launched "no launcher (mpirun) here: only world size 1 ran"

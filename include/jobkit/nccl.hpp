@@ -14,9 +14,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -91,8 +93,13 @@ struct communicator_options {
 /// libnccl of jobkit's major version can be loaded, naming what was tried
 int runtime_version();
 
-/// A move-only NCCL communicator: finalised and destroyed when it goes out of scope normally,
-/// aborted when it goes out of scope during stack unwinding or after abort().
+/// A move-only NCCL communicator. Its end (destructor, move assignment) never waits without a
+/// bound: it is aborted (ncclCommAbort) when it saw a failure (any of its NCCL or CUDA calls
+/// failed or timed out, an asynchronous error), when a collective of jobkit's world group failed
+/// on this rank (a peer died, timed out or aborted), or when it ends during stack unwinding;
+/// otherwise it is finalised (ncclCommFinalize, polled) and destroyed within the deadline it was
+/// made with (communicator_options::call, default JOBKIT_TIMEOUT), and aborted when that passes.
+/// docs/nccl.md#teardown gives the NCCL rules this follows.
 class communicator {
  public:
   /// Collective over every rank of the job: selects and sets this rank's device, checks that no
@@ -196,6 +203,8 @@ class communicator {
   void* scratch();
   void copy_to_device(void* device, const void* host, std::size_t bytes, cudaStream_t stream);
   void copy_to_host(void* host, const void* device, std::size_t bytes, cudaStream_t stream);
+  /// Ends the NCCL communicator (see the class comment; src/nccl/teardown.hpp), then frees the
+  /// scratch buffer.
   void release() noexcept;
 
   ncclComm_t comm_ = nullptr;
@@ -205,6 +214,9 @@ class communicator {
   init_timing timing_;
   void* scratch_ = nullptr;
   int uncaught_at_creation_ = 0;
+  bool failed_ = false;                                    ///< one of its calls failed: its end aborts
+  std::shared_ptr<const std::atomic<bool>> peers_failed_;  ///< the world group's (set when it failed)
+  std::chrono::milliseconds teardown_timeout_{0};          ///< the bound of a normal end
 };
 
 }  // namespace jobkit::nccl

@@ -1,15 +1,11 @@
 // jobkit fold: a step's output with each line or block that many ranks said written once, under the
 // ranks that said it. The engine is src/fold/folder.hpp; this file runs srun (or reads a pipe) and
 // moves bytes.
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -21,13 +17,12 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/child_process.hpp"
 #include "core/environment.hpp"
 #include "core/parse.hpp"
 #include "core/posix_io.hpp"
 #include "fold/folder.hpp"
 #include "fold/srun_options.hpp"
-
-extern char** environ;
 
 namespace jobkit::cli {
 namespace {
@@ -130,41 +125,27 @@ struct stream {
   }
 };
 
-// Signals for srun arrive through a pipe: the handler writes what main needs to decide.
-constexpr std::array forwarded = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-int signal_pipe[2] = {-1, -1};
-
-struct signal_record {
-  int number;
-  int code;
-  pid_t sender;
-};
-
-void on_signal(int number, siginfo_t* info, void*) {
-  const int saved = errno;
-  const signal_record record{number, info->si_code, info->si_pid};
-  [[maybe_unused]] const auto n = ::write(signal_pipe[1], &record, sizeof record);
-  errno = saved;
-}
+// The signals srun gets from this process (the terminal's and Slurm's stop signals).
+constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 /// A signal srun gets by itself is not sent again: a terminal's (the kernel sends it to the whole
 /// foreground process group, srun included) and a slurmstepd's (Slurm signals every process of the
 /// batch step).
-bool srun_has_it(const signal_record& record) {
-  if (record.code == SI_KERNEL) return true;
-  if (record.code != SI_USER && record.code != SI_QUEUE) return false;
+bool srun_lacks_it(const detail::forwarded_signal& record) {
+  if (record.code == SI_KERNEL) return false;
+  if (record.code != SI_USER && record.code != SI_QUEUE) return true;
   std::ifstream comm("/proc/" + std::to_string(record.sender) + "/comm");
   std::string name;
-  return std::getline(comm, name) && name == "slurmstepd";
+  return !(std::getline(comm, name) && name == "slurmstepd");
 }
 
 /// Reads the streams until each ends, folding; forwards signals to child (if any).
-void pump(std::vector<stream>& streams, pid_t child) {
+void pump(std::vector<stream>& streams, detail::child_process* child, detail::signal_forwarder* forwarding) {
   std::vector<char> buffer(1 << 16);
   while (true) {
     std::vector<pollfd> fds;
     for (const auto& s : streams) fds.push_back({s.open ? s.from : -1, POLLIN, 0});
-    if (child > 0) fds.push_back({signal_pipe[0], POLLIN, 0});
+    if (forwarding != nullptr) fds.push_back({forwarding->fd(), POLLIN, 0});
     bool any_open = false;
     std::optional<fold::clock::time_point> next;
     for (const auto& s : streams) {
@@ -178,12 +159,7 @@ void pump(std::vector<stream>& streams, pid_t child) {
       throw error(errc::io, std::string("fold: poll: ") + std::strerror(errno));
     }
     const auto now = fold::clock::now();
-    if (child > 0 && (fds.back().revents & POLLIN) != 0) {
-      signal_record record{};
-      while (::read(signal_pipe[0], &record, sizeof record) == sizeof record) {
-        if (!srun_has_it(record)) ::kill(child, record.number);
-      }
-    }
+    if (forwarding != nullptr && (fds.back().revents & POLLIN) != 0) forwarding->deliver(*child);
     for (std::size_t i = 0; i < streams.size(); ++i) {
       auto& s = streams[i];
       if (s.open && (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
@@ -215,54 +191,16 @@ int run_srun(const fold_args& parsed) {
   const int ranks = step_ranks(parsed, runs_srun);
   if (runs_srun) command.insert(command.begin() + 1, "--label");
 
-  int out[2];
-  int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(signal_pipe, O_CLOEXEC) != 0) {
-    throw error(errc::io, std::string("fold: pipe: ") + std::strerror(errno));
-  }
-  ::fcntl(signal_pipe[0], F_SETFL, O_NONBLOCK);
-  ::fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
-  struct sigaction action {};
-  action.sa_sigaction = on_signal;
-  action.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  for (int number : forwarded) ::sigaction(number, &action, nullptr);
+  detail::signal_forwarder forwarding(forwarded, srun_lacks_it);
   ::signal(SIGPIPE, SIG_IGN);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  for (int number : forwarded) sigaddset(&defaults, number);
-  posix_spawnattr_setsigdefault(&attributes, &defaults);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> argv;
-  for (auto& part : command) argv.push_back(part.data());
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  const int spawned = ::posix_spawnp(&child, argv[0], &actions, &attributes, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (spawned != 0) {
-    throw usage_error{"fold: cannot run '" + command.front() + "': " + std::strerror(spawned)};
-  }
+  detail::child_process child(command, {.capture_output = true});
+  if (!child.started()) throw usage_error{"fold: cannot run '" + command.front() + "': " + child.start_error()};
 
   std::vector<stream> streams;
-  streams.push_back({out[0], STDOUT_FILENO, fold::folder(stream_options(parsed, ranks))});
-  streams.push_back({err[0], STDERR_FILENO, fold::folder(stream_options(parsed, ranks))});
-  pump(streams, child);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) throw error(errc::io, std::string("fold: waitpid: ") + std::strerror(errno));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  streams.push_back({child.out_fd(), STDOUT_FILENO, fold::folder(stream_options(parsed, ranks))});
+  streams.push_back({child.err_fd(), STDERR_FILENO, fold::folder(stream_options(parsed, ranks))});
+  pump(streams, &child, &forwarding);
+  return child.wait(&forwarding);
 }
 
 }  // namespace
@@ -288,7 +226,7 @@ int run_fold(const std::vector<std::string_view>& args) {
   }
   std::vector<stream> streams;
   streams.push_back({STDIN_FILENO, STDOUT_FILENO, fold::folder(options)});
-  pump(streams, 0);
+  pump(streams, nullptr, nullptr);
   return 0;
 }
 

@@ -3,15 +3,12 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +19,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/child_process.hpp"
 #include "jobkit/jobkit.hpp"
 #include "network/fabric.hpp"
 
@@ -83,89 +81,28 @@ std::string join_command(const std::vector<std::string>& command) {
   return text;
 }
 
-// The child of run_command, for the forwarding signal handler: 0 when none runs.
-std::atomic<pid_t> running_child{0};
-std::atomic<int> unforwarded_signal{0};
-constexpr int forwarded_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
-
-extern "C" void forward_signal(int signal) {
-  const pid_t child = running_child.load();
-  if (child > 0) {
-    ::kill(child, signal);
-  } else {
-    unforwarded_signal.store(signal);
-  }
-}
-
-/// Passes the stop signals Slurm sends (pre-emption, scancel --signal, --signal=SIG@TIME) on to
-/// the child for its lifetime, then restores the previous dispositions.
-class signal_forwarding {
- public:
-  signal_forwarding() {
-    struct sigaction action {};
-    action.sa_handler = forward_signal;
-    action.sa_flags = SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < std::size(forwarded_signals); ++i) {
-      ::sigaction(forwarded_signals[i], &action, &previous_[i]);
-    }
-  }
-  ~signal_forwarding() {
-    running_child.store(0);
-    for (std::size_t i = 0; i < std::size(forwarded_signals); ++i) {
-      ::sigaction(forwarded_signals[i], &previous_[i], nullptr);
-    }
-  }
-  /// From now on signals go to `child`; one that came before is sent now.
-  void forward_to(pid_t child) {
-    running_child.store(child);
-    if (const int early = unforwarded_signal.exchange(0)) ::kill(child, early);
-  }
-
- private:
-  struct sigaction previous_[std::size(forwarded_signals)]{};
-};
-
-/// Runs the command as a child process and describes how it ended. The child gets the signals
-/// this process gets, and SIGKILL if this process dies first (PR_SET_PDEATHSIG): it never
-/// outlives the step.
+/// Runs the command as a child process and describes how it ended. The child gets the stop
+/// signals this process gets (core/child_process: detail::stop_signals), and SIGKILL if this
+/// process dies first (PR_SET_PDEATHSIG): it never outlives the step.
 std::pair<int, std::string> run_command(const std::vector<std::string>& command) {
   // CMD is not a rank of the step: it must not connect to the PMIx (or PMI-2: PMI_FD, PMI_RANK,
-  // ...) server as this process. The environment is prepared before fork: the child of a threaded
-  // process should only exec.
-  std::vector<char*> environment;
+  // ...) server as this process.
+  std::vector<std::string> environment;
   for (char** variable = environ; *variable; ++variable) {
     const std::string_view entry = *variable;
-    if (!entry.starts_with("PMIX_") && !entry.starts_with("PMI_")) environment.push_back(*variable);
+    if (!entry.starts_with("PMIX_") && !entry.starts_with("PMI_")) environment.emplace_back(entry);
   }
-  environment.push_back(nullptr);
-  std::vector<char*> argv;
-  for (const auto& part : command) argv.push_back(const_cast<char*>(part.c_str()));
-  argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
-  signal_forwarding forwarding;
-  const pid_t parent = ::getpid();
-  const pid_t child = ::fork();
-  if (child < 0) return {127, fmt::format("could not fork: {}", std::strerror(errno))};
-  if (child == 0) {
-    struct sigaction fallback {};
-    fallback.sa_handler = SIG_DFL;
-    for (int signal : forwarded_signals) ::sigaction(signal, &fallback, nullptr);
-    // The parent may have died before the death signal was armed.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
-    ::execvpe(argv[0], argv.data(), environment.data());
-    ::dprintf(STDERR_FILENO, "jobkit: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-    ::_exit(127);
+  detail::signal_forwarder forwarding(detail::stop_signals);
+  detail::child_process child(command, {.environment = &environment, .die_with_parent = true});
+  if (!child.started()) {
+    return {127, fmt::format("cannot run '{}': {}", command.front(), child.start_error())};
   }
-  forwarding.forward_to(child);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return {127, fmt::format("waitpid: {}", std::strerror(errno))};
-  }
-  if (WIFEXITED(status)) return {WEXITSTATUS(status), fmt::format("exit status {}", WEXITSTATUS(status))};
-  const int signal = WTERMSIG(status);
-  return {128 + signal, fmt::format("killed by signal {} ({})", signal, ::strsignal(signal))};
+  const int status = child.wait(&forwarding);
+  const int signal = child.end_signal();
+  if (signal == 0) return {status, fmt::format("exit status {}", status)};
+  return {status, fmt::format("killed by signal {} ({})", signal, ::strsignal(signal))};
 }
 
 struct helper_args {

@@ -18,6 +18,7 @@
 #include "log/library_log.hpp"
 #include "nccl/device_rule.hpp"
 #include "nccl/gpu_api.hpp"
+#include "nccl/teardown.hpp"
 #include "runtime/access.hpp"
 
 namespace jobkit::nccl {
@@ -71,6 +72,29 @@ void wait_for_communicator(ncclComm_t& comm, clock::time_point deadline, const s
                 static_cast<int>(state));
   }
 }
+
+/// The teardown's calls on a communicator, through the NCCL that libjobkit loaded.
+class nccl_teardown final : public detail::teardown_calls {
+ public:
+  explicit nccl_teardown(ncclComm_t comm) : comm_(comm) {}
+  detail::nccl_state state() override {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t polled = detail::nccl_api().ncclCommGetAsyncError(comm_, &state);
+    return answer(polled != ncclSuccess ? polled : state);
+  }
+  detail::nccl_state finalize() override { return answer(detail::nccl_api().ncclCommFinalize(comm_)); }
+  void destroy() override { detail::nccl_api().ncclCommDestroy(comm_); }
+  void abort() override { detail::nccl_api().ncclCommAbort(comm_); }
+  clock::time_point now() override { return clock::now(); }
+  void pause() override { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+
+ private:
+  static detail::nccl_state answer(ncclResult_t result) {
+    if (result == ncclSuccess) return detail::nccl_state::ready;
+    return result == ncclInProgress ? detail::nccl_state::in_progress : detail::nccl_state::failed;
+  }
+  ncclComm_t comm_;
+};
 
 /// A fresh PMIx key per communicator: PMIx 4.2 may read a re-put key's old value.
 int next_communicator_number() {
@@ -260,6 +284,10 @@ communicator::communicator(communicator_options options) : uncaught_at_creation_
   timing_.nccl_init = since(init_start);
   rank_ = id.rank;
   size_ = n;
+  teardown_timeout_ = timeout;
+  // The world's data path is up (share_unique_ids set it up): a collective of it that fails later
+  // makes this communicator's end an abort.
+  if (n > 1) peers_failed_ = detail::runtime_access::world_failed_flag(default_runtime());
   detail::library_log(
       log_level::debug,
       "NCCL communicator on device {} ({}): device selection {} us, id exchange {} us ({} root(s)), NCCL "
@@ -277,7 +305,10 @@ communicator::communicator(communicator&& other) noexcept
       device_(other.device_),
       timing_(other.timing_),
       scratch_(std::exchange(other.scratch_, nullptr)),
-      uncaught_at_creation_(other.uncaught_at_creation_) {}
+      uncaught_at_creation_(other.uncaught_at_creation_),
+      failed_(other.failed_),
+      peers_failed_(std::move(other.peers_failed_)),
+      teardown_timeout_(other.teardown_timeout_) {}
 
 communicator& communicator::operator=(communicator&& other) noexcept {
   if (this != &other) {
@@ -289,31 +320,31 @@ communicator& communicator::operator=(communicator&& other) noexcept {
     timing_ = other.timing_;
     scratch_ = std::exchange(other.scratch_, nullptr);
     uncaught_at_creation_ = other.uncaught_at_creation_;
+    failed_ = other.failed_;
+    peers_failed_ = std::move(other.peers_failed_);
+    teardown_timeout_ = other.teardown_timeout_;
   }
   return *this;
 }
 
 void communicator::release() noexcept {
+  if (comm_) {
+    // The rules: src/nccl/teardown.hpp. An end during stack unwinding counts as a failure: peers
+    // may be gone.
+    const bool peers_failed = peers_failed_ && peers_failed_->load(std::memory_order_acquire);
+    const bool unwinding = std::uncaught_exceptions() > uncaught_at_creation_;
+    nccl_teardown calls(comm_);
+    // teardown_timeout_ was set with comm_ (its creation's or its split's deadline, checked then).
+    const auto end = detail::tear_down(calls, failed_ || peers_failed || unwinding, clock::now() + teardown_timeout_);
+    detail::library_log(end == detail::teardown_end::aborted_at_deadline ? log_level::warning : log_level::debug,
+                        "NCCL communicator (rank {} of {}) {}{}", rank_, size_, detail::to_string(end),
+                        peers_failed ? " (a collective of jobkit's world group had failed)" : "");
+    comm_ = nullptr;
+  }
+  // After NCCL's end: cudaFree waits for the device, and a kernel of a communicator that was not
+  // aborted yet may wait for a dead peer.
   if (scratch_) detail::cuda_api().cudaFree(scratch_);
   scratch_ = nullptr;
-  if (!comm_) return;
-  // During stack unwinding peers may be gone: finalising could wait for them forever.
-  if (std::uncaught_exceptions() > uncaught_at_creation_) {
-    detail::nccl_api().ncclCommAbort(comm_);
-  } else {
-    try {
-      const ncclResult_t result = detail::nccl_api().ncclCommFinalize(comm_);
-      if (result == ncclSuccess || result == ncclInProgress) {
-        wait_for_communicator(comm_, clock::now() + detail::default_timeout(), "ncclCommFinalize");
-        detail::nccl_api().ncclCommDestroy(comm_);
-      } else {
-        detail::nccl_api().ncclCommAbort(comm_);
-      }
-    } catch (...) {
-      // wait_for_communicator aborted it and cleared comm_
-    }
-  }
-  comm_ = nullptr;
 }
 
 void communicator::abort() noexcept {
@@ -353,12 +384,18 @@ void communicator::enqueue(operation op, const void* send, void* recv, std::size
       break;
   }
   if (result == ncclSuccess) return;
-  // A non-blocking communicator may answer ncclInProgress: wait for the call to be enqueued.
-  if (result == ncclInProgress) {
-    wait_for_communicator(comm_, clock::now() + detail::default_timeout(), call);
-    return;
+  // A non-blocking communicator may answer ncclInProgress: wait for the call to be enqueued (on an
+  // error or at the deadline wait_for_communicator aborts the communicator and throws).
+  try {
+    if (result == ncclInProgress) {
+      wait_for_communicator(comm_, clock::now() + detail::default_timeout(), call);
+      return;
+    }
+    throw_nccl_error(result, call, comm_);
+  } catch (...) {
+    failed_ = true;
+    throw;
   }
-  throw_nccl_error(result, call, comm_);
 }
 
 int runtime_version() {
@@ -377,9 +414,16 @@ communicator communicator::split(int color, int key, call_options options) {
   communicator part{empty{}};
   part.device_ = device_;
   part.uncaught_at_creation_ = std::uncaught_exceptions();
-  const ncclResult_t result = detail::nccl_api().ncclCommSplit(comm_, color, key, &part.comm_, &config);
-  if (result != ncclSuccess && result != ncclInProgress) throw_nccl_error(result, "ncclCommSplit", comm_);
-  wait_for_communicator(comm_, start + timeout, "ncclCommSplit");
+  part.peers_failed_ = peers_failed_;
+  part.teardown_timeout_ = timeout;
+  try {
+    const ncclResult_t result = detail::nccl_api().ncclCommSplit(comm_, color, key, &part.comm_, &config);
+    if (result != ncclSuccess && result != ncclInProgress) throw_nccl_error(result, "ncclCommSplit", comm_);
+    wait_for_communicator(comm_, start + timeout, "ncclCommSplit");
+  } catch (...) {
+    failed_ = true;  // the parent saw the failure (an abort already emptied it at the deadline)
+    throw;
+  }
   if (part.comm_) {
     wait_for_communicator(part.comm_, start + timeout, "ncclCommSplit (new communicator)");
     detail::nccl_api().ncclCommUserRank(part.comm_, &part.rank_);
@@ -413,6 +457,7 @@ void* communicator::scratch() {
 void communicator::copy_to_device(void* device, const void* host, std::size_t bytes, cudaStream_t stream) {
   if (const auto status = detail::cuda_api().cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream);
       status != cudaSuccess) {
+    failed_ = true;
     throw_cuda(status, "cudaMemcpyAsync (to the device)");
   }
 }
@@ -420,9 +465,11 @@ void communicator::copy_to_device(void* device, const void* host, std::size_t by
 void communicator::copy_to_host(void* host, const void* device, std::size_t bytes, cudaStream_t stream) {
   if (const auto status = detail::cuda_api().cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream);
       status != cudaSuccess) {
+    failed_ = true;
     throw_cuda(status, "cudaMemcpyAsync (to the host)");
   }
   if (const auto status = detail::cuda_api().cudaStreamSynchronize(stream); status != cudaSuccess) {
+    failed_ = true;  // an NCCL kernel on the stream may be what failed
     throw_cuda(status, "cudaStreamSynchronize");
   }
 }

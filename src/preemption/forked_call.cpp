@@ -7,17 +7,13 @@
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <cerrno>
-#include <system_error>
-#include <thread>
 
-#include "core/backoff.hpp"
+#include "core/child_process.hpp"
 #include "core/posix_io.hpp"
 
 namespace jobkit::detail {
@@ -95,68 +91,6 @@ bool drain(int fd, std::string& into) {
   return code == EAGAIN || code == EWOULDBLOCK;
 }
 
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
-void kill_child(pid_t pid, int pidfd) {
-#ifdef SYS_pidfd_send_signal
-  if (pidfd >= 0) {
-    ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
-    return;
-  }
-#endif
-  ::kill(pid, SIGKILL);
-}
-
-/// The child, once reaped: records how it ended. False while it still runs.
-bool try_reap(pid_t pid, forked_result& result) {
-  int status = 0;
-  for (;;) {
-    const pid_t got = ::waitpid(pid, &status, WNOHANG);
-    if (got < 0 && errno == EINTR) continue;
-    if (got == 0) return false;
-    // ECHILD: the caller's SIGCHLD handler reaped it (or SIGCHLD is ignored); the status is lost.
-    if (got == pid && WIFEXITED(status)) result.exit_status = WEXITSTATUS(status);
-    if (got == pid && WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-    return true;
-  }
-}
-
-/// Reaps the child: waits for it until `until`, then kills it and waits a second more; a child
-/// still there then (stuck in the kernel) is left to a detached thread, never waited for here.
-/// True when it had to be killed.
-bool reap(pid_t pid, int pidfd, clock::time_point until, forked_result& result) {
-  bool killed = false;
-  backoff pauses(std::chrono::microseconds(100), std::chrono::microseconds(20000));
-  while (true) {
-    if (try_reap(pid, result)) return killed;
-    if (clock::now() >= until) {
-      if (killed) break;
-      kill_child(pid, pidfd);
-      killed = true;
-      until = clock::now() + std::chrono::seconds(1);
-    }
-    pause_until(pauses.next(), until);
-  }
-  try {
-    std::thread([pid] {
-      int status = 0;
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-    }).detach();
-  } catch (const std::system_error&) {
-    // No thread: the child stays a zombie until the process ends. Never a wait here.
-  }
-  return killed;
-}
-
 std::string printable(std::string text) {
   if (text.size() > output_tail_bytes) text.erase(0, text.size() - output_tail_bytes);
   for (char& c : text) {
@@ -193,8 +127,7 @@ forked_result run_forked(forked_work work, const void* context, std::size_t repo
   if (pid == 0) {
     child_main(work, context, report.data(), report_size, report_pipe[1], output_pipe[1], parent);
   }
-  const int pidfd_value = open_pidfd(pid);
-  descriptor pidfd(pidfd_value);
+  auto child = child_process::adopt(pid);
   report_out.close();
   output_out.close();
   ::fcntl(report_in.get(), F_SETFL, O_NONBLOCK);
@@ -206,14 +139,15 @@ forked_result run_forked(forked_work work, const void* context, std::size_t repo
     const int left = remaining_ms(until);
     if (left == 0) break;
     // A closed output pipe is left out (-1): it would report POLLHUP at every poll.
+    const int ended = child.end_fd();
     pollfd watched[3] = {
-        {report_in.get(), POLLIN, 0}, {output_open ? output_in.get() : -1, POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
+        {report_in.get(), POLLIN, 0}, {output_open ? output_in.get() : -1, POLLIN, 0}, {ended, POLLIN, 0}};
     // Without a pidfd the child's end is seen by polling waitpid every 50 ms.
-    const int ready = ::poll(watched, pidfd.get() >= 0 ? 3 : 2, pidfd.get() >= 0 ? left : std::min(left, 50));
+    const int ready = ::poll(watched, ended >= 0 ? 3 : 2, ended >= 0 ? left : std::min(left, 50));
     if (ready < 0 && errno != EINTR) break;
     if (watched[0].revents != 0) report_open = drain(report_in.get(), received);
     if (output_open && watched[1].revents != 0) output_open = drain(output_in.get(), result.output);
-    if (pidfd.get() >= 0 ? watched[2].revents != 0 : try_reap(pid, result)) exited = true;
+    if (ended >= 0 ? watched[2].revents != 0 : child.try_reap().has_value()) exited = true;
   }
   // Whatever the child wrote before it ended (or before now) is in the pipes.
   drain(report_in.get(), received);
@@ -224,10 +158,12 @@ forked_result run_forked(forked_work work, const void* context, std::size_t repo
     result.report = received.substr(0, report_size);
   }
   // Reaped already when waitpid saw its end. Else it is ending (it reported, or closed its
-  // pipes, or a pidfd saw its end) or the deadline passed: reaped, killed at the deadline.
-  if (!(exited && pidfd.get() < 0)) {
-    if (reap(pid, pidfd.get(), until, result) && !result.reported) result.timed_out = true;
-  }
+  // pipes, or a pidfd saw its end) or the deadline passed: reaped, killed (SIGKILL) at the
+  // deadline, left to a thread when SIGKILL does not end it within a second.
+  if (!child.reaped()) child.wait_until(until, std::chrono::milliseconds(0), SIGKILL);
+  if (child.killed() && !result.reported) result.timed_out = true;
+  result.exit_status = child.exit_status();
+  result.signal = child.end_signal();
   return result;
 }
 

@@ -47,8 +47,8 @@ using forked_work = void (*)(const void* context, void* report) noexcept;
 /// In the parent: reads with poll() (EINTR restarts it with the time left), kills the child
 /// (through a pidfd where the kernel has them, so never another process) when the deadline
 /// passes, and always reaps it: a child that does not die within a second of SIGKILL is reaped
-/// by a detached thread. A caller's SIGCHLD handler that reaps every child (or SIGCHLD ignored)
-/// only loses the exit status.
+/// by a detached thread (core/child_process, adopted: the reaping every child of jobkit's has). A caller's SIGCHLD
+/// handler that reaps every child (or SIGCHLD ignored) only loses the exit status.
 forked_result run_forked(forked_work work, const void* context, std::size_t report_size,
                          std::chrono::milliseconds deadline);
 

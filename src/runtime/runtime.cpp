@@ -289,6 +289,12 @@ detail::rendezvous* detail::runtime_access::rendezvous_of(runtime& rt) noexcept 
   return rt.impl_->pmi2 ? &*rt.impl_->pmi2 : nullptr;
 }
 
+std::shared_ptr<const std::atomic<bool>> detail::runtime_access::world_failed_flag(runtime& rt) noexcept {
+  const auto& state = rt.impl_->world_state;
+  if (!state || !state->link) return nullptr;
+  return state->link->failed_flag();
+}
+
 runtime& default_runtime() {
   {
     const std::scoped_lock hold(runtime_in_use_lock);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -37,6 +38,10 @@ class transport {
   /// Throws, without waiting, when a member is known to be gone (a closed connection), after
   /// passing the failure on to the other members.
   virtual void check_peers(const std::string& during) = 0;
+  /// Set, for good, once an exchange failed on this member or a member's abort reached it (the
+  /// group is unusable from then on). Shared, so that what watches it (an NCCL communicator's
+  /// teardown, src/nccl) may outlive the transport; read from any thread.
+  virtual std::shared_ptr<const std::atomic<bool>> failed_flag() const noexcept = 0;
 };
 
 struct group_state;

@@ -118,6 +118,7 @@ void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noe
     context_.broken = message;
     context_.broken_code = code;
   }
+  failed_->store(true, std::memory_order_release);
   if (node_) node_->post_abort(origin, code, message);
   if (links_) links_->spread_abort(message, origin, code);
 }

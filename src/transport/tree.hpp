@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -34,6 +35,7 @@ class tcp_tree final : public transport, private abort_spreader {
   std::vector<rank_bytes> run(const exchange& ex) override;
   void abort(const std::string& message) noexcept override;
   void check_peers(const std::string& during) override;
+  std::shared_ptr<const std::atomic<bool>> failed_flag() const noexcept override { return failed_; }
   /// For the world's tree of a fabric that reads endpoints on demand: once this rank's first
   /// exchange that every member joins (any but a one-way broadcast) completes, every rank has
   /// published its endpoint, and the fabric is told so (tcp_fabric::settle). The fabric must
@@ -63,6 +65,7 @@ class tcp_tree final : public transport, private abort_spreader {
   std::vector<rank_bytes> run_exchange(const exchange& ex);
 
   tree_context context_;
+  std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);  // see failed_flag
   tcp_fabric* settling_ = nullptr;     // see settle_after_first_exchange
   std::unique_ptr<tree_node> node_;    // empty when alone on its node
   std::unique_ptr<tree_links> links_;  // empty on a node-mate (not its node's leader)

@@ -23,6 +23,10 @@
 //                           rank 0's communicator gives timeout_error after about S seconds
 //   launched pair S         (mpirun -np 2, GPU) two ranks: a world-2 communicator when 2 GPUs are
 //                           visible, else the duplicate-GPU error on both ranks
+//   launched teardown S     (mpirun -np 2, 2 GPUs) the end of a communicator whose peer never
+//                           finalises: bounded by the communicator's deadline (S) when nothing
+//                           reported a failure, and an abort at once when jobkit's world group had
+//                           reported the peer's failure (a program that caught it and returns)
 #include <unistd.h>
 
 #include <algorithm>
@@ -827,6 +831,57 @@ int launched(reporter& r, const std::string& what, int seconds) {
       r.expect_error("pair.duplicate_gpu", jobkit::errc::invalid_environment, "several ranks chose the same GPU",
                      [&] { nccl::communicator comm(options); });
     }
+  } else if (what == "teardown") {
+    if (visible_gpu_count() < 2) {
+      r.skip("teardown", "needs 2 GPUs (one per rank): " + std::to_string(visible_gpu_count()) + " visible");
+      return 0;
+    }
+    nccl::communicator_options options;
+    options.call = deadline;
+    // 1. The peer never finalises and nothing reported it: the end waits for the deadline, then aborts.
+    {
+      std::optional<nccl::communicator> comm(std::in_place, options);
+      comm->all_reduce_value(1, reduce_op::sum);
+      if (id.rank == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(seconds + 3));
+        comm->abort();
+      } else {
+        const auto start = clock_type::now();
+        comm.reset();
+        const double took = seconds_since(start);
+        r.timing("teardown.silent_peer", took * 1e3, "ms", "deadline " + std::to_string(seconds) + " s");
+        r.check("teardown.silent_peer", took >= seconds * 0.9 && took < seconds + 10,
+                "ended in " + std::to_string(took) + " s: finalisation polled until the communicator's " +
+                    std::to_string(seconds) + " s deadline, then ncclCommAbort");
+      }
+    }
+    jobkit::barrier(deadline);
+    // 2. The peer failed and jobkit's world group said so (caught here): the end aborts at once,
+    //    although no exception is in flight.
+    {
+      options.call.timeout = std::chrono::seconds(120);  // a finalisation would wait this long
+      std::optional<nccl::communicator> comm(std::in_place, options);
+      comm->all_reduce_value(1, reduce_op::sum);
+      if (id.rank == 1) {
+        jobkit::world().abort("rank 1 failed on purpose (gpu_check teardown)");
+        std::this_thread::sleep_for(std::chrono::seconds(seconds + 3));
+        comm->abort();
+      } else {
+        bool reported = false;
+        try {
+          jobkit::barrier(deadline);
+        } catch (const jobkit::error& e) {
+          reported = std::string(e.what()).find("failed on purpose") != std::string::npos;
+        }
+        r.check("teardown.peer_failure_reported", reported, "the barrier reported rank 1's failure");
+        const auto start = clock_type::now();
+        comm.reset();
+        const double took = seconds_since(start);
+        r.timing("teardown.after_peer_failure", took * 1e3, "ms");
+        r.check("teardown.after_peer_failure", took < 5,
+                "ended in " + std::to_string(took) + " s (ncclCommAbort at once, not a 120 s finalisation)");
+      }
+    }
   } else {
     std::fprintf(stderr, "unknown launched mode '%s'\n", what.c_str());
     return 2;
@@ -837,7 +892,7 @@ int launched(reporter& r, const std::string& what, int seconds) {
 int usage() {
   std::fputs(
       "usage: gpu_check checks [expect-gpu] | bench [quick] | child world2|raw-deadline S | launched "
-      "ids|fence|init|pair S\n",
+      "ids|fence|init|pair|teardown S\n",
       stderr);
   return 2;
 }

@@ -1,10 +1,13 @@
 // The mechanisms of src/core written once for every folder: the bounded blocking call, the
-// capped doubling back-off, the write-all loop, the shared-library opener.
+// capped doubling back-off, the write-all loop, the shared-library opener, the child process
+// (spawned, its signals forwarded, reaped with a bound) and run_bounded on it.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <future>
 #include <stdexcept>
@@ -15,6 +18,8 @@
 #include "../catch.hpp"
 #include "core/backoff.hpp"
 #include "core/bounded_call.hpp"
+#include "core/child_process.hpp"
+#include "core/command.hpp"
 #include "core/embedder.hpp"
 #include "core/posix_io.hpp"
 #include "core/shared_library.hpp"
@@ -209,4 +214,72 @@ TEST_CASE("the shared-library opener says which name loaded, and binds calls", "
                                                                                 missing);
                                                       }),
                     Catch::Contains("lacks jobkit_absent: it is older than libm"));
+}
+
+TEST_CASE("run_bounded gives the child's outputs apart and its exit status", "[core][command]") {
+  const auto result = jobkit::detail::run_bounded({"sh", "-c", "echo out; echo err >&2; exit 3"}, 10s);
+  CHECK(result.status == 3);
+  CHECK(result.out == "out\n");
+  CHECK(result.err == "err\n");
+  const auto missing = jobkit::detail::run_bounded({"/nonexistent/program"}, 10s);
+  CHECK(missing.status == 127);
+  CHECK(missing.err == "No such file or directory");
+}
+
+TEST_CASE("run_bounded ends a child at its deadline even after it closed both outputs", "[core][command]") {
+  // Before the one child helper, the wait for the child had no bound once its pipes closed: this
+  // took the child's whole 20 s and returned its status 0.
+  const auto start = steady::now();
+  const auto closed = jobkit::detail::run_bounded({"sh", "-c", "exec >&- 2>&-; exec sleep 20"}, 300ms);
+  const auto took = steady::now() - start;
+  CHECK(closed.status == 124);
+  CHECK(took >= 300ms);
+  CHECK(took < 3s);
+}
+
+TEST_CASE("run_bounded kills a child that ignores SIGTERM a second after it", "[core][command]") {
+  const auto start = steady::now();
+  const auto stubborn = jobkit::detail::run_bounded({"sh", "-c", "trap '' TERM; exec >&- 2>&-; exec sleep 20"}, 200ms);
+  const auto took = steady::now() - start;
+  CHECK(stubborn.status == 124);
+  CHECK(took >= 1200ms);  // SIGTERM at the deadline, SIGKILL a second later
+  CHECK(took < 4s);
+}
+
+TEST_CASE("a child that dies with its parent is spawned with fork, reports a start failure, and is reaped",
+          "[core][child_process]") {
+  jobkit::detail::child_process exits({"sh", "-c", "exit 5"}, {.die_with_parent = true});
+  REQUIRE(exits.started());
+  CHECK(exits.wait() == 5);
+  CHECK(exits.end_signal() == 0);
+  jobkit::detail::child_process missing({"no-such-program-anywhere-jobkit"}, {.die_with_parent = true});
+  CHECK_FALSE(missing.started());
+  CHECK(missing.start_error() == "No such file or directory");
+  jobkit::detail::child_process killed({"sh", "-c", "kill -9 $$"});
+  REQUIRE(killed.started());
+  CHECK(killed.wait() == 128 + SIGKILL);
+  CHECK(killed.end_signal() == SIGKILL);
+}
+
+TEST_CASE("the signal forwarder passes a signal on to the child, one that came early included",
+          "[core][child_process]") {
+  jobkit::detail::signal_forwarder forwarding(jobkit::detail::stop_signals);
+  ::raise(SIGUSR1);  // before the child exists: it waits in the forwarder
+  jobkit::detail::child_process child({"sh", "-c", "trap 'exit 7' USR1; while :; do sleep 0.05; done"},
+                                      {.die_with_parent = true});
+  REQUIRE(child.started());
+  std::this_thread::sleep_for(300ms);  // the shell has set its trap
+  CHECK(child.wait(&forwarding) == 7);
+}
+
+TEST_CASE("the signal forwarder's handler keeps errno, even when its pipe is full", "[core][child_process]") {
+  jobkit::detail::signal_forwarder forwarding(jobkit::detail::stop_signals);
+  bool kept = true;
+  for (int i = 0; i < 10000 && kept; ++i) {  // past the pipe's capacity: the handler's write fails (EAGAIN)
+    errno = EDOM;
+    ::raise(SIGUSR2);
+    kept = errno == EDOM;
+  }
+  CHECK(kept);
+  CHECK_THROWS_AS(jobkit::detail::signal_forwarder(jobkit::detail::stop_signals), jobkit::error);
 }

@@ -2,6 +2,8 @@
 // table, the check over in-process groups, type and reduction mapping, and clean CUDA errors.
 #include "jobkit/nccl.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -9,13 +11,44 @@
 
 #include "../catch.hpp"
 #include "nccl/gpu_api.hpp"
+#include "nccl/teardown.hpp"
 #include "support.hpp"
 
 using jobkit::nccl::device_choice;
 
 namespace {
 
+using jobkit::detail::nccl_state;
+using jobkit::detail::teardown_end;
 using test_support::contains;
+
+/// NCCL as a script for the teardown: state() answers `states` in turn (the last one for ever),
+/// finalize() answers `finalized`; the clock moves 1 ms at each pause. `calls` is what was called.
+struct scripted_nccl final : jobkit::detail::teardown_calls {
+  std::vector<nccl_state> states{nccl_state::ready};
+  nccl_state finalized = nccl_state::in_progress;
+  std::vector<std::string> calls;
+  std::chrono::steady_clock::time_point clock{};
+  std::size_t looked = 0;
+
+  nccl_state state() override {
+    calls.emplace_back("state");
+    return states[std::min(looked++, states.size() - 1)];
+  }
+  nccl_state finalize() override {
+    calls.emplace_back("finalize");
+    return finalized;
+  }
+  void destroy() override { calls.emplace_back("destroy"); }
+  void abort() override { calls.emplace_back("abort"); }
+  std::chrono::steady_clock::time_point now() override { return clock; }
+  void pause() override { clock += std::chrono::milliseconds(1); }
+
+  bool called(const std::string& name) const { return std::find(calls.begin(), calls.end(), name) != calls.end(); }
+  teardown_end run(bool failure_seen, std::chrono::milliseconds deadline = std::chrono::milliseconds(50)) {
+    return jobkit::detail::tear_down(*this, failure_seen, clock + deadline);
+  }
+};
 
 }  // namespace
 
@@ -124,4 +157,62 @@ TEST_CASE("a single rank's ids need no PMIx: one id, made locally", "[nccl]") {
   const auto ids = jobkit::nccl::share_unique_ids();
   CHECK(ids.size() == 1);
   CHECK_THROWS_WITH(jobkit::nccl::share_unique_ids(0), Catch::Contains("ranks_per_root=0"));
+}
+
+TEST_CASE("teardown: a healthy communicator is finalised, polled until done, then destroyed", "[nccl][teardown]") {
+  scripted_nccl nccl;
+  nccl.states = {nccl_state::ready, nccl_state::in_progress, nccl_state::in_progress, nccl_state::ready};
+  CHECK(nccl.run(false) == teardown_end::destroyed);
+  CHECK(nccl.calls == std::vector<std::string>{"state", "finalize", "state", "state", "state", "destroy"});
+  CHECK(nccl.clock == std::chrono::steady_clock::time_point{} + std::chrono::milliseconds(2));
+}
+
+TEST_CASE("teardown: after a failure it aborts at once, exception in flight or not", "[nccl][teardown]") {
+  scripted_nccl nccl;
+  CHECK(nccl.run(true) == teardown_end::aborted_after_failure);
+  CHECK(nccl.calls == std::vector<std::string>{"abort"});
+}
+
+TEST_CASE("teardown: an asynchronous error, before or during the finalisation, aborts", "[nccl][teardown]") {
+  scripted_nccl before;
+  before.states = {nccl_state::failed};
+  CHECK(before.run(false) == teardown_end::aborted_on_error);
+  CHECK(before.calls == std::vector<std::string>{"state", "abort"});
+
+  scripted_nccl during;
+  during.states = {nccl_state::ready, nccl_state::in_progress, nccl_state::failed};
+  CHECK(during.run(false) == teardown_end::aborted_on_error);
+  CHECK(during.called("finalize"));
+  CHECK_FALSE(during.called("destroy"));
+  CHECK(during.calls.back() == "abort");
+
+  scripted_nccl refused;
+  refused.finalized = nccl_state::failed;
+  CHECK(refused.run(false) == teardown_end::aborted_on_error);
+  CHECK(refused.calls == std::vector<std::string>{"state", "finalize", "abort"});
+}
+
+TEST_CASE("teardown: a finalisation that never completes (a dead peer) is aborted at the deadline",
+          "[nccl][teardown]") {
+  scripted_nccl nccl;
+  nccl.states = {nccl_state::ready, nccl_state::in_progress};
+  const auto start = nccl.clock;
+  CHECK(nccl.run(false, std::chrono::milliseconds(50)) == teardown_end::aborted_at_deadline);
+  CHECK_FALSE(nccl.called("destroy"));  // ncclCommDestroy would wait for the node, untimed (2.31)
+  CHECK(nccl.calls.back() == "abort");
+  CHECK(nccl.clock - start == std::chrono::milliseconds(50));  // bounded by the deadline, not more
+}
+
+TEST_CASE("teardown: a call still in progress is waited for before finalising, within the same deadline",
+          "[nccl][teardown]") {
+  scripted_nccl settles;
+  settles.states = {nccl_state::in_progress, nccl_state::in_progress, nccl_state::ready};
+  CHECK(settles.run(false) == teardown_end::destroyed);
+  CHECK(std::count(settles.calls.begin(), settles.calls.end(), "state") >= 3);
+
+  scripted_nccl stuck;
+  stuck.states = {nccl_state::in_progress};
+  CHECK(stuck.run(false, std::chrono::milliseconds(20)) == teardown_end::aborted_at_deadline);
+  CHECK_FALSE(stuck.called("finalize"));
+  CHECK(stuck.calls.back() == "abort");
 }

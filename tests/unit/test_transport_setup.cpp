@@ -767,3 +767,38 @@ TEST_CASE(
              Catch::Contains("rank 1 (n1) never connected: its node n1 refused a connection to its port"));
   CHECK(accept_took < 10s);  // a second of grace, then the first look
 }
+
+TEST_CASE("a group's failure flag is set on every member once a collective failed, and outlives the group",
+          "[transport]") {
+  // What an NCCL communicator's teardown reads (src/nccl/teardown.hpp): a peer failure that jobkit's
+  // world group reported makes its end an abort.
+  std::vector<std::shared_ptr<const std::atomic<bool>>> flags(3);
+  const auto results = test_support::on_tcp_ranks({0, 0, 1}, [&](tcp_fabric& fabric, jobkit::group&) {
+    auto state = make_tcp_group_state(fabric, {0, 1, 2}, 20s);
+    const auto flag = state->link->failed_flag();
+    flags[static_cast<std::size_t>(state->rank)] = flag;
+    auto g = jobkit::detail::group_over(state);
+    g.barrier();
+    const bool before = flag->load();
+    bool told = g.rank() == 1;
+    if (g.rank() == 1) {
+      g.abort("rank 1 gave up");
+    } else {
+      try {
+        g.barrier();
+      } catch (const jobkit::error& e) {
+        told = std::string(e.what()).find("rank 1 gave up") != std::string::npos;
+      }
+    }
+    return told && !before && flag->load();  // no Catch2 assertion on these threads
+  });
+  for (const auto& r : results) {
+    INFO(r.error);
+    REQUIRE(r.value);
+    CHECK(*r.value);
+  }
+  for (const auto& flag : flags) {
+    REQUIRE(flag);
+    CHECK(flag->load());
+  }
+}
