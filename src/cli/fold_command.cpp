@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "core/parse.hpp"
 #include "core/posix_io.hpp"
 #include "fold/folder.hpp"
+#include "fold/labels.hpp"
 #include "fold/srun_options.hpp"
 
 extern char** environ;
@@ -86,7 +88,7 @@ fold_args parse_fold_args(const std::vector<std::string_view>& args) {
       parsed.options.window = std::chrono::milliseconds(positive(arg, option_value(args, i, "fold"), 3'600'000));
       parsed.window_given = true;
     } else if (arg == "--ranks") {
-      parsed.ranks = positive(arg, option_value(args, i, "fold"), (1 << 24) - 1);
+      parsed.ranks = positive(arg, option_value(args, i, "fold"), fold::most_tasks);
     } else if (arg == "--held-limit") {
       parsed.options.held_limit = std::size_t(positive(arg, option_value(args, i, "fold"), 1 << 20)) << 20;
     } else if (arg == "--numbers") {
@@ -98,21 +100,34 @@ fold_args parse_fold_args(const std::vector<std::string_view>& args) {
   return parsed;
 }
 
-/// The step's number of ranks: --ranks, else srun's options, else SLURM_NTASKS; 0: unknown.
-int step_ranks(const fold_args& parsed, bool runs_srun) {
-  if (parsed.ranks) return *parsed.ranks;
+/// The step's number of ranks: --ranks, else srun's options, else SLURM_NTASKS; 0: unknown. And
+/// srun's, when its options give it exactly (the width of its labels).
+struct step_size {
+  int ranks = 0;
+  int srun_tasks = 0;
+};
+
+step_size step_ranks(const fold_args& parsed, bool runs_srun) {
+  step_size size;
   if (runs_srun) {
     const std::vector<std::string_view> srun_args(parsed.command.begin() + 1, parsed.command.end());
-    if (const auto n = fold::srun_task_count(srun_args)) return *n;
+    if (const auto tasks = fold::srun_task_count(srun_args)) {
+      size.ranks = tasks->count;
+      if (tasks->exact) size.srun_tasks = tasks->count;
+    }
   }
+  if (parsed.ranks) size.ranks = *parsed.ranks;
+  if (size.ranks > 0) return size;
   const auto value = detail::process_environment().get("SLURM_NTASKS");
-  if (!value) return 0;
+  if (!value) return size;
   auto rest = std::string_view(*value);
   const auto n = detail::take_decimal(rest);
-  if (!n || !rest.empty() || *n == 0) {
-    throw usage_error{"fold: SLURM_NTASKS='" + *value + "' is not a number of tasks (give --ranks N)"};
+  if (!n || !rest.empty() || *n == 0 || *n > fold::most_tasks) {
+    throw usage_error{"fold: SLURM_NTASKS='" + *value + "' is not a number of tasks from 1 to " +
+                      std::to_string(fold::most_tasks) + " (give --ranks N)"};
   }
-  return *n;
+  size.ranks = *n;
+  return size;
 }
 
 /// One stream being folded: where it comes from, its engine, where it goes.
@@ -130,7 +145,7 @@ struct stream {
   }
 };
 
-// Signals for srun arrive through a pipe: the handler writes what main needs to decide.
+// Signals for srun, and SIGCHLD, arrive through a pipe: the handler writes what pump needs to decide.
 constexpr std::array forwarded = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 int signal_pipe[2] = {-1, -1};
 
@@ -158,13 +173,49 @@ bool srun_has_it(const signal_record& record) {
   return std::getline(comm, name) && name == "slurmstepd";
 }
 
-/// Reads the streams until each ends, folding; forwards signals to child (if any).
-void pump(std::vector<stream>& streams, pid_t child) {
+/// The command fold runs (srun), until it has exited and been reaped.
+struct child_process {
+  pid_t pid;
+  bool running = true;
+  int status = 0;  // waitpid's, once it has exited
+
+  /// Reaps it if it has exited (SIGCHLD came, or its record was lost to a full pipe: pump asks at
+  /// every wake-up through the pipe).
+  void reap() {
+    int got = 0;
+    if (running && ::waitpid(pid, &got, WNOHANG) == pid) {
+      running = false;
+      status = got;
+    }
+  }
+};
+
+/// Ends fold by signal `number` (one that the child can no longer be given: it has exited, while
+/// its streams stay open in a process it left behind) after writing what is held.
+[[noreturn]] void end_by(int number, std::vector<stream>& streams) {
+  const auto now = fold::clock::now();
+  for (auto& s : streams) {
+    if (s.open) s.folder.finish(now);
+    s.flush();
+  }
+  ::signal(number, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, number);
+  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  ::raise(number);
+  std::_Exit(128 + number);  // not reached: the default action of every forwarded signal ends the process
+}
+
+/// Reads the streams until each ends, folding, and until the child (if any) has exited. A signal
+/// goes to the child while it runs, its streams closed or not; once it has exited, a signal ends
+/// fold itself, as it would without its handler.
+void pump(std::vector<stream>& streams, child_process* child) {
   std::vector<char> buffer(1 << 16);
   while (true) {
     std::vector<pollfd> fds;
     for (const auto& s : streams) fds.push_back({s.open ? s.from : -1, POLLIN, 0});
-    if (child > 0) fds.push_back({signal_pipe[0], POLLIN, 0});
+    if (child != nullptr) fds.push_back({signal_pipe[0], POLLIN, 0});
     bool any_open = false;
     std::optional<fold::clock::time_point> next;
     for (const auto& s : streams) {
@@ -172,17 +223,22 @@ void pump(std::vector<stream>& streams, pid_t child) {
       const auto due = s.folder.next_deadline();
       if (due && (!next || *due < *next)) next = due;
     }
-    if (!any_open) return;
+    if (!any_open && (child == nullptr || !child->running)) return;
     const int wait_ms = next ? detail::remaining_ms(*next) : -1;
     if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
       throw error(errc::io, std::string("fold: poll: ") + std::strerror(errno));
     }
     const auto now = fold::clock::now();
-    if (child > 0 && (fds.back().revents & POLLIN) != 0) {
+    if (child != nullptr && (fds.back().revents & POLLIN) != 0) {
+      // Reaped first: a signal that comes after the child's exit is fold's own.
+      child->reap();
       signal_record record{};
       while (::read(signal_pipe[0], &record, sizeof record) == sizeof record) {
-        if (!srun_has_it(record)) ::kill(child, record.number);
+        if (record.number == SIGCHLD) continue;
+        if (!child->running) end_by(record.number, streams);
+        if (!srun_has_it(record)) ::kill(child->pid, record.number);
       }
+      child->reap();
     }
     for (std::size_t i = 0; i < streams.size(); ++i) {
       auto& s = streams[i];
@@ -202,9 +258,10 @@ void pump(std::vector<stream>& streams, pid_t child) {
   }
 }
 
-fold::options stream_options(const fold_args& parsed, int ranks) {
+fold::options stream_options(const fold_args& parsed, step_size size) {
   auto options = parsed.options;
-  options.ranks = ranks;
+  options.ranks = size.ranks;
+  options.srun_tasks = size.srun_tasks;
   return options;
 }
 
@@ -212,7 +269,7 @@ int run_srun(const fold_args& parsed) {
   auto command = parsed.command;
   const auto slash = command.front().rfind('/');
   const bool runs_srun = command.front().substr(slash == std::string::npos ? 0 : slash + 1) == "srun";
-  const int ranks = step_ranks(parsed, runs_srun);
+  const auto size = step_ranks(parsed, runs_srun);
   if (runs_srun) command.insert(command.begin() + 1, "--label");
 
   int out[2];
@@ -227,6 +284,8 @@ int run_srun(const fold_args& parsed) {
   action.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int number : forwarded) ::sigaction(number, &action, nullptr);
+  action.sa_flags |= SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &action, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
   posix_spawn_file_actions_t actions;
@@ -244,8 +303,8 @@ int run_srun(const fold_args& parsed) {
   std::vector<char*> argv;
   for (auto& part : command) argv.push_back(part.data());
   argv.push_back(nullptr);
-  pid_t child = 0;
-  const int spawned = ::posix_spawnp(&child, argv[0], &actions, &attributes, argv.data(), environ);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, &attributes, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   ::close(out[1]);
@@ -255,14 +314,11 @@ int run_srun(const fold_args& parsed) {
   }
 
   std::vector<stream> streams;
-  streams.push_back({out[0], STDOUT_FILENO, fold::folder(stream_options(parsed, ranks))});
-  streams.push_back({err[0], STDERR_FILENO, fold::folder(stream_options(parsed, ranks))});
-  pump(streams, child);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) throw error(errc::io, std::string("fold: waitpid: ") + std::strerror(errno));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  streams.push_back({out[0], STDOUT_FILENO, fold::folder(stream_options(parsed, size))});
+  streams.push_back({err[0], STDERR_FILENO, fold::folder(stream_options(parsed, size))});
+  child_process child{pid};
+  pump(streams, &child);
+  return WIFEXITED(child.status) ? WEXITSTATUS(child.status) : 128 + WTERMSIG(child.status);
 }
 
 }  // namespace
@@ -288,7 +344,7 @@ int run_fold(const std::vector<std::string_view>& args) {
   }
   std::vector<stream> streams;
   streams.push_back({STDIN_FILENO, STDOUT_FILENO, fold::folder(options)});
-  pump(streams, 0);
+  pump(streams, nullptr);
   return 0;
 }
 
