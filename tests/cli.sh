@@ -121,7 +121,12 @@ signalled() {  # description, command...
   leftover=$(mktemp)
   "${clean[@]}" LEFTOVER="$leftover" "$jobkit" fold -- "$@" </dev/null >/dev/null 2>&1 &
   local pid=$! waited=0 rc
-  sleep 1
+  while [[ ! -s $leftover ]] && ((waited < 50)); do  # the command is running (it writes the file)
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  sleep 0.5 # fold has read its streams' end, or the command's exit
+  waited=0
   kill -TERM "$pid"
   while kill -0 "$pid" 2>/dev/null && ((waited < 100)); do
     sleep 0.1
@@ -143,7 +148,8 @@ signalled() {  # description, command...
   if [[ -s $leftover ]]; then kill "$(cat "$leftover")" 2>/dev/null; fi
   rm -f "$leftover"
 }
-signalled "fold passes SIGTERM on once its command's output is closed" sh -c 'exec sleep 30 >&- 2>&-'
+signalled "fold passes SIGTERM on once its command's output is closed" \
+  sh -c 'echo $$ >"$LEFTOVER"; exec sleep 30 >&- 2>&-'
 signalled "fold ends by SIGTERM once its command exited, its output held open" \
   sh -c 'sleep 30 & echo $! >"$LEFTOVER"; exit 0'
 expect "where --help" 0 'usage: jobkit where' "$jobkit" where --help

@@ -5,6 +5,7 @@
 // the output holds every rank's lines in its order, and every line without a label, in order;
 // never more than the held limit is held after a read, nothing stays held at the end. The first
 // line, split at blanks, is also read as srun's options: a count within 2^24, or a jobkit::error.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -111,7 +112,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (end == std::string_view::npos) end = input.size();
     const auto line = input.substr(start, end - start);
     if (const auto labelled = jobkit::fold::parse_label(line, options.srun_tasks)) {
-      if (options.srun_tasks > 0 && labelled->rank >= options.srun_tasks) finding("a label past srun's tasks");
+      // srun's label names a rank below srun's tasks (jobkit's own prefix is read as it is).
+      const bool srun_label = line.substr(0, 7) != "[rank: ";
+      if (srun_label && options.srun_tasks > 0 && labelled->rank >= options.srun_tasks) {
+        finding("srun's label past srun's tasks");
+      }
       read_back("[rank: " + std::to_string(labelled->rank) + "] " + std::string(labelled->text), expected);
     } else {
       // A line without a label that reads back as ranks' ("[rank: 0-4] x", fold's own output fed
@@ -127,6 +132,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     read_back(std::string_view(output).substr(start, end - start), got);
     start = end + 1;
   }
+  // Past the held limit, fold says so once, in the output: a line of none that was not given.
+  const std::string notice = "jobkit fold: more than " + std::to_string(options.held_limit) +
+                             " bytes held: the oldest blocks are written unfolded until half of that is held";
+  auto& loose = got[-1];
+  const auto given = expected.count(-1) == 0 ? 0 : std::count(expected[-1].begin(), expected[-1].end(), notice);
+  if (std::count(loose.begin(), loose.end(), notice) > given)
+    loose.erase(std::find(loose.begin(), loose.end(), notice));
+  if (loose.empty()) got.erase(-1);
   if (got != expected) finding("the output, read back, is not what each rank wrote");
   return 0;
 }
