@@ -99,13 +99,59 @@ expect "fold passes a command's exit status" 3 '^\[rank: 0\] out$' "$jobkit" fol
 expect "fold passes a command's death by a signal" 137 '^$' "$jobkit" fold -- bash -c 'kill -KILL $$'
 expect "fold keeps stderr apart" 0 '^\[rank: 0\] to stderr$' bash -c "'$jobkit' fold -- bash -c 'echo \"[rank: 0] to stderr\" >&2' 2>&1 >/dev/null"
 expect "fold with a bad --window" 2 "^jobkit: fold: --window='1s' is not a whole number from 1 to 3600000$" "$jobkit" fold --window 1s -- true
-expect "fold with a bad --ranks" 2 "^jobkit: fold: --ranks='0' is not a whole number from 1 to 16777215$" "$jobkit" fold --ranks 0
+expect "fold with a bad --ranks" 2 "^jobkit: fold: --ranks='0' is not a whole number from 1 to 16777216$" "$jobkit" fold --ranks 0
 expect "fold without a command after --" 2 "^jobkit: fold: no command after '--'" "$jobkit" fold --
 expect "fold with an unknown option" 2 "^jobkit: fold: unknown argument '--fast'" "$jobkit" fold --fast
 expect "fold with a bad SLURM_NTASKS" 2 "^jobkit: fold: SLURM_NTASKS='many' is not a number of tasks" \
   bash -c "echo | SLURM_NTASKS=many '$jobkit' fold"
 expect "fold with a command that is not there" 2 "^jobkit: fold: cannot run '/nonexistent/srun': No such file or directory$" \
   "$jobkit" fold -- /nonexistent/srun -n2 true
+expect "fold with srun's task count past 2^24" 2 \
+  "^jobkit: fold: srun's -N='100000' times --ntasks-per-node='100000' \\(10000000000\\) asks for more than 16777216 tasks" \
+  "$jobkit" fold -- /nonexistent/srun -N 100000 --ntasks-per-node=100000 true
+expect "fold with a SLURM_NTASKS past 2^24" 2 "^jobkit: fold: SLURM_NTASKS='16777217' is not a number of tasks from 1 to 16777216" \
+  bash -c "echo | SLURM_NTASKS=16777217 '$jobkit' fold"
+
+# A signal sent to fold reaches its command while the command runs, its output closed or not; once
+# the command has exited and left its output open in a process of its own, it ends fold. Either
+# way fold ends within seconds, by SIGTERM (143), not when the sleep ends.
+signalled() {  # description, command...
+  local what=$1 leftover
+  shift
+  leftover=$(mktemp)
+  "${clean[@]}" LEFTOVER="$leftover" "$jobkit" fold -- "$@" </dev/null >/dev/null 2>&1 &
+  local pid=$! waited=0 rc
+  while [[ ! -s $leftover ]] && ((waited < 50)); do  # the command is running (it writes the file)
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  sleep 0.5 # fold has read its streams' end, or the command's exit
+  waited=0
+  kill -TERM "$pid"
+  while kill -0 "$pid" 2>/dev/null && ((waited < 100)); do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "FAIL: $what: fold still runs 10 s after SIGTERM"
+    failures=$((failures + 1))
+    kill -KILL "$pid"
+  fi
+  wait "$pid"
+  rc=$?
+  if ((waited < 100)) && ((rc != 143)); then
+    echo "FAIL: $what: exit $rc (expected 143)"
+    failures=$((failures + 1))
+  elif ((waited < 100)); then
+    echo "ok: $what"
+  fi
+  if [[ -s $leftover ]]; then kill "$(cat "$leftover")" 2>/dev/null; fi
+  rm -f "$leftover"
+}
+signalled "fold passes SIGTERM on once its command's output is closed" \
+  sh -c 'echo $$ >"$LEFTOVER"; exec sleep 30 >&- 2>&-'
+signalled "fold ends by SIGTERM once its command exited, its output held open" \
+  sh -c 'sleep 30 & echo $! >"$LEFTOVER"; exit 0'
 expect "where --help" 0 'usage: jobkit where' "$jobkit" where --help
 expect "where without a job" 2 "^jobkit: where: no JOBID given and SLURM_JOB_ID is not set" env -u SLURM_JOB_ID "$jobkit" where
 expect "where with a bad job id" 2 "^jobkit: where: '12x' is not a job id \\(JOBID or JOBID.STEP, digits\\)$" "$jobkit" where 12x

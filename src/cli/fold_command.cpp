@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "core/parse.hpp"
 #include "core/posix_io.hpp"
 #include "fold/folder.hpp"
+#include "fold/labels.hpp"
 #include "fold/srun_options.hpp"
 
 namespace jobkit::cli {
@@ -81,7 +83,7 @@ fold_args parse_fold_args(const std::vector<std::string_view>& args) {
       parsed.options.window = std::chrono::milliseconds(positive(arg, option_value(args, i, "fold"), 3'600'000));
       parsed.window_given = true;
     } else if (arg == "--ranks") {
-      parsed.ranks = positive(arg, option_value(args, i, "fold"), (1 << 24) - 1);
+      parsed.ranks = positive(arg, option_value(args, i, "fold"), fold::most_tasks);
     } else if (arg == "--held-limit") {
       parsed.options.held_limit = std::size_t(positive(arg, option_value(args, i, "fold"), 1 << 20)) << 20;
     } else if (arg == "--numbers") {
@@ -93,21 +95,34 @@ fold_args parse_fold_args(const std::vector<std::string_view>& args) {
   return parsed;
 }
 
-/// The step's number of ranks: --ranks, else srun's options, else SLURM_NTASKS; 0: unknown.
-int step_ranks(const fold_args& parsed, bool runs_srun) {
-  if (parsed.ranks) return *parsed.ranks;
+/// The step's number of ranks: --ranks, else srun's options, else SLURM_NTASKS; 0: unknown. And
+/// srun's, when its options give it exactly (the width of its labels).
+struct step_size {
+  int ranks = 0;
+  int srun_tasks = 0;
+};
+
+step_size step_ranks(const fold_args& parsed, bool runs_srun) {
+  step_size size;
   if (runs_srun) {
     const std::vector<std::string_view> srun_args(parsed.command.begin() + 1, parsed.command.end());
-    if (const auto n = fold::srun_task_count(srun_args)) return *n;
+    if (const auto tasks = fold::srun_task_count(srun_args)) {
+      size.ranks = tasks->count;
+      if (tasks->exact) size.srun_tasks = tasks->count;
+    }
   }
+  if (parsed.ranks) size.ranks = *parsed.ranks;
+  if (size.ranks > 0) return size;
   const auto value = detail::process_environment().get("SLURM_NTASKS");
-  if (!value) return 0;
+  if (!value) return size;
   auto rest = std::string_view(*value);
   const auto n = detail::take_decimal(rest);
-  if (!n || !rest.empty() || *n == 0) {
-    throw usage_error{"fold: SLURM_NTASKS='" + *value + "' is not a number of tasks (give --ranks N)"};
+  if (!n || !rest.empty() || *n == 0 || *n > fold::most_tasks) {
+    throw usage_error{"fold: SLURM_NTASKS='" + *value + "' is not a number of tasks from 1 to " +
+                      std::to_string(fold::most_tasks) + " (give --ranks N)"};
   }
-  return *n;
+  size.ranks = *n;
+  return size;
 }
 
 /// One stream being folded: where it comes from, its engine, where it goes.
@@ -139,13 +154,46 @@ bool srun_lacks_it(const detail::forwarded_signal& record) {
   return !(std::getline(comm, name) && name == "slurmstepd");
 }
 
-/// Reads the streams until each ends, folding; forwards signals to child (if any).
-void pump(std::vector<stream>& streams, detail::child_process* child, detail::signal_forwarder* forwarding) {
+/// The command fold runs (srun) and how it ended, once reaped.
+struct command_run {
+  detail::child_process& child;
+  detail::signal_forwarder& forwarding;
+  std::optional<int> status;  // child_process::try_reap's, once reaped
+
+  void reap() {
+    if (!status) status = child.try_reap();
+  }
+};
+
+/// Ends fold by signal `number` (one that the child can no longer be given: it has exited, while
+/// its streams stay open in a process it left behind) after writing what is held.
+[[noreturn]] void end_by(int number, std::vector<stream>& streams) {
+  const auto now = fold::clock::now();
+  for (auto& s : streams) {
+    if (s.open) s.folder.finish(now);
+    s.flush();
+  }
+  ::signal(number, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, number);
+  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  ::raise(number);
+  std::_Exit(128 + number);  // not reached: the default action of every forwarded signal ends the process
+}
+
+/// Reads the streams until each ends, folding, and until the command (if any) has exited and been
+/// reaped. A signal goes to the command while it runs, its streams closed or not; once it has
+/// exited, a signal ends fold itself, as it would without its handler.
+void pump(std::vector<stream>& streams, command_run* run) {
   std::vector<char> buffer(1 << 16);
   while (true) {
     std::vector<pollfd> fds;
     for (const auto& s : streams) fds.push_back({s.open ? s.from : -1, POLLIN, 0});
-    if (forwarding != nullptr) fds.push_back({forwarding->fd(), POLLIN, 0});
+    if (run != nullptr) {
+      fds.push_back({run->status ? -1 : run->child.end_fd(), POLLIN, 0});
+      fds.push_back({run->forwarding.fd(), POLLIN, 0});
+    }
     bool any_open = false;
     std::optional<fold::clock::time_point> next;
     for (const auto& s : streams) {
@@ -153,13 +201,22 @@ void pump(std::vector<stream>& streams, detail::child_process* child, detail::si
       const auto due = s.folder.next_deadline();
       if (due && (!next || *due < *next)) next = due;
     }
-    if (!any_open) return;
-    const int wait_ms = next ? detail::remaining_ms(*next) : -1;
+    if (!any_open && (run == nullptr || run->status)) return;
+    int wait_ms = next ? detail::remaining_ms(*next) : -1;
+    // Without a pidfd (kernels before 5.3) the command's end is looked for every 100 ms.
+    if (run != nullptr && !run->status && run->child.end_fd() < 0 && (wait_ms < 0 || wait_ms > 100)) wait_ms = 100;
     if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
       throw error(errc::io, std::string("fold: poll: ") + std::strerror(errno));
     }
     const auto now = fold::clock::now();
-    if (forwarding != nullptr && (fds.back().revents & POLLIN) != 0) forwarding->deliver(*child);
+    if (run != nullptr) {
+      run->reap();  // first: a signal that comes after the command's end is fold's own
+      if (run->status) {
+        if (const auto record = run->forwarding.take()) end_by(record->number, streams);
+      } else {
+        run->forwarding.deliver(run->child);
+      }
+    }
     for (std::size_t i = 0; i < streams.size(); ++i) {
       auto& s = streams[i];
       if (s.open && (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
@@ -178,9 +235,10 @@ void pump(std::vector<stream>& streams, detail::child_process* child, detail::si
   }
 }
 
-fold::options stream_options(const fold_args& parsed, int ranks) {
+fold::options stream_options(const fold_args& parsed, step_size size) {
   auto options = parsed.options;
-  options.ranks = ranks;
+  options.ranks = size.ranks;
+  options.srun_tasks = size.srun_tasks;
   return options;
 }
 
@@ -188,7 +246,7 @@ int run_srun(const fold_args& parsed) {
   auto command = parsed.command;
   const auto slash = command.front().rfind('/');
   const bool runs_srun = command.front().substr(slash == std::string::npos ? 0 : slash + 1) == "srun";
-  const int ranks = step_ranks(parsed, runs_srun);
+  const auto size = step_ranks(parsed, runs_srun);
   if (runs_srun) command.insert(command.begin() + 1, "--label");
 
   detail::signal_forwarder forwarding(forwarded, srun_lacks_it);
@@ -197,10 +255,11 @@ int run_srun(const fold_args& parsed) {
   if (!child.started()) throw usage_error{"fold: cannot run '" + command.front() + "': " + child.start_error()};
 
   std::vector<stream> streams;
-  streams.push_back({child.out_fd(), STDOUT_FILENO, fold::folder(stream_options(parsed, ranks))});
-  streams.push_back({child.err_fd(), STDERR_FILENO, fold::folder(stream_options(parsed, ranks))});
-  pump(streams, &child, &forwarding);
-  return child.wait(&forwarding);
+  streams.push_back({child.out_fd(), STDOUT_FILENO, fold::folder(stream_options(parsed, size))});
+  streams.push_back({child.err_fd(), STDERR_FILENO, fold::folder(stream_options(parsed, size))});
+  command_run run{child, forwarding, std::nullopt};
+  pump(streams, &run);
+  return *run.status;
 }
 
 }  // namespace
@@ -226,7 +285,7 @@ int run_fold(const std::vector<std::string_view>& args) {
   }
   std::vector<stream> streams;
   streams.push_back({STDIN_FILENO, STDOUT_FILENO, fold::folder(options)});
-  pump(streams, nullptr, nullptr);
+  pump(streams, nullptr);
   return 0;
 }
 

@@ -359,10 +359,15 @@ signal_forwarder::~signal_forwarder() {
 int signal_forwarder::fd() const noexcept { return forward_pipe[0]; }
 
 void signal_forwarder::deliver(child_process& child) noexcept {
-  forwarded_signal record;
-  while (::read(forward_pipe[0], &record, sizeof record) == static_cast<ssize_t>(sizeof record)) {
-    if (keep_ == nullptr || keep_(record)) child.signal(record.number);
+  while (const auto record = take()) {
+    if (keep_ == nullptr || keep_(*record)) child.signal(record->number);
   }
+}
+
+std::optional<forwarded_signal> signal_forwarder::take() noexcept {
+  forwarded_signal record;
+  if (::read(forward_pipe[0], &record, sizeof record) != static_cast<ssize_t>(sizeof record)) return std::nullopt;
+  return record;
 }
 
 }  // namespace jobkit::detail

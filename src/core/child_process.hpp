@@ -131,6 +131,9 @@ class signal_forwarder {
   int fd() const noexcept;
   /// Sends every waiting record that `keep` keeps to the child (none once it is reaped).
   void deliver(child_process& child) noexcept;
+  /// The next waiting record, taken without sending it (fold: a signal after srun's end is its
+  /// own); nullopt when none waits.
+  std::optional<forwarded_signal> take() noexcept;
 
  private:
   std::vector<int> signals_;

@@ -7,7 +7,7 @@
 namespace jobkit::fold {
 namespace {
 
-constexpr std::size_t block_overhead = 400;                 // bytes counted per held block: its queue entry, its entry
+constexpr std::size_t block_overhead = 400;  // bytes counted per held block or loose line: its bookkeeping
 constexpr std::size_t longest_line = std::size_t{1} << 20;  // bytes; a longer line is cut, its label kept
 constexpr std::string_view traceback_start = "Traceback (most recent call last):";
 
@@ -35,7 +35,7 @@ void folder::add(std::string_view bytes, clock::time_point now) {
       partial_.append(piece.substr(0, room));
       bytes.remove_prefix(room);
       line(partial_, now);
-      const auto labelled = parse_label(partial_);
+      const auto labelled = parse_label(partial_, options_.srun_tasks);
       partial_.resize(labelled ? static_cast<std::size_t>(labelled->text.data() - partial_.data()) : 0);
       just_cut_ = true;
       continue;
@@ -57,21 +57,26 @@ void folder::add(std::string_view bytes, clock::time_point now) {
 }
 
 void folder::line(std::string_view text, clock::time_point now) {
-  const auto labelled = parse_label(text);
+  const auto labelled = parse_label(text, options_.srun_tasks);
   const auto number = lines_++;
   if (!labelled) {
-    held_bytes_ += text.size();
+    held_bytes_ += text.size() + block_overhead;
     loose_.push_back({std::string(text), now, number});
-    return;
+  } else {
+    rank_line(labelled->rank, labelled->text, number, now);
   }
-  const int rank = labelled->rank;
+  // The limit holds at every line, not only at the end of a read: a read brings many lines.
+  if (held_bytes_ > options_.held_limit) write_due(now, false);
+}
+
+void folder::rank_line(int rank, std::string_view body, std::uint64_t number, clock::time_point now) {
   largest_rank_ = std::max(largest_rank_, rank);
   auto& state = ranks_[rank];
-  const auto body = labelled->text;
   if (state.open_lines > 0) {
     if (state.traceback || indented(body)) {
       state.open += '\n';
       state.open.append(body);
+      held_bytes_ += 1 + body.size();
       ++state.open_lines;
       state.open_last = now;
       // A traceback ends at its first line that is not indented: its exception.
@@ -81,6 +86,7 @@ void folder::line(std::string_view text, clock::time_point now) {
     close(rank, state);
   }
   state.open.assign(body);
+  held_bytes_ += body.size() + block_overhead;
   state.open_lines = 1;
   state.traceback = body == traceback_start;
   state.open_first = state.open_last = now;
@@ -89,7 +95,8 @@ void folder::line(std::string_view text, clock::time_point now) {
 }
 
 void folder::close(int rank, rank_state& state) {
-  block closed{nullptr, state.open_first, state.open_first_line, {}};
+  block closed{nullptr, state.open_first, state.open_first_line, {}, 0};
+  held_bytes_ -= state.open.size() + block_overhead;
   std::string key;
   if (options_.numbers) {
     auto split = split_numbers(state.open);
@@ -98,7 +105,9 @@ void folder::close(int rank, rank_state& state) {
   } else {
     key = std::move(state.open);
   }
-  held_bytes_ += key.size() + block_overhead;
+  closed.held = key.size() + block_overhead;
+  for (const auto& n : closed.numbers) closed.held += n.size();
+  held_bytes_ += closed.held;
   auto& text = *texts_.try_emplace(std::move(key)).first;
   ++text.second.occurrences;
   index(text);  // a head of other ranks is no longer free
@@ -182,13 +191,17 @@ void folder::write(entry& text) {
     if (end == std::string::npos) break;
     start = end + 1;
   }
-  const std::size_t bytes = text.first.size() + block_overhead;
   ranks.for_each([&](int rank) {
-    auto& state = ranks_.at(rank);
+    const auto at = ranks_.find(rank);
+    auto& state = at->second;
+    held_bytes_ -= state.queue.front().held;
     state.queue.pop_front();
-    held_bytes_ -= bytes;
     --data.occurrences;
-    if (!state.queue.empty()) make_head(rank, state.queue.front());
+    if (!state.queue.empty()) {
+      make_head(rank, state.queue.front());
+    } else if (state.open_lines == 0) {
+      ranks_.erase(at);  // nothing held for it
+    }
   });
   if (data.occurrences == 0) texts_.erase(texts_.find(text.first));
 }
@@ -196,7 +209,7 @@ void folder::write(entry& text) {
 void folder::write_loose() {
   output_ += loose_.front().text;
   output_ += '\n';
-  held_bytes_ -= loose_.front().text.size();
+  held_bytes_ -= loose_.front().text.size() + block_overhead;
   loose_.pop_front();
 }
 
@@ -216,10 +229,23 @@ void folder::write_due(clock::time_point now, bool everything) {
       write_loose();
     } else if (chosen.text != nullptr) {
       write(*chosen.text);
-    } else {
+    } else if (!draining_ || !close_oldest_open()) {
       return;
     }
   }
+}
+
+bool folder::close_oldest_open() {
+  auto oldest = ranks_.end();
+  for (auto at = ranks_.begin(); at != ranks_.end(); ++at) {
+    if (at->second.open_lines > 0 &&
+        (oldest == ranks_.end() || at->second.open_first_line < oldest->second.open_first_line)) {
+      oldest = at;
+    }
+  }
+  if (oldest == ranks_.end()) return false;
+  close(oldest->first, oldest->second);
+  return true;
 }
 
 void folder::tick(clock::time_point now) {

@@ -25,10 +25,17 @@ struct options {
   std::chrono::milliseconds gap{50};
   /// The step's number of ranks; 0: unknown (then only the window writes a block).
   int ranks = 0;
+  /// srun's task count when it is known exactly from srun's own options (fold runs srun): srun's
+  /// labels are then exactly as wide as its largest rank and name ranks below it (labels.hpp);
+  /// 0: labels of any width.
+  int srun_tasks = 0;
   /// Fold blocks that differ only in their numbers (numbers.hpp).
   bool numbers = false;
-  /// Past this many bytes held (text, and 400 per block for its bookkeeping), the oldest blocks
-  /// are written at once, unfolded, until half of it is held; said once in the output.
+  /// Past this many bytes held (the text of every block, open or closed, and of every line
+  /// without a label, and 400 per block or line for its bookkeeping), the oldest blocks are written
+  /// at once, unfolded, until half of it is held, blocks still open closed (the oldest first) once
+  /// nothing else is left to write; said once in the output. Checked at every line, so at most
+  /// this much is held besides the line being read (at most 1 MiB).
   std::size_t held_limit = std::size_t{256} << 20;
   /// A block closes at this many lines.
   std::size_t block_lines = 256;
@@ -92,9 +99,11 @@ class folder {
     clock::time_point first;
     std::uint64_t first_line;
     std::vector<std::string> numbers;
+    std::size_t held;  // what it counts in held_bytes_
   };
+  /// A rank with a block open or queued (a rank with neither has none: what is held is counted).
   struct rank_state {
-    std::string open;  // the block being read, lines joined by '\n'
+    std::string open;  // the block being read, lines joined by '\n'; counted in held_bytes_ as read
     std::size_t open_lines = 0;
     bool traceback = false;
     clock::time_point open_first;
@@ -114,6 +123,7 @@ class folder {
   };
 
   void line(std::string_view text, clock::time_point now);
+  void rank_line(int rank, std::string_view body, std::uint64_t number, clock::time_point now);
   void close(int rank, rank_state& state);
   void make_head(int rank, const block& head);
   void index(entry& text);
@@ -123,6 +133,7 @@ class folder {
   void write(entry& text);
   void write_loose();
   void write_due(clock::time_point now, bool everything);
+  bool close_oldest_open();
 
   options options_;
   std::string partial_;      // bytes after the last newline

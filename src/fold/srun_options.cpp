@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 
-#include "core/parse.hpp"
+#include "fold/labels.hpp"
+#include "jobkit/error.hpp"
 
 namespace jobkit::fold {
 namespace {
@@ -77,29 +79,59 @@ constexpr std::array<std::string_view, 64> long_with_value = {"account",
                                                               "uid",
                                                               "wckey"};
 
-std::optional<int> count_of(std::string_view value) {
-  // "-N 2-4" asks for two to four nodes: the smallest is what srun gets at least.
-  auto rest = value;
-  const auto n = detail::take_decimal(rest);
-  if (!n || *n == 0 || (!rest.empty() && rest.front() != '-')) return std::nullopt;
-  return n;
+/// An option's value as srun was given it, and the count read from it.
+struct count {
+  std::string option;  // as written: "-n", "--ntasks"
+  std::string_view value;
+  long long least;  // at most most_tasks: a larger one is refused as it is read
+  bool exact;       // not a range
+};
+
+std::string named(std::string_view option, std::string_view value) {
+  return std::string(option) + "='" + std::string(value) + "'";
+}
+
+[[noreturn]] void too_many(const std::string& what) {
+  throw error(errc::invalid_argument, "fold: srun's " + what + " asks for more than " + std::to_string(most_tasks) +
+                                          " tasks, the most jobkit fold reads");
+}
+
+/// A count srun reads: digits, for -N also a range ("2-4": two to four nodes, so at least two).
+/// nullopt for a form jobkit does not read (0, "1k", text): srun judges it.
+std::optional<count> count_of(std::string option, std::string_view value) {
+  const auto digits = value.find_first_not_of("0123456789");
+  const auto first = value.substr(0, digits);
+  const auto rest = digits == std::string_view::npos ? std::string_view{} : value.substr(digits);
+  if (first.empty() || (!rest.empty() && (rest.front() != '-' || rest.size() == 1 ||
+                                          rest.find_first_not_of("0123456789", 1) != std::string_view::npos))) {
+    return std::nullopt;
+  }
+  long long least = 0;
+  for (const char c : first) {
+    least = least * 10 + (c - '0');
+    if (least > most_tasks) too_many(named(option, value));
+  }
+  if (least == 0) return std::nullopt;
+  return count{std::move(option), value, least, rest.empty()};
 }
 
 }  // namespace
 
-std::optional<int> srun_task_count(const std::vector<std::string_view>& args) {
-  std::optional<int> tasks;
-  std::optional<int> nodes;
-  std::optional<int> per_node;
+std::optional<srun_tasks> srun_task_count(const std::vector<std::string_view>& args) {
+  std::optional<count> tasks;
+  std::optional<count> nodes;
+  std::optional<count> per_node;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto arg = args[i];
     if (arg == "--") break;
     if (arg.size() < 2 || arg.front() != '-') break;  // the command
     std::string_view name;
+    std::string option;
     std::optional<std::string_view> value;
     if (arg.substr(0, 2) == "--") {
       const auto eq = arg.find('=');
       name = arg.substr(2, eq == std::string_view::npos ? std::string_view::npos : eq - 2);
+      option = "--" + std::string(name);
       if (eq != std::string_view::npos) {
         value = arg.substr(eq + 1);
       } else if (std::find(long_with_value.begin(), long_with_value.end(), name) != long_with_value.end() &&
@@ -111,6 +143,7 @@ std::optional<int> srun_task_count(const std::vector<std::string_view>& args) {
       for (std::size_t j = 1; j < arg.size(); ++j) {
         if (short_with_value.find(arg[j]) == std::string_view::npos) continue;
         name = arg.substr(j, 1);
+        option = "-" + std::string(name);
         if (j + 1 < arg.size()) {
           value = arg.substr(j + 1);
         } else if (i + 1 < args.size()) {
@@ -120,13 +153,18 @@ std::optional<int> srun_task_count(const std::vector<std::string_view>& args) {
       }
     }
     if (!value) continue;
-    if (name == "n" || name == "ntasks") tasks = count_of(*value);
-    if (name == "N" || name == "nodes") nodes = count_of(*value);
-    if (name == "ntasks-per-node") per_node = count_of(*value);
+    if (name == "n" || name == "ntasks") tasks = count_of(option, *value);
+    if (name == "N" || name == "nodes") nodes = count_of(option, *value);
+    if (name == "ntasks-per-node") per_node = count_of(option, *value);
   }
-  if (tasks) return tasks;
-  if (nodes && per_node) return *nodes * *per_node;
-  return std::nullopt;
+  if (tasks) return srun_tasks{static_cast<int>(tasks->least), tasks->exact};
+  if (!nodes || !per_node) return std::nullopt;
+  const auto product = nodes->least * per_node->least;  // each at most most_tasks: no overflow
+  if (product > most_tasks) {
+    too_many(named(nodes->option, nodes->value) + " times " + named(per_node->option, per_node->value) + " (" +
+             std::to_string(product) + ")");
+  }
+  return srun_tasks{static_cast<int>(product), nodes->exact && per_node->exact};
 }
 
 }  // namespace jobkit::fold

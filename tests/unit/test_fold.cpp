@@ -13,6 +13,7 @@
 #include "fold/labels.hpp"
 #include "fold/numbers.hpp"
 #include "fold/srun_options.hpp"
+#include "jobkit/error.hpp"
 
 using namespace std::chrono_literals;
 using jobkit::detail::rank_set;
@@ -119,6 +120,41 @@ TEST_CASE("labels: srun's, jobkit's, both, and lines without one") {
   CHECK_FALSE(parse_label(""));
 }
 
+TEST_CASE("labels: a time or a date is text; srun's label is blanks, a rank and ': ', as wide as its step's") {
+  using jobkit::fold::parse_label;
+  // srun writes the rank right-aligned in the width of the largest, then ": " (nothing after: ":").
+  CHECK_FALSE(parse_label("12:34:56: message"));
+  CHECK_FALSE(parse_label("12:34:56 message"));
+  CHECK_FALSE(parse_label("2026-12-01 12:34:56 message"));
+  CHECK_FALSE(parse_label("3:text"));
+  CHECK_FALSE(parse_label("07: padded with zeros"));
+  CHECK_FALSE(parse_label("         3: wider than any step's label"));
+  CHECK(parse_label("0: zero")->rank == 0);
+  CHECK(parse_label("       3: as wide as the largest")->rank == 3);
+  // With srun's task count (fold runs srun with -n 16): exactly its width, a rank below it.
+  auto l = parse_label(" 5: x", 16);
+  REQUIRE(l);
+  CHECK(l->rank == 5);
+  CHECK(l->text == "x");
+  CHECK(parse_label("15:", 16));
+  CHECK_FALSE(parse_label("5: x", 16));
+  CHECK_FALSE(parse_label("  5: x", 16));
+  CHECK_FALSE(parse_label("16: x", 16));
+  CHECK_FALSE(parse_label("12: 34:56 the time among 8 tasks", 8));
+  CHECK(parse_label("0: x", 1));
+  CHECK_FALSE(parse_label(" 0: x", 1));
+  CHECK(parse_label("[rank: 20] jobkit's prefix is read as it is", 16));
+}
+
+TEST_CASE("a line that starts with the time passes through, in its turn") {
+  for (const int srun_tasks : {0, 10}) {
+    folder f(options{.window = 1000ms, .ranks = 10, .srun_tasks = srun_tasks});
+    f.add("0: a\n12:34:56 INFO started\n1: b\n", t0);
+    f.finish(t0);
+    CHECK(f.output() == "[rank: 0] a\n12:34:56 INFO started\n[rank: 1] b\n");
+  }
+}
+
 TEST_CASE("numbers: words stay words, numbers fold into ranges") {
   using jobkit::fold::split_numbers;
   const auto a = split_numbers("step 10 loss 0.231 lr 1e-4 option_3 c1 v2.1rc -3");
@@ -136,20 +172,53 @@ TEST_CASE("numbers: words stay words, numbers fold into ranges") {
   CHECK(jobkit::fold::render(odd.shape, ranges) == "a\x1f#b 5");
 }
 
+namespace {
+
+using srun_args = std::vector<std::string_view>;
+
+/// srun's task count, and whether it is exact: "48" or "at least 4".
+std::optional<std::string> tasks_of(const srun_args& args) {
+  const auto tasks = jobkit::fold::srun_task_count(args);
+  if (!tasks) return std::nullopt;
+  return (tasks->exact ? "" : "at least ") + std::to_string(tasks->count);
+}
+
+}  // namespace
+
 TEST_CASE("srun's task count comes from its options, up to its command") {
+  using v = srun_args;
+  CHECK(tasks_of(v{"--mpi=pmix", "-N3", "-n48", "python", "x.py"}) == "48");
+  CHECK(tasks_of(v{"-n", "8", "python", "-n", "4"}) == "8");
+  CHECK(tasks_of(v{"--ntasks", "6", "cmd"}) == "6");
+  CHECK(tasks_of(v{"--ntasks=5", "cmd"}) == "5");
+  CHECK(tasks_of(v{"-ln4", "cmd"}) == "4");
+  CHECK(tasks_of(v{"-N", "2", "--ntasks-per-node=3", "cmd"}) == "6");
+  CHECK(tasks_of(v{"-N2-4", "--ntasks-per-node", "2", "cmd"}) == "at least 4");
+  CHECK(tasks_of(v{"-p", "dev", "cmd", "-n", "4"}) == std::nullopt);
+  CHECK(tasks_of(v{"-K1", "cmd", "-n4"}) == std::nullopt);  // -K takes its value attached only
+  CHECK(tasks_of(v{"-n", "many", "cmd"}) == std::nullopt);  // srun judges what jobkit does not read
+  CHECK(tasks_of(v{"-N", "1k", "--ntasks-per-node=2", "cmd"}) == std::nullopt);
+  CHECK(tasks_of(v{}) == std::nullopt);
+  CHECK(tasks_of(v{"-n16777216", "cmd"}) == "16777216");
+}
+
+TEST_CASE("srun's task count is bounded: past 2^24 tasks an error names the options and values") {
   using jobkit::fold::srun_task_count;
-  using v = std::vector<std::string_view>;
-  CHECK(srun_task_count(v{"--mpi=pmix", "-N3", "-n48", "python", "x.py"}) == 48);
-  CHECK(srun_task_count(v{"-n", "8", "python", "-n", "4"}) == 8);
-  CHECK(srun_task_count(v{"--ntasks", "6", "cmd"}) == 6);
-  CHECK(srun_task_count(v{"--ntasks=5", "cmd"}) == 5);
-  CHECK(srun_task_count(v{"-ln4", "cmd"}) == 4);
-  CHECK(srun_task_count(v{"-N", "2", "--ntasks-per-node=3", "cmd"}) == 6);
-  CHECK(srun_task_count(v{"-N2-4", "--ntasks-per-node", "2", "cmd"}) == 4);
-  CHECK(srun_task_count(v{"-p", "dev", "cmd", "-n", "4"}) == std::nullopt);
-  CHECK(srun_task_count(v{"-K1", "cmd", "-n4"}) == std::nullopt);  // -K takes its value attached only
-  CHECK(srun_task_count(v{"-n", "many", "cmd"}) == std::nullopt);
-  CHECK(srun_task_count(v{}) == std::nullopt);
+  using v = srun_args;
+  CHECK_THROWS_AS(srun_task_count(v{"-n", "99999999999", "cmd"}), jobkit::error);
+  CHECK_THROWS_WITH(srun_task_count(v{"-n", "99999999999", "cmd"}),
+                    "fold: srun's -n='99999999999' asks for more than 16777216 tasks, the most jobkit fold reads");
+  CHECK_THROWS_WITH(srun_task_count(v{"--ntasks=16777217", "cmd"}), Catch::Contains("srun's --ntasks='16777217' asks"));
+  // Each factor fits an int; their product does not.
+  CHECK_THROWS_WITH(srun_task_count(v{"--nodes=100000", "--ntasks-per-node", "100000", "cmd"}),
+                    Catch::Contains("srun's --nodes='100000' times --ntasks-per-node='100000' (10000000000) asks"));
+  CHECK_THROWS_WITH(srun_task_count(v{"-N5000-6000", "--ntasks-per-node=5000", "cmd"}),
+                    Catch::Contains("-N='5000-6000' times --ntasks-per-node='5000' (25000000)"));
+  try {
+    srun_task_count(v{"-n", "99999999999", "cmd"});
+  } catch (const jobkit::error& e) {
+    CHECK(e.code() == jobkit::errc::invalid_argument);
+  }
 }
 
 TEST_CASE("a line every rank said is written at once, once; the others at the window") {
@@ -288,6 +357,36 @@ TEST_CASE("past the held limit the oldest blocks are written unfolded, said once
   const auto by_rank = unfold(f.output());  // everything, the notice once
   CHECK(by_rank.at(0).size() + by_rank.at(1).size() == 20);
   CHECK(by_rank.at(-1).size() == 1);
+}
+
+TEST_CASE("open blocks count against the held limit: at every line, at most the limit is held") {
+  folder f(options{.window = 60000ms, .ranks = 4, .held_limit = 4000});
+  f.add(label(0, "a"), t0);
+  CHECK(f.held_bytes() == 1 + 400);  // the block still open: an indented line may follow
+  // A traceback whose exception has not come: one open block of 200 lines, 8 KB.
+  std::vector<std::string> traceback{"Traceback (most recent call last):"};
+  for (int i = 0; i < 200; ++i) traceback.push_back("  File \"x.py\", line " + std::to_string(i) + ", in f");
+  for (std::size_t i = 0; i < traceback.size(); ++i) {
+    f.add(label(1, traceback[i]), t0 + 1ms);
+    REQUIRE(f.held_bytes() <= 4000);
+  }
+  const auto lines = lines_of(f.output());
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.front().rfind("jobkit fold: more than 4000 bytes held", 0) == 0);
+  f.finish(t0 + 2ms);
+  CHECK(f.held_bytes() == 0);
+  auto by_rank = unfold(f.output());
+  CHECK(by_rank.at(0) == std::vector<std::string>{"a"});
+  CHECK(by_rank.at(1) == traceback);  // in its order, nothing lost
+  CHECK(by_rank.at(-1).size() == 1);  // the notice, once
+  // Lines without a label count too, with their bookkeeping.
+  folder g(options{.window = 60000ms, .ranks = 2, .held_limit = 4000});
+  g.add(label(0, "a"), t0);
+  for (int i = 0; i < 20; ++i) {
+    g.add("no label " + std::to_string(i) + "\n", t0);
+    REQUIRE(g.held_bytes() <= 4000);
+  }
+  CHECK_FALSE(g.output().empty());
 }
 
 TEST_CASE("512 and 4096 ranks, interleaved: nothing lost, each rank's order kept, shared lines once") {
