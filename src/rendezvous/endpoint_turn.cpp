@@ -33,6 +33,11 @@ struct slot {
   std::int64_t task_pid;
 };
 constexpr std::size_t slot_size = sizeof(slot);
+/// The count's first slot names its format: a count of another format (another jobkit build in
+/// the same step) is refused, never misread.
+constexpr slot format_slot{0x736e727574746b6aULL /* "jkturns" */, 1, 0};
+/// Where local rank r's slot is: after the format's.
+off_t slot_offset(int local_rank) { return static_cast<off_t>(local_rank + 1) * static_cast<off_t>(slot_size); }
 constexpr std::size_t max_slots = std::size_t{1} << 16;
 
 [[noreturn]] void fail(const std::string& name, std::string_view what, int error_number) {
@@ -81,13 +86,24 @@ class locked_count {
   }
 
   int fd() const noexcept { return fd_; }
-  std::size_t slots() const noexcept { return static_cast<std::size_t>(st_.st_size) / slot_size; }
-  /// Every slot (a count that is not a whole number of slots, or too large, reads as none).
+  /// The local ranks' slots it has (0 for a count just made).
+  std::size_t slots() const noexcept {
+    const auto whole = static_cast<std::size_t>(st_.st_size) / slot_size;
+    return whole == 0 ? 0 : whole - 1;
+  }
+  /// Whether it is a count of this build's format (or one just made, still empty).
+  bool ours() const {
+    if (st_.st_size == 0) return true;
+    slot first{};
+    return static_cast<std::size_t>(st_.st_size) % slot_size == 0 && pread_file_all(fd_, &first, slot_size, 0) == 0 &&
+           first.stamp == format_slot.stamp && first.taken == format_slot.taken;
+  }
+  /// Every local rank's slot (a count of another format, or too large, reads as none).
   std::vector<slot> read() const {
     const auto n = slots();
-    if (n > max_slots || static_cast<std::size_t>(st_.st_size) % slot_size != 0) return {};
+    if (n > max_slots || !ours()) return {};
     std::vector<slot> all(n);
-    if (n > 0 && pread_file_all(fd_, all.data(), n * slot_size, 0) != 0) return {};
+    if (n > 0 && pread_file_all(fd_, all.data(), n * slot_size, slot_offset(0)) != 0) return {};
     return all;
   }
 
@@ -119,7 +135,7 @@ void sweep(const std::string& keep) noexcept {
     ::closedir(dir);
     for (const auto& name : names) {
       auto count = locked_count::open(name, false);
-      if (count && no_task_left(count->read())) ::shm_unlink(name.c_str());
+      if (count && count->ours() && no_task_left(count->read())) ::shm_unlink(name.c_str());
     }
   } catch (...) {  // a count that cannot be read is left as it is
   }
@@ -202,8 +218,15 @@ endpoint_turn take_endpoint_turn(const identity& self, const task_of_process& ta
   bool created = false;
   {
     auto count = *locked_count::open(name, true);
+    if (!count.ours()) {
+      fail(name, "it was written by another jobkit build (another format): every process of a step must use one build",
+           0);
+    }
     created = count.slots() == 0;
-    const auto offset = static_cast<off_t>(local_rank) * static_cast<off_t>(slot_size);
+    if (created && ::pwrite(count.fd(), &format_slot, slot_size, 0) != static_cast<ssize_t>(slot_size)) {
+      fail(name, "cannot write it", errno);
+    }
+    const auto offset = slot_offset(local_rank);
     slot mine{task.stamp, 0, task.pid};
     if (static_cast<std::size_t>(local_rank) < count.slots()) {
       slot found{};
@@ -233,8 +256,8 @@ endpoint_turn take_endpoint_turn(const identity& self, const task_of_process& ta
 void end_task_turns(const std::string& name, int local_rank) noexcept {
   try {
     auto count = locked_count::open(name, false);
-    if (!count || local_rank < 0 || static_cast<std::size_t>(local_rank) >= count->slots()) return;
-    const auto offset = static_cast<off_t>(local_rank) * static_cast<off_t>(slot_size);
+    if (!count || !count->ours() || local_rank < 0 || static_cast<std::size_t>(local_rank) >= count->slots()) return;
+    const auto offset = slot_offset(local_rank);
     slot mine{};
     if (pread_file_all(count->fd(), &mine, slot_size, offset) != 0) return;
     mine.task_pid = 0;  // ended: a node-mate that ends after this one removes the count

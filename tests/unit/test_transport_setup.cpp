@@ -295,9 +295,13 @@ TEST_CASE("each process of a rank takes the next endpoint turn of its node, and 
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   REQUIRE(fd >= 0);
   const std::uint64_t past = jobkit::detail::max_endpoint_turns;
-  REQUIRE(::pwrite(fd, &past, sizeof past, 24 + 8) == static_cast<ssize_t>(sizeof past));  // local rank 1's count
+  REQUIRE(::pwrite(fd, &past, sizeof past, 24 + 24 + 8) == static_cast<ssize_t>(sizeof past));  // local rank 1's count
   CHECK_THROWS_WITH(take_endpoint_turn(self, shell),
                     Catch::Contains(name) && Catch::Contains("local rank 1 has taken 1000000"));
+  const std::uint64_t other_format = 2;
+  REQUIRE(::pwrite(fd, &other_format, sizeof other_format, 8) == static_cast<ssize_t>(sizeof other_format));
+  CHECK_THROWS_WITH(take_endpoint_turn(mate, mate_task),
+                    Catch::Contains(name) && Catch::Contains("written by another jobkit build"));
   if (::geteuid() == 0) {  // as root, the count is given to another user
     REQUIRE(::fchown(fd, 65534, 65534) == 0);
     CHECK_THROWS_WITH(take_endpoint_turn(mate, mate_task),
