@@ -9,11 +9,12 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/group_state.hpp"
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/detail/sections.hpp"
-#include "transport/transport.hpp"
+#include "transport/exchange.hpp"
 #include "where/record.hpp"
 
 namespace jobkit {
@@ -52,7 +53,7 @@ where::call_info where_info(const detail::group_state& state, const detail::coll
 
 group::group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
 
-group detail::group_over(std::shared_ptr<group_state> state) { return group(std::move(state)); }
+group detail::group_access::over(std::shared_ptr<group_state> state) { return group(std::move(state)); }
 
 int group::rank() const noexcept { return state_->rank; }
 int group::size() const noexcept { return static_cast<int>(state_->world_ranks.size()); }
@@ -110,11 +111,11 @@ void group::connect(const detail::collective_call& call) {
   detail::raise(state.failure->code, state.failure->reason, state.failure->native_status);
 }
 
-std::vector<detail::rank_bytes> group::run(const detail::collective_call& call) {
-  return run(call, detail::exchange(call));
-}
-
-std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, const detail::exchange& ex) {
+std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, std::span<std::byte> buffer,
+                                           std::size_t piece) {
+  detail::exchange ex(call);
+  ex.buffer = buffer;
+  ex.piece = piece;
   const auto info = where_info(*state_, call);
   const where::call_scope where(info);
   try {
@@ -130,10 +131,7 @@ void group::run_into(detail::exchange_kind kind, std::string name, std::span<std
                      int root, std::chrono::milliseconds timeout, const std::source_location& site) {
   auto call = make_call(kind, std::move(name), timeout, site);
   call.root = root;
-  detail::exchange ex(call);
-  ex.buffer = buffer;
-  ex.piece = piece;
-  run(call, ex);
+  run(call, buffer, piece);
 }
 
 void group::place_own_part(std::span<const std::byte> mine, std::span<std::byte> all,
