@@ -1,15 +1,11 @@
 #pragma once
 
-#include <chrono>
-#include <cstddef>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <span>
+// The link a group runs its exchanges on (what a group is, and its life, are collectives':
+// src/collectives/group_state.hpp).
+
 #include <string>
 #include <vector>
 
-#include "jobkit/error.hpp"
 #include "transport/exchange.hpp"
 
 namespace jobkit::detail {
