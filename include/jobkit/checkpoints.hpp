@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/export.hpp"
 #include "jobkit/preemption.hpp"
 
 namespace jobkit {
@@ -40,7 +41,7 @@ struct checkpoint_options {
 ///     ...
 ///     save(saved.begin(step));  // this rank's files
 ///     saved.commit();           // collective: the step is whole on every node, or absent
-class checkpoints {
+class JOBKIT_API checkpoints {
  public:
   /// Collective over all ranks: creates the root, finds who commits on which file system, and
   /// removes what earlier attempts of this job (other restart counts) left unfinished there.
@@ -108,8 +109,8 @@ class checkpoints {
 };
 
 /// "step-000000000042"; the name of a complete step under a checkpoint root.
-std::string checkpoint_step_name(std::int64_t step);
+JOBKIT_API std::string checkpoint_step_name(std::int64_t step);
 /// The step of a complete step's directory name; nullopt for any other name.
-std::optional<std::int64_t> parse_checkpoint_step_name(std::string_view name) noexcept;
+JOBKIT_API std::optional<std::int64_t> parse_checkpoint_step_name(std::string_view name) noexcept;
 
 }  // namespace jobkit

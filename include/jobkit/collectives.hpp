@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "jobkit/detail/collective_call.hpp"
 #include "jobkit/error.hpp"
+#include "jobkit/export.hpp"
 #include "jobkit/serialize.hpp"
 #include "jobkit/timeout.hpp"
 
@@ -46,9 +48,9 @@ struct rooted_options {
 enum class reduce_op { sum, prod, min, max, band, bor, bxor, avg };
 
 /// "sum", "prod", "min", "max", "band", "bor", "bxor", "avg".
-std::string_view to_string(reduce_op op) noexcept;
+JOBKIT_API std::string_view to_string(reduce_op op) noexcept;
 /// The reduce_op of that name (to_string's). @throws jobkit::error (invalid_argument) naming it
-reduce_op reduce_op_of(std::string_view name);
+JOBKIT_API reduce_op reduce_op_of(std::string_view name);
 
 /// Arithmetic types, and std::vector or std::array of them (reduced element by element).
 template <class T>
@@ -73,12 +75,9 @@ template <class R, class B>
 concept bulk_source = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
     std::same_as<std::ranges::range_value_t<R>, std::ranges::range_value_t<B>>;
 
-class group;
 namespace detail {
-/// The group over a state that the transport made (the runtime's groups, a split, the tests'
-/// in-process groups): not for users, who get groups from a runtime.
-group group_over(std::shared_ptr<group_state> state);
-struct exchange;  // the transport's (src/transport/exchange.hpp)
+struct group_state;   // what a group holds (src/collectives/group_state.hpp)
+struct group_access;  // the one way to its private constructor: groups come from a runtime
 }  // namespace detail
 
 /// A set of ranks that run collectives together: the world, a node, one rank per node, an
@@ -88,7 +87,7 @@ struct exchange;  // the transport's (src/transport/exchange.hpp)
 ///
 /// Sending a value: see jobkit::sendable. Copies share the same connections; not thread-safe:
 /// one collective at a time per group.
-class group {
+class JOBKIT_API group {
  public:
   /// This process's rank within the group (its position in world_ranks()).
   int rank() const noexcept;
@@ -237,10 +236,10 @@ class group {
   void setup(call_options options = {}, std::source_location site = std::source_location::current());
 
  private:
-  /// Runs one collective on the transport; the entries this member receives.
-  std::vector<detail::rank_bytes> run(const detail::collective_call& call);
-  /// run, for the transport's exchange over this call (the group's own kinds over buffers).
-  std::vector<detail::rank_bytes> run(const detail::collective_call& call, const detail::exchange& ex);
+  /// Runs one collective on the transport; the entries this member receives. The kinds over
+  /// buffers (run_into) pass the members' buffer and, for all_gather_into, each member's piece.
+  std::vector<detail::rank_bytes> run(const detail::collective_call& call, std::span<std::byte> buffer = {},
+                                      std::size_t piece = 0);
   /// An exchange of a kind over the members' buffers (broadcast_into, all_gather_into).
   void run_into(detail::exchange_kind kind, std::string name, std::span<std::byte> buffer, std::size_t piece, int root,
                 std::chrono::milliseconds timeout, const std::source_location& site);
@@ -274,14 +273,14 @@ class group {
   T fold_in_rank_order(detail::collective_call& call, const T& value, Combine combine);
 
   explicit group(std::shared_ptr<detail::group_state> state);
-  friend group detail::group_over(std::shared_ptr<detail::group_state> state);
+  friend struct detail::group_access;
 
   std::shared_ptr<detail::group_state> state_;
 };
 
 /// @name Collectives over every rank of the job (world())
 ///@{
-group& world();
+JOBKIT_API group& world();
 
 inline void barrier(call_options options = {}, std::source_location site = std::source_location::current()) {
   world().barrier(options, site);
@@ -383,15 +382,15 @@ reduce_and_broadcast(Map&& map, Reduce&& reduce, call_options options = {},
 /// A group of the listed world ranks; group rank i is world_ranks[i].
 /// @throws jobkit::error (invalid_argument) on duplicates, out-of-range ranks, or when the
 /// calling rank is not listed
-group make_group(const std::vector<int>& world_ranks, call_options options = {});
+JOBKIT_API group make_group(const std::vector<int>& world_ranks, call_options options = {});
 /// The ranks on this process's node (cached).
-group& node_group();
+JOBKIT_API group& node_group();
 /// One rank per node: local rank 0 of every node (cached). Only those ranks may call it.
-group& node_leaders_group();
+JOBKIT_API group& node_leaders_group();
 /// The step's ranks of this process's heterogeneous-job component (identity::component), in
 /// component-rank order (cached); the whole step outside a heterogeneous job. Every rank of the
 /// step calls it, each getting its own component's group.
-group& component_group();
+JOBKIT_API group& component_group();
 ///@}
 
 }  // namespace jobkit

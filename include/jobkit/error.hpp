@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "jobkit/export.hpp"
+
 namespace jobkit {
 
 /// What kind of failure a jobkit::error reports.
@@ -21,10 +23,10 @@ enum class errc {
 };
 
 /// Name of an error category, e.g. "invalid_environment".
-std::string_view to_string(errc code) noexcept;
+JOBKIT_API std::string_view to_string(errc code) noexcept;
 
 /// The one exception type jobkit throws; specific failures derive from it.
-class error : public std::runtime_error {
+class JOBKIT_API error : public std::runtime_error {
  public:
   /// @param native_status the status of the native library call that failed (0 when none)
   error(errc code, const std::string& message, int native_status = 0);
@@ -39,7 +41,7 @@ class error : public std::runtime_error {
 };
 
 /// A blocking operation ran past its deadline.
-class timeout_error : public error {
+class JOBKIT_API timeout_error : public error {
  public:
   explicit timeout_error(const std::string& message, int native_status = 0)
       : error(errc::timeout, message, native_status) {}

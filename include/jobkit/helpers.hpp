@@ -26,6 +26,7 @@
 
 #include "jobkit/collectives.hpp"
 #include "jobkit/detail/sections.hpp"
+#include "jobkit/export.hpp"
 #include "jobkit/runtime.hpp"
 
 namespace jobkit {
@@ -59,7 +60,7 @@ struct no_post {
 };
 
 /// "rank 3 (c1)" for this process.
-std::string describe_self();
+JOBKIT_API std::string describe_self();
 
 /// Runs fn; if it throws, fails the collective `g`'s other members wait in with the exception's
 /// message (naming this rank and the helper's call site), then rethrows.
@@ -78,7 +79,7 @@ decltype(auto) run_or_abort(group& g, F& fn, const std::string& helper, const st
 
 /// Whether a helper called inside an enclosing section may just run its callable here.
 /// @throws jobkit::error when the nesting is not allowed (see the rule at the top of the file)
-bool nested_runs_directly(section_kind wanted, const char* helper, const std::source_location& site);
+JOBKIT_API bool nested_runs_directly(section_kind wanted, const char* helper, const std::source_location& site);
 
 template <class R>
 using stored_t = std::conditional_t<std::is_void_v<R>, bool, R>;
@@ -285,7 +286,8 @@ namespace detail {
 /// The round (0, 1, ...) in which this rank runs, and the number of rounds, for do_n_at_a_time.
 /// Ranks are ordered by (local rank, node), so that each round spreads over the nodes; with no n
 /// the rounds are the local ranks: exactly one rank per node at a time, whatever the layout.
-std::pair<int, int> n_at_a_time_round(std::optional<int> n, call_options options, const std::source_location& site);
+JOBKIT_API std::pair<int, int> n_at_a_time_round(std::optional<int> n, call_options options,
+                                                 const std::source_location& site);
 }  // namespace detail
 
 /// fn() on every rank, at most n ranks at a time (default: one rank per node at a time, for any
@@ -324,6 +326,6 @@ R do_n_at_a_time(F&& fn, int n, call_options options = {},
 /// `dir` and every rank looks which probes it sees: ranks that see the same set share a file
 /// system (the dev cluster's work tree is shared; its /tmp is per node).
 /// @throws jobkit::error naming dir when it cannot be written, or the variable when malformed
-int fs_local_rank(const std::filesystem::path& dir, call_options options = {});
+JOBKIT_API int fs_local_rank(const std::filesystem::path& dir, call_options options = {});
 
 }  // namespace jobkit

@@ -3,6 +3,8 @@
 #include <string>
 #include <string_view>
 
+#include "jobkit/export.hpp"
+
 namespace jobkit {
 
 /// Where the values of an identity came from, in discovery order.
@@ -15,7 +17,7 @@ enum class identity_source {
 };
 
 /// "pmix", "pmi2", "slurm", "torchrun" or "default".
-std::string_view to_string(identity_source source) noexcept;
+JOBKIT_API std::string_view to_string(identity_source source) noexcept;
 
 /// Who this process is in its job step. A plain value: cheap to copy, compare and print.
 struct identity {
@@ -56,12 +58,12 @@ struct identity {
 /// One readable line: "rank 4/7 local 0/2 node 1/3 host c2 job 17 step 0 (pmix)"; a requeued
 /// job adds "restart 2", an array task "array 16_3", a heterogeneous job "component 1/2 rank 2/3
 /// on c[2-3]".
-std::string to_string(const identity& id);
+JOBKIT_API std::string to_string(const identity& id);
 
 /// One JSON object with the keys rank, world_size, local_rank, local_world_size, node_rank,
 /// num_nodes, hostname, job_id, step_id, restart_count, array_job_id and array_task_id (null
 /// outside an array job), component, num_components, component_rank, component_size,
 /// component_nodes, source.
-std::string to_json(const identity& id);
+JOBKIT_API std::string to_json(const identity& id);
 
 }  // namespace jobkit

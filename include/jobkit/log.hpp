@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "jobkit/export.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit {
@@ -14,11 +15,11 @@ namespace jobkit {
 enum class log_level { debug, info, warning, error, off };
 
 /// "DEBUG", "INFO", "WARNING", "ERROR" or "OFF".
-std::string_view to_string(log_level level) noexcept;
+JOBKIT_API std::string_view to_string(log_level level) noexcept;
 
 /// Which ranks emit DEBUG and INFO lines: "all", "main" (rank 0), "local-main" (local rank 0 of
 /// every node) or a list of ranks and ranges such as "0,3-5".
-class rank_filter {
+class JOBKIT_API rank_filter {
  public:
   /// The default: the main rank only.
   rank_filter() = default;
@@ -35,7 +36,7 @@ class rank_filter {
 };
 
 /// What a logger prints and where.
-struct log_config {
+struct JOBKIT_API log_config {
   log_level level = log_level::info;
   rank_filter ranks;
   /// fmt-style pattern put before every line; fields: {rank} {world_size} {local_rank}
@@ -51,7 +52,7 @@ struct log_config {
 /// A rank-aware line logger. DEBUG and INFO lines come from the ranks the filter admits, WARNING
 /// and ERROR from every rank. Each line is written with one write(2), so lines of ranks sharing a
 /// file or pipe never interleave mid-line. Thread-safe.
-class logger {
+class JOBKIT_API logger {
  public:
   /// @param fd where lines go (stderr by default); not owned
   /// @throws jobkit::error when config.prefix is not a valid pattern
@@ -95,13 +96,13 @@ class logger {
 
 /// The process-wide logger: the identity of default_runtime() (made by the first use, when no
 /// runtime is in use), configured from the environment.
-const logger& default_logger();
+JOBKIT_API const logger& default_logger();
 
 /// "[rank: R] message" (the Lightning / SpeechBrain format); the message unchanged when no
 /// launcher was detected.
-std::string rank_prefixed_message(std::string_view message, const identity& id);
+JOBKIT_API std::string rank_prefixed_message(std::string_view message, const identity& id);
 /// As above, with this process's identity.
-std::string rank_prefixed_message(std::string_view message);
+JOBKIT_API std::string rank_prefixed_message(std::string_view message);
 
 /// fmt-style logging through default_logger().
 namespace log {

@@ -4,6 +4,7 @@
 // Exists only in builds with CUDA and NCCL (JOBKIT_HAS_NCCL in <jobkit/config.hpp>).
 
 #include "jobkit/config.hpp"
+#include "jobkit/export.hpp"
 
 #if !JOBKIT_HAS_NCCL
 #error "jobkit was built without NCCL: <jobkit/nccl.hpp> needs -Dnccl=enabled (CUDA and NCCL found)"
@@ -40,13 +41,13 @@ struct device_info {
 
 /// The devices this process sees. @throws jobkit::error (cuda) naming the rank when CUDA fails,
 /// e.g. no device or no driver
-std::vector<device_info> visible_devices();
+JOBKIT_API std::vector<device_info> visible_devices();
 
 /// The device rule, honouring Slurm's GPU binding: a task that sees exactly one device uses it;
 /// a task that sees at least local_world_size devices uses local_rank; anything else is an error
 /// that names the rank, what it sees, CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS. Defined without CUDA
 /// (src/nccl/device_rule.cpp): the Python module's jobkit.select_device is this rule.
-int select_device(int visible_count, int local_rank, int local_world_size);
+JOBKIT_API int select_device(int visible_count, int local_rank, int local_world_size);
 
 /// One rank's choice, for the duplicate check and jobkit doctor.
 struct device_choice {
@@ -59,17 +60,17 @@ struct device_choice {
 
 /// A readable table of the devices chosen by more than one rank of a node, or nothing when every
 /// choice is unique.
-std::optional<std::string> duplicate_devices(const std::vector<device_choice>& choices);
+JOBKIT_API std::optional<std::string> duplicate_devices(const std::vector<device_choice>& choices);
 
 /// Gathers every node-mate's choice (collective over `node`) and throws jobkit::error with the
 /// duplicate_devices table on every member when two ranks chose the same GPU.
-void check_unique_devices(group& node, const device_choice& mine, call_options options = {});
+JOBKIT_API void check_unique_devices(group& node, const device_choice& mine, call_options options = {});
 
 /// The ncclUniqueIds of a communicator over every rank of the job: ceil(world / ranks_per_root)
 /// of them, each made by its root rank (spread evenly over the ranks), all handed to every rank
 /// in one PMIx put + collecting fence + get. Collective over all ranks. For callers that
 /// initialise NCCL themselves; communicator uses it. A fresh PMIx key is used on every call.
-std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root = 128, call_options options = {});
+JOBKIT_API std::vector<ncclUniqueId> share_unique_ids(int ranks_per_root = 128, call_options options = {});
 
 /// How long each phase of a communicator's creation took on this rank.
 struct init_timing {
@@ -91,7 +92,7 @@ struct communicator_options {
 /// The version of the NCCL this process uses (ncclGetVersion: 22809 for 2.28.9). libjobkit loads
 /// libnccl at its first NCCL call, this one included. @throws jobkit::error (nccl) when no
 /// libnccl of jobkit's major version can be loaded, naming what was tried
-int runtime_version();
+JOBKIT_API int runtime_version();
 
 /// A move-only NCCL communicator. Its end (destructor, move assignment) never waits without a
 /// bound: it is aborted (ncclCommAbort) when it saw a failure (any of its NCCL or CUDA calls
@@ -100,7 +101,7 @@ int runtime_version();
 /// otherwise it is finalised (ncclCommFinalize, polled) and destroyed within the deadline it was
 /// made with (communicator_options::call, default JOBKIT_TIMEOUT), and aborted when that passes.
 /// docs/nccl.md#teardown gives the NCCL rules this follows.
-class communicator {
+class JOBKIT_API communicator {
  public:
   /// Collective over every rank of the job: selects and sets this rank's device, checks that no
   /// two ranks of a node chose the same GPU, hands the ncclUniqueId(s) from the root rank(s) to

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/export.hpp"
 
 namespace jobkit {
 
@@ -24,7 +25,7 @@ enum class stop_reason {
 };
 
 /// "none", "signal" or "time_limit".
-std::string_view to_string(stop_reason reason) noexcept;
+JOBKIT_API std::string_view to_string(stop_reason reason) noexcept;
 
 /// What the ranks agreed on; the same on every member.
 struct stop_cause {
@@ -38,7 +39,7 @@ struct stop_cause {
 };
 
 /// "SIGTERM on rank 3", "12 s left, below the margin", "none".
-std::string to_string(const stop_cause& cause);
+JOBKIT_API std::string to_string(const stop_cause& cause);
 
 struct stop_options {
   /// The signals that request a stop. Slurm sends SIGTERM on pre-emption (after SIGCONT; SIGKILL
@@ -70,7 +71,7 @@ struct stop_options {
 ///       train(step);
 ///       if (stop.stop_requested()) { save(step); break; }
 ///     }
-class stop_guard {
+class JOBKIT_API stop_guard {
  public:
   /// @throws jobkit::error (invalid_argument) on a bad option
   explicit stop_guard(stop_options options = {}, group members = world());
@@ -95,7 +96,7 @@ class stop_guard {
 
 /// stop_guard::stop_requested() of a process-wide stop_guard over the world with default
 /// options, created on the first call. Collective over all ranks.
-bool stop_requested(std::source_location site = std::source_location::current());
+JOBKIT_API bool stop_requested(std::source_location site = std::source_location::current());
 
 /// The time this job has left before its time limit. From SLURM_JOB_END_TIME when it is set
 /// (Slurm 23.02 and later; no libslurm needed; its value at the step's launch, so a later
@@ -107,7 +108,7 @@ bool stop_requested(std::source_location site = std::source_location::current())
 /// JOBKIT_LIBSLURM and SLURM_CONF keep their values). Never ends or stalls the caller, whatever
 /// libslurm does.
 /// @throws jobkit::error (invalid_environment) when SLURM_JOB_ID or SLURM_JOB_END_TIME is malformed
-std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age = std::chrono::seconds(60));
+JOBKIT_API std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age = std::chrono::seconds(60));
 
 /// Asks Slurm to requeue this job (SLURM_JOB_ID: for an array job, this task only). Slurm then
 /// ends the job (SIGTERM to every task, SIGKILL after KillWait) and starts it again once
@@ -118,6 +119,6 @@ std::optional<std::chrono::seconds> time_left(std::chrono::seconds max_age = std
 ///         refuses, e.g. a job submitted with --no-requeue, or libslurm gave no answer (none
 ///         found, a soname jobkit does not know, libslurm exited, e.g. without a Slurm
 ///         configuration, or the deadline passed: the message names the cause)
-void requeue();
+JOBKIT_API void requeue();
 
 }  // namespace jobkit

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/export.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit {
@@ -27,7 +28,7 @@ struct network_address {
 /// The launcher connection is reference-counted, so several runtimes, and MPI_Init/MPI_Finalize,
 /// may coexist in one process. The first runtime alive is the process's runtime in use
 /// (default_runtime()) while it lives. Move-only.
-class runtime {
+class JOBKIT_API runtime {
  public:
   /// @throws jobkit::error when the environment is malformed or contradicts PMIx, or PMIx fails.
   runtime();
@@ -69,24 +70,24 @@ class runtime {
 /// the helpers, checkpoints, workspaces, NCCL communicators and the library's own log lines all
 /// use it, so a program that made its own runtime has one PMIx client, not two.
 /// @throws jobkit::error on first use without a runtime in use, as runtime::runtime().
-runtime& default_runtime();
+JOBKIT_API runtime& default_runtime();
 
 /// The identity of this process (default_runtime().identity()).
-const identity& current_identity();
+JOBKIT_API const identity& current_identity();
 
 /// @name Seed-compatible getters on the process-wide runtime
 /// Without a launcher they return the documented single-rank defaults:
 /// rank 0, world size 1, local rank 0, local world size 1, node rank 0, one node.
 ///@{
-int rank();
-int world_size();
-int local_rank();
-int local_world_size();
-int node_rank();
-int num_nodes();
-bool is_main_process();
-bool is_local_main_process();
-bool is_distributed();
+JOBKIT_API int rank();
+JOBKIT_API int world_size();
+JOBKIT_API int local_rank();
+JOBKIT_API int local_world_size();
+JOBKIT_API int node_rank();
+JOBKIT_API int num_nodes();
+JOBKIT_API bool is_main_process();
+JOBKIT_API bool is_local_main_process();
+JOBKIT_API bool is_distributed();
 ///@}
 
 }  // namespace jobkit

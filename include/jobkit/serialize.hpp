@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "jobkit/error.hpp"
+#include "jobkit/export.hpp"
 
 namespace jobkit {
 
@@ -45,7 +46,7 @@ class byte_writer {
 };
 
 /// Bytes received from another rank.
-class byte_reader {
+class JOBKIT_API byte_reader {
  public:
   explicit byte_reader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
   /// @throws jobkit::error (internal) when fewer than size bytes are left
@@ -299,7 +300,7 @@ template <sendable T>
 T from_bytes(std::span<const std::byte> bytes);
 
 namespace detail {
-[[noreturn]] void throw_trailing_bytes(std::size_t remaining);
+[[noreturn]] JOBKIT_API void throw_trailing_bytes(std::size_t remaining);
 }
 
 template <sendable T>

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "jobkit/collectives.hpp"
+#include "jobkit/export.hpp"
 #include "jobkit/identity.hpp"
 
 namespace jobkit {
@@ -52,7 +53,7 @@ struct rank_state {
 ///   destructor removes this rank's files, and the last member's destructor the directory.
 ///
 /// write() and read() may run in different threads at once; neither copyable nor movable.
-class workspace {
+class JOBKIT_API workspace {
  public:
   /// @param root a directory all members see; created (with its parents) when missing
   /// @param members the group that shares the workspace (a handle: copies share connections)
@@ -104,7 +105,7 @@ enum class gather_route {
 };
 
 /// "shared_memory", "workspace" or "collectives".
-std::string_view to_string(gather_route route) noexcept;
+JOBKIT_API std::string_view to_string(gather_route route) noexcept;
 
 /// Only the first member's workspace and collective_max_bytes count: every member takes the
 /// route they decide.
@@ -140,10 +141,10 @@ struct gather_result {
 /// A failure on any member (an error, a death, a deadline) makes every member throw a
 /// jobkit::error; the failing rank throws its own error. Errors of the collectives inside name
 /// `site`.
-gather_result node_local_gather(std::span<const std::byte> mine, group members, gather_options options = {},
-                                std::source_location site = std::source_location::current());
-gather_result node_local_gather(std::string_view config, std::span<const std::byte> payload, group members,
-                                gather_options options = {},
-                                std::source_location site = std::source_location::current());
+JOBKIT_API gather_result node_local_gather(std::span<const std::byte> mine, group members, gather_options options = {},
+                                           std::source_location site = std::source_location::current());
+JOBKIT_API gather_result node_local_gather(std::string_view config, std::span<const std::byte> payload, group members,
+                                           gather_options options = {},
+                                           std::source_location site = std::source_location::current());
 
 }  // namespace jobkit

@@ -9,11 +9,12 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/group_state.hpp"
 #include "core/embedder.hpp"
 #include "core/failure.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/detail/sections.hpp"
-#include "transport/transport.hpp"
+#include "transport/exchange.hpp"
 #include "where/record.hpp"
 #include "where/settings.hpp"
 #include "where/watch.hpp"
@@ -63,7 +64,7 @@ where_call where_of(const detail::group_state& state, const detail::collective_c
 
 group::group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
 
-group detail::group_over(std::shared_ptr<group_state> state) { return group(std::move(state)); }
+group detail::group_access::over(std::shared_ptr<group_state> state) { return group(std::move(state)); }
 
 int group::rank() const noexcept { return state_->rank; }
 int group::size() const noexcept { return static_cast<int>(state_->world_ranks.size()); }
@@ -121,11 +122,11 @@ void group::connect(const detail::collective_call& call) {
   detail::raise(state.failure->code, state.failure->reason, state.failure->native_status);
 }
 
-std::vector<detail::rank_bytes> group::run(const detail::collective_call& call) {
-  return run(call, detail::exchange(call));
-}
-
-std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, const detail::exchange& ex) {
+std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, std::span<std::byte> buffer,
+                                           std::size_t piece) {
+  detail::exchange ex(call);
+  ex.buffer = buffer;
+  ex.piece = piece;
   const auto began = std::chrono::steady_clock::now();
   auto described = where_of(*state_, call);
   const where::call_scope recorded(described.recorded);
@@ -145,10 +146,7 @@ void group::run_into(detail::exchange_kind kind, std::string name, std::span<std
                      int root, std::chrono::milliseconds timeout, const std::source_location& site) {
   auto call = make_call(kind, std::move(name), timeout, site);
   call.root = root;
-  detail::exchange ex(call);
-  ex.buffer = buffer;
-  ex.piece = piece;
-  run(call, ex);
+  run(call, buffer, piece);
 }
 
 void group::place_own_part(std::span<const std::byte> mine, std::span<std::byte> all,

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "collectives/group_state.hpp"
 #include "core/timeout.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
@@ -22,7 +23,9 @@
 #include "transport/tree.hpp"
 
 namespace jobkit {
-struct runtime::impl {
+// Hidden although jobkit::runtime is exported: its typeinfo and vtables (world_connector's, the
+// subgroup maker's std::function) are not part of the library's ABI.
+struct __attribute__((visibility("hidden"))) runtime::impl {
   std::optional<detail::pmix_session> pmix;
   std::optional<detail::pmi2_session> pmi2;  // where no PMIx server is advertised (srun --mpi=pmi2)
   jobkit::identity id;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/timeout.hpp"
 #include "network/fabric.hpp"
 #include "transport/transport.hpp"
 #include "transport/tree_context.hpp"
@@ -70,16 +71,5 @@ class tcp_tree final : public transport, private abort_spreader {
   std::unique_ptr<tree_node> node_;    // empty when alone on its node
   std::unique_ptr<tree_links> links_;  // empty on a node-mate (not its node's leader)
 };
-
-/// The state of a group of these world ranks over a new tcp_tree (collective over the members).
-/// Its split makes groups with make_subgroup, by default through the same fabric, which must
-/// outlive them. The first group of every rank of an unsettled fabric (the world) settles it
-/// after its first exchange (settle_after_first_exchange).
-std::shared_ptr<group_state> make_tcp_group_state(tcp_fabric& fabric, const std::vector<int>& members,
-                                                  const time_bound& bound, subgroup_maker make_subgroup = {});
-
-/// The state of a group whose only member is this process (world rank `world_rank`): what a
-/// single-rank job uses, with no launcher and no sockets. Its split makes groups of one too.
-std::shared_ptr<group_state> make_single_rank_group_state(int world_rank, const std::string& hostname);
 
 }  // namespace jobkit::detail

@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "transport/tree.hpp"
+#include "collectives/group_state.hpp"
 
 namespace test_support {
 

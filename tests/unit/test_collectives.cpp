@@ -19,11 +19,10 @@
 #include <vector>
 
 #include "../catch.hpp"
+#include "collectives/group_state.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/runtime.hpp"
 #include "support.hpp"
-#include "transport/transport.hpp"
-#include "transport/tree.hpp"
 
 using namespace std::chrono_literals;
 using jobkit::group;

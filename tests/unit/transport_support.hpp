@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "../catch.hpp"
+#include "collectives/group_state.hpp"
 #include "inprocess_groups.hpp"
 #include "jobkit/collectives.hpp"
 #include "network/fabric.hpp"

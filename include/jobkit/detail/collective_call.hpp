@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "jobkit/export.hpp"
+
 namespace jobkit::detail {
 
 /// One rank's bytes; rank is the rank in the group.
@@ -65,9 +67,7 @@ struct collective_call {
   std::function<std::vector<rank_bytes>(std::vector<rank_bytes>&)> finish;
 };
 
-struct group_state;
-
 /// "file.cpp:42": a call site as errors name it.
-std::string site_text(const std::source_location& site);
+JOBKIT_API std::string site_text(const std::source_location& site);
 
 }  // namespace jobkit::detail

@@ -8,6 +8,8 @@
 #include <source_location>
 #include <string>
 
+#include "jobkit/export.hpp"
+
 namespace jobkit::detail {
 
 enum class section_kind {
@@ -17,7 +19,7 @@ enum class section_kind {
 };
 
 /// Marks the calling thread as inside a section for its lifetime.
-class section_guard {
+class JOBKIT_API section_guard {
  public:
   section_guard(section_kind kind, std::string helper, const std::source_location& site);
   ~section_guard();
@@ -30,6 +32,6 @@ struct section_info {
   section_kind kind;
   std::string where;
 };
-std::optional<section_info> current_section();
+JOBKIT_API std::optional<section_info> current_section();
 
 }  // namespace jobkit::detail
