@@ -426,16 +426,24 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
   const auto until = start + timeout;
   backoff pauses(std::chrono::milliseconds(5), std::chrono::milliseconds(100));
   while (true) {
-    // The server holds the read for the time left (a node-mate slow to its first collective, e.g.
-    // a long import, is waited for), not its 2 s default.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    auto found = get_each(self_.nspace, key, {rank}, rank + 1, left, until, while_waiting);
+    // The server holds the read (a node-mate slow to its first collective, e.g. a long import, is
+    // waited for), not for its 2 s default but for at most held_read at a time: a read that a
+    // server held for an earlier process of the same rank (one that ended without the key; the
+    // rank's next process then commits it) is never answered, and a new read finds the key.
+    const auto asked = std::chrono::steady_clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - asked);
+    auto found = get_each(self_.nspace, key, {rank}, rank + 1, std::min(left, held_read), until, while_waiting);
     const auto i = static_cast<std::size_t>(rank);
     const auto status = found.status[i];
     const auto now = std::chrono::steady_clock::now();
     if (const auto pause = pauses.next(); !found.bytes[i] && status == PMIX_ERR_NOT_FOUND && now + pause < until) {
       if (while_waiting) while_waiting();
       pause_until(pause, until);
+      continue;
+    }
+    // This read's own time ran out, not the deadline: asked again.
+    if (!found.bytes[i] && status == PMIX_ERR_TIMEOUT && left > held_read &&
+        now >= asked + held_read - std::chrono::milliseconds(100) && now + std::chrono::milliseconds(200) < until) {
       continue;
     }
     // Slurm ends a direct get that its owner has not answered after SLURM_PMIX_TIMEOUT (measured
