@@ -427,9 +427,10 @@ std::vector<std::byte> pmix_session::await(int rank, const std::string& key, std
   backoff pauses(std::chrono::milliseconds(5), std::chrono::milliseconds(100));
   while (true) {
     // The server holds the read (a node-mate slow to its first collective, e.g. a long import, is
-    // waited for), not for its 2 s default but for at most held_read at a time: a read that a
-    // server held for an earlier process of the same rank (one that ended without the key; the
-    // rank's next process then commits it) is never answered, and a new read finds the key.
+    // waited for), not for its 2 s default but for at most held_read at a time, then asked again:
+    // a node-mate's read of a key that its rank's next process committed was once never answered
+    // (Slurm 22.05, PMIx 4.2, under load; likely held for the rank's earlier process), and a new
+    // read is a new request.
     const auto asked = std::chrono::steady_clock::now();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - asked);
     auto found = get_each(self_.nspace, key, {rank}, rank + 1, std::min(left, held_read), until, while_waiting);

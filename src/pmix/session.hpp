@@ -56,8 +56,8 @@ class pmix_session final : public rendezvous {
   /// answers once `rank` committed the key (Slurm and PRRTE hold the request until then). Under
   /// PMIx 4.2 a rank of this node that has not yet reached its server is answered NOT-FOUND at
   /// once: tried again (5 ms, doubling to 100 ms) until the deadline. Each read is held at most
-  /// held_read, then asked again: a read held for a rank's earlier process (one rank, many
-  /// processes: docs/architecture.md) is never answered once the next process commits the key.
+  /// held_read, then asked again (a node-mate's read of a key its rank's next process committed was
+  /// once never answered: one rank, many processes, docs/architecture.md).
   static constexpr std::chrono::milliseconds held_read{5000};
   std::vector<std::byte> await(int rank, const std::string& key, std::chrono::milliseconds timeout,
                                const std::function<void()>& while_waiting = {}) override;
