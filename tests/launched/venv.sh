@@ -108,7 +108,7 @@ rc=${PIPESTATUS[0]}
 
 cp "$here/ddp_check.py" "$work/check/" || fail "cannot copy ddp_check.py"
 clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK
-  -u JOBKIT_TORCH_VARIABLES -u JOBKIT_ENDPOINT_GENERATION)
+  -u JOBKIT_TORCH_VARIABLES)
 step=(timeout 600 srun --mpi=pmix --kill-on-bad-exit=1 --chdir="$work/check")
 uneven=(-N3 -n7)                          # 5+1+1
 cyclic=(-N3 -n8 --distribution=cyclic)    # 6+1+1, ranks dealt cyclically
