@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "core/fnv1a.hpp"
+
 namespace jobkit::detail {
 
 std::string job_step_tag(const identity& id, int pid) {
@@ -21,11 +23,10 @@ std::string workspace_directory_name(std::string_view purpose, const identity& i
                                      int pid) {
   auto name = fmt::format("jobkit-{}-{}", purpose, job_step_tag(id, pid));
   if (static_cast<int>(world_ranks.size()) == id.world_size) return name;
-  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a over the ranks' bytes
+  std::uint64_t hash = fnv1a_basis;  // over the ranks' bytes, lowest first
   for (const int r : world_ranks) {
     for (int shift = 0; shift < 32; shift += 8) {
-      hash ^= (static_cast<std::uint32_t>(r) >> shift) & 0xffU;
-      hash *= 0x100000001b3ULL;
+      hash = fnv1a(hash, static_cast<unsigned char>((static_cast<std::uint32_t>(r) >> shift) & 0xffU));
     }
   }
   return fmt::format("{}-g{:016x}", name, hash);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/fnv1a.hpp"
 #include "core/names.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
@@ -151,15 +152,8 @@ task_of_process task_of(const environment& env, int parent_pid) {
     const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), pid);
     if (ec == std::errc{} && end == text->data() + text->size() && pid > 0) task.pid = pid;
   }
-  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a over the values and their ends
-  const auto mix = [&](std::string_view value) {
-    for (const char c : value) {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 0x100000001b3ULL;
-    }
-    hash ^= 0xffU;
-    hash *= 0x100000001b3ULL;
-  };
+  std::uint64_t hash = fnv1a_basis;  // over the values, each ended by 0xff
+  const auto mix = [&](std::string_view value) { hash = fnv1a(fnv1a(hash, value), 0xffU); };
   mix(std::to_string(task.pid));
   for (const char* name : {"SLURM_SRUN_COMM_PORT", "SLURM_STEP_LAUNCHER_PORT"}) mix(env.get(name).value_or(""));
   task.stamp = hash;

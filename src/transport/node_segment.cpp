@@ -24,6 +24,7 @@
 #include <ctime>
 
 #include "core/environment.hpp"
+#include "core/fnv1a.hpp"
 
 namespace jobkit::detail {
 
@@ -178,9 +179,7 @@ node_segment::slot& node_segment::member(int index) noexcept {
 }
 
 std::uint64_t node_segment::name_hash(std::string_view name) noexcept {
-  std::uint64_t hash = 0xcbf29ce484222325;
-  for (const char c : name.substr(0, text_capacity)) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3;
-  return hash;
+  return fnv1a(fnv1a_basis, name.substr(0, text_capacity));
 }
 
 const node_segment::part& node_segment::latest_part(int index) noexcept {
