@@ -51,8 +51,7 @@ fabric_settings settings_for(const identity& self) {
   return settings;
 }
 
-tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::milliseconds timeout,
-                       fabric_settings settings)
+tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, const time_bound& bound, fabric_settings settings)
     : rank_(self.rank),
       world_size_(self.world_size),
       log_(self),
@@ -62,7 +61,7 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, std::chrono::millis
       acceptor_(settings_.addresses, secret_, self.world_size, settings_.handshake_timeout, settings_.silence_limit,
                 log_),
       directory_(rv, self, endpoint_of_self(self, acceptor_.port(), settings_, secret_), settings_.endpoint_key,
-                 timeout, settings_.silence_limit, log_),
+                 bound, settings_.silence_limit, log_),
       connector_(self.rank, settings_.handshake_timeout, settings_.silence_limit, log_) {}
 
 tcp_fabric::~tcp_fabric() = default;

@@ -60,7 +60,7 @@ std::vector<interface_address> endpoint_interfaces(const identity& self);
 class tcp_fabric {
  public:
   /// @throws jobkit::error when the socket or the exchange fails or times out
-  tcp_fabric(rendezvous& rv, const identity& self, std::chrono::milliseconds timeout, fabric_settings settings);
+  tcp_fabric(rendezvous& rv, const identity& self, const time_bound& bound, fabric_settings settings);
   ~tcp_fabric();
   tcp_fabric(const tcp_fabric&) = delete;
   tcp_fabric& operator=(const tcp_fabric&) = delete;

@@ -221,7 +221,7 @@ void pmi2_session::put(const std::string& key, std::span<const std::byte> bytes)
   }
 }
 
-void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+void pmi2_session::fence(const time_bound& bound, const std::function<void()>& while_waiting) {
   auto& c = *connection_;
   {
     std::lock_guard lock(c.mutex);
@@ -248,18 +248,18 @@ void pmi2_session::fence(std::chrono::milliseconds timeout, const std::function<
   };
   std::optional<int> rc;
   try {
-    rc = call->wait(std::chrono::steady_clock::now() + timeout, while_waiting);
+    rc = call->wait(bound.deadline, while_waiting);
   } catch (...) {
     abandon("an earlier fence was abandoned while pending (PMI-2 cannot cancel one)");
     throw;
   }
   if (!rc) {
     abandon(fmt::format("an earlier fence timed out after {} ms and is still pending (PMI-2 cannot cancel one)",
-                        timeout.count()));
+                        bound.timeout.count()));
     throw timeout_error(fmt::format(
         "the PMI-2 fence over all ranks timed out after {} ms: a rank never arrived (it is late or stuck, or it "
         "exited before reaching jobkit: Slurm's mpi/pmi2 does not end a fence when a rank exits)",
-        timeout.count()));
+        bound.timeout.count()));
   }
   if (*rc != 0) {
     throw error(errc::pmix, fmt::format("PMI2_KVS_Fence failed: {}", pmi2_status_text(*rc)), *rc);

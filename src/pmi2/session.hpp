@@ -44,7 +44,7 @@ class pmi2_session final : public rendezvous {
   /// timeout; while_waiting runs every 50 ms on the calling thread.
   /// A rank that exits before its fence does not end the others' (Slurm does not tell PMI-2
   /// clients): only the deadline does, or srun --kill-on-bad-exit=1 ending the step.
-  void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
+  void fence(const time_bound& bound, const std::function<void()>& while_waiting = {}) override;
   /// PMI2_KVS_Get: a request to the node's slurmstepd, which answers from what the last fence
   /// brought (it does not wait for a rank); timeout and while_waiting are not used.
   std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,

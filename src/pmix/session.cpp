@@ -187,14 +187,14 @@ std::mutex fence_order;
 
 }  // namespace
 
-void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+void pmix_session::fence(const time_bound& bound, const std::function<void()>& while_waiting) {
   const std::scoped_lock one_at_a_time(fence_order);
   pmix_status_t status = pmix_api().PMIx_Commit();
   if (status != PMIX_SUCCESS) {
     throw error(errc::pmix, fmt::format("PMIx_Commit failed: {}", pmix_status_text(status)), status);
   }
   auto wait = std::make_shared<fence_wait>();
-  wait->seconds = pmix_timeout_seconds(timeout);
+  wait->seconds = pmix_timeout_seconds(bound.left());
   load_info(wait->info[0], PMIX_COLLECT_DATA, &wait->collect, PMIX_BOOL);
   load_info(wait->info[1], PMIX_TIMEOUT, &wait->seconds, PMIX_INT);
   auto* handle = new std::shared_ptr<fence_wait>(wait);
@@ -203,7 +203,7 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
     delete handle;
     throw error(errc::pmix, fmt::format("PMIx_Fence_nb failed: {}", pmix_status_text(status)), status);
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = bound.deadline;
   std::unique_lock lock(wait->mutex);
   checked_wait(
       lock, wait->done_signal, deadline, [&] { return wait->done; }, while_waiting);
@@ -213,7 +213,7 @@ void pmix_session::fence(std::chrono::milliseconds timeout, const std::function<
   if (!wait->done || (wait->status == PMIX_ERR_TIMEOUT && past_deadline)) {
     throw timeout_error(fmt::format("the PMIx fence over all ranks timed out after {} ms: a rank never arrived "
                                     "(it is late or stuck, or it exited before reaching jobkit)",
-                                    timeout.count()),
+                                    bound.timeout.count()),
                         PMIX_ERR_TIMEOUT);
   }
   status = wait->status;

@@ -35,7 +35,7 @@ class pmix_session final : public rendezvous {
   /// One of jobkit's fences at a time per process (a process-wide lock). Fences are matched in
   /// call order, so no other user of PMIx in the process (MPI_Init runs several fences under Open
   /// MPI 5) may fence at the same time on another thread: that is the caller's to order.
-  void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) override;
+  void fence(const time_bound& bound, const std::function<void()>& while_waiting = {}) override;
   std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
                              const std::function<void()>& while_waiting = {}) override;
   /// Every rank's key. With a shared-memory store, through one PMIx_Get_nb per rank, all in flight

@@ -29,7 +29,7 @@ void raise_setup_failure(rendezvous& rv, const std::string& key, const identity&
 }
 
 endpoint_directory::endpoint_directory(rendezvous& rv, const identity& self, endpoint mine, std::string key,
-                                       std::chrono::milliseconds timeout, std::chrono::milliseconds silence_limit,
+                                       const time_bound& bound, std::chrono::milliseconds silence_limit,
                                        const logger& log)
     : rv_(rv), rank_(self.rank), key_(std::move(key)), silence_limit_(silence_limit) {
   const auto record = encode_endpoint(self.rank, mine);
@@ -62,10 +62,10 @@ endpoint_directory::endpoint_directory(rendezvous& rv, const identity& self, end
   }
   std::vector<std::vector<std::byte>> records;
   try {
-    rv.fence(timeout);
+    rv.fence(bound);
     // A fence that returned does not prove that every rank put its endpoint (Slurm 24.11: see
     // pmix_session::get_all), so a missing record is named like a missing rank at the fence.
-    records = rv.get_all(key_, self.world_size, timeout);
+    records = rv.get_all(key_, self.world_size, bound.left());
   } catch (const error& e) {
     raise_setup_failure(rv, key_, self, e);
   }

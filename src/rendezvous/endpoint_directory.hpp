@@ -26,10 +26,10 @@ namespace jobkit::detail {
 class endpoint_directory {
  public:
   /// Publishes `mine` under `key` and learns where every rank runs (the launcher's placement, or
-  /// every endpoint through one fence bounded by `timeout`).
+  /// every endpoint through one fence that ends by `bound`'s deadline).
   /// @throws jobkit::error when the placement contradicts this rank's identity, or the fence fails
-  endpoint_directory(rendezvous& rv, const identity& self, endpoint mine, std::string key,
-                     std::chrono::milliseconds timeout, std::chrono::milliseconds silence_limit, const logger& log);
+  endpoint_directory(rendezvous& rv, const identity& self, endpoint mine, std::string key, const time_bound& bound,
+                     std::chrono::milliseconds silence_limit, const logger& log);
 
   const job_placement& placement() const noexcept { return placement_; }
   /// The node (its name) of world rank `r`.

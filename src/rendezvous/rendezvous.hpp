@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/timeout.hpp"
+
 namespace jobkit::detail {
 
 /// Where the launcher placed every rank of the job.
@@ -45,8 +47,10 @@ class rendezvous {
   virtual void put(const std::string& key, std::span<const std::byte> bytes) = 0;
   /// Waits until every rank has fenced (a barrier across all ranks), then every earlier put is
   /// visible. While it waits, `while_waiting` runs every 50 ms; an exception from it ends the wait.
-  /// @throws jobkit::timeout_error after timeout
-  virtual void fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting = {}) = 0;
+  /// It waits until `bound`'s deadline (a call's, of which the fence is one part), and a timeout
+  /// names the call's timeout.
+  /// @throws jobkit::timeout_error at the deadline
+  virtual void fence(const time_bound& bound, const std::function<void()>& while_waiting = {}) = 0;
   /// A key that `rank` put before the last fence. @throws jobkit::error when it is missing,
   /// jobkit::timeout_error when no answer came within timeout (a fence that returned does not
   /// prove that every rank put its keys: Slurm 24.11, see pmix_session::get_all). While it waits,

@@ -93,7 +93,7 @@ struct __attribute__((visibility("hidden"))) runtime::impl {
       world_group();
       try {
         const auto settings = detail::settings_for(id);
-        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, bound.left(), settings);
+        auto created = std::make_unique<detail::tcp_fabric>(rendezvous, id, bound, settings);
         try {
           auto tree = std::make_unique<detail::tcp_tree>(*created, world_state->world_ranks, bound);
           tree->settle_after_first_exchange(*created);

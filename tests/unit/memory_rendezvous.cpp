@@ -17,10 +17,10 @@ void memory_rendezvous::put(const std::string& key, std::span<const std::byte> b
   store_->pending_[{rank_, key}].assign(bytes.begin(), bytes.end());
 }
 
-void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::function<void()>& while_waiting) {
+void memory_rendezvous::fence(const time_bound& bound, const std::function<void()>& while_waiting) {
   ++fences_;
   auto& s = *store_;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = bound.deadline;
   std::unique_lock lock(s.mutex_);
   const auto generation = s.generation_;
   if (++s.arrived_ == s.size_) {
@@ -43,7 +43,7 @@ void memory_rendezvous::fence(std::chrono::milliseconds timeout, const std::func
   if (!fenced) {
     --s.arrived_;
     throw jobkit::timeout_error(
-        fmt::format("rank {}: the rendezvous fence timed out after {} ms", rank_, timeout.count()));
+        fmt::format("rank {}: the rendezvous fence timed out after {} ms", rank_, bound.timeout.count()));
   }
 }
 
