@@ -28,9 +28,10 @@ struct checkpoint_options {
 ///
 /// Layout: `<root>/step-<N>/` (N zero-padded to 12 digits) is a complete step: `manifest.json`
 /// names every part file with its rank, host, size and CRC-32C, and `rank-<r>/` holds rank r's
-/// part. A save in progress lives in `<root>/step-<N>.partial.<job>.r<restart>/`: named by the
-/// job id and restart count of the attempt that writes it, so two jobs, or two attempts of one
-/// requeued job, never write into one directory.
+/// part. A save in progress lives in `<root>/step-<N>.partial.<job>.r<restart>.s<step>/`: named by
+/// the job id, restart count and Slurm step of the attempt that writes it, so two jobs, two
+/// attempts of one requeued job, or two steps of one job (`jobkit run`'s restarts), never write
+/// into one directory.
 ///
 /// The root may be on a shared file system (one committer: rank 0) or on node-local storage
 /// (one committer per node: its local rank 0; a step counts only once it is complete on every
@@ -105,6 +106,7 @@ class JOBKIT_API checkpoints {
   bool committer_ = false;
   std::vector<int> committer_of_;  ///< world rank -> world rank of its file system's committer
   std::string attempt_;            ///< "<job>.r<restart>"
+  std::string stage_tag_;          ///< "<job>.r<restart>.s<step>": this step's saves in progress
   std::optional<std::int64_t> pending_;
 };
 

@@ -199,6 +199,10 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
   const call_options call{detail::timeout_of(options_.timeout, "checkpoints")};
   const auto& id = current_identity();
   attempt_ = fmt::format("{}.r{}", id.job_id.empty() ? "nojob" : id.job_id, id.restart_count);
+  // A step of its own too: `jobkit run` restarts a failed step inside the same job attempt, and a
+  // save that the failed step left unfinished must count as another attempt's (retired, never
+  // written into again).
+  stage_tag_ = id.step_id.empty() ? attempt_ : fmt::format("{}.s{}", attempt_, id.step_id);
   auto& g = world();
 
   std::string problem;
@@ -240,7 +244,7 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
 }
 
 fs::path checkpoints::staging(std::int64_t step) const {
-  return root_ / fmt::format("{}.partial.{}", checkpoint_step_name(step), attempt_);
+  return root_ / fmt::format("{}.partial.{}", checkpoint_step_name(step), stage_tag_);
 }
 
 fs::path checkpoints::part(std::int64_t step) const {
@@ -264,7 +268,7 @@ std::vector<fs::path> checkpoints::retire_unwanted(bool own_attempt, bool old_st
     const auto partial = name.find(".partial.");
     if (partial == std::string::npos || !parse_checkpoint_step_name(name.substr(0, partial))) continue;
     const auto attempt = name.substr(partial + 9);
-    if (attempt.starts_with(job_attempts) && (own_attempt || attempt != attempt_)) {
+    if (attempt.starts_with(job_attempts) && (own_attempt || attempt != stage_tag_)) {
       retired.push_back(retire(entry.path(), attempt_));
     }
   }
