@@ -25,6 +25,7 @@
 #include "fold/folder.hpp"
 #include "fold/labels.hpp"
 #include "fold/srun_options.hpp"
+#include "fold_pump.hpp"
 
 namespace jobkit::cli {
 namespace {
@@ -125,116 +126,6 @@ step_size step_ranks(const fold_args& parsed, bool runs_srun) {
   return size;
 }
 
-/// One stream being folded: where it comes from, its engine, where it goes.
-struct stream {
-  int from;
-  int to;
-  fold::folder folder;
-  bool open = true;
-  bool writable = true;  // false once its reader went away: the step goes on, its output is dropped
-
-  void flush() {
-    auto& text = folder.output();
-    if (writable && !text.empty() && detail::write_file_all(to, text.data(), text.size()) != 0) writable = false;
-    text.clear();
-  }
-};
-
-// The signals srun gets from this process (the terminal's and Slurm's stop signals).
-constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-
-/// A signal srun gets by itself is not sent again: a terminal's (the kernel sends it to the whole
-/// foreground process group, srun included) and a slurmstepd's (Slurm signals every process of the
-/// batch step).
-bool srun_lacks_it(const detail::forwarded_signal& record) {
-  if (record.code == SI_KERNEL) return false;
-  if (record.code != SI_USER && record.code != SI_QUEUE) return true;
-  std::ifstream comm("/proc/" + std::to_string(record.sender) + "/comm");
-  std::string name;
-  return !(std::getline(comm, name) && name == "slurmstepd");
-}
-
-/// The command fold runs (srun) and how it ended, once reaped.
-struct command_run {
-  detail::child_process& child;
-  detail::signal_forwarder& forwarding;
-  std::optional<int> status;  // child_process::try_reap's, once reaped
-
-  void reap() {
-    if (!status) status = child.try_reap();
-  }
-};
-
-/// Ends fold by signal `number` (one that the child can no longer be given: it has exited, while
-/// its streams stay open in a process it left behind) after writing what is held.
-[[noreturn]] void end_by(int number, std::vector<stream>& streams) {
-  const auto now = fold::clock::now();
-  for (auto& s : streams) {
-    if (s.open) s.folder.finish(now);
-    s.flush();
-  }
-  ::signal(number, SIG_DFL);
-  sigset_t only;
-  sigemptyset(&only);
-  sigaddset(&only, number);
-  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
-  ::raise(number);
-  std::_Exit(128 + number);  // not reached: the default action of every forwarded signal ends the process
-}
-
-/// Reads the streams until each ends, folding, and until the command (if any) has exited and been
-/// reaped. A signal goes to the command while it runs, its streams closed or not; once it has
-/// exited, a signal ends fold itself, as it would without its handler.
-void pump(std::vector<stream>& streams, command_run* run) {
-  std::vector<char> buffer(1 << 16);
-  while (true) {
-    std::vector<pollfd> fds;
-    for (const auto& s : streams) fds.push_back({s.open ? s.from : -1, POLLIN, 0});
-    if (run != nullptr) {
-      fds.push_back({run->status ? -1 : run->child.end_fd(), POLLIN, 0});
-      fds.push_back({run->forwarding.fd(), POLLIN, 0});
-    }
-    bool any_open = false;
-    std::optional<fold::clock::time_point> next;
-    for (const auto& s : streams) {
-      any_open = any_open || s.open;
-      const auto due = s.folder.next_deadline();
-      if (due && (!next || *due < *next)) next = due;
-    }
-    if (!any_open && (run == nullptr || run->status)) return;
-    int wait_ms = next ? detail::remaining_ms(*next) : -1;
-    // Without a pidfd (kernels before 5.3) the command's end is looked for every 100 ms.
-    if (run != nullptr && !run->status && run->child.end_fd() < 0 && (wait_ms < 0 || wait_ms > 100)) wait_ms = 100;
-    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
-      throw error(errc::io, std::string("fold: poll: ") + std::strerror(errno));
-    }
-    const auto now = fold::clock::now();
-    if (run != nullptr) {
-      run->reap();  // first: a signal that comes after the command's end is fold's own
-      if (run->status) {
-        if (const auto record = run->forwarding.take()) end_by(record->number, streams);
-      } else {
-        run->forwarding.deliver(run->child);
-      }
-    }
-    for (std::size_t i = 0; i < streams.size(); ++i) {
-      auto& s = streams[i];
-      if (s.open && (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        const ssize_t n = ::read(s.from, buffer.data(), buffer.size());
-        if (n > 0) {
-          s.folder.add(std::string_view(buffer.data(), static_cast<std::size_t>(n)), now);
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          s.open = false;
-          s.folder.finish(now);
-        }
-      } else if (s.open) {
-        s.folder.tick(now);
-      }
-      s.flush();
-    }
-  }
-}
-
 fold::options stream_options(const fold_args& parsed, step_size size) {
   auto options = parsed.options;
   options.ranks = size.ranks;
@@ -249,15 +140,15 @@ int run_srun(const fold_args& parsed) {
   const auto size = step_ranks(parsed, runs_srun);
   if (runs_srun) command.insert(command.begin() + 1, "--label");
 
-  detail::signal_forwarder forwarding(forwarded, srun_lacks_it);
+  detail::signal_forwarder forwarding(forwarded_signals, srun_lacks_it);
   ::signal(SIGPIPE, SIG_IGN);
   detail::child_process child(command, {.capture_output = true});
   if (!child.started()) throw usage_error{"fold: cannot run '" + command.front() + "': " + child.start_error()};
 
-  std::vector<stream> streams;
+  std::vector<fold_stream> streams;
   streams.push_back({child.out_fd(), STDOUT_FILENO, fold::folder(stream_options(parsed, size))});
   streams.push_back({child.err_fd(), STDERR_FILENO, fold::folder(stream_options(parsed, size))});
-  command_run run{child, forwarding, std::nullopt};
+  command_run run{child, forwarding, std::nullopt, true};
   pump(streams, &run);
   return *run.status;
 }
@@ -283,7 +174,7 @@ int run_fold(const std::vector<std::string_view>& args) {
   if (!parsed.window_given && ::fstat(STDIN_FILENO, &input) == 0 && S_ISREG(input.st_mode)) {
     options.window = std::chrono::hours(24);
   }
-  std::vector<stream> streams;
+  std::vector<fold_stream> streams;
   streams.push_back({STDIN_FILENO, STDOUT_FILENO, fold::folder(options)});
   pump(streams, nullptr);
   return 0;

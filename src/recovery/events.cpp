@@ -27,6 +27,7 @@ std::optional<recovery_settings> recovery_settings_from(const environment& env) 
     }
     settings.attempt = *n;
   }
+  if (const auto step = env.get("SLURM_STEP_ID")) settings.step = *step;
   return settings;
 }
 
@@ -35,10 +36,11 @@ const std::optional<recovery_settings>& recovery_settings_of_process() {
   return settings;
 }
 
-std::string event_line(std::string_view kind, int attempt, int rank, std::string_view host, double unix_seconds,
-                       std::string_view fields) {
-  auto line = fmt::format(R"({{"event":{},"attempt":{},"rank":{},"host":{},"time":{:.3f})", json_string(kind),
-                          attempt, rank, json_string(host), unix_seconds);
+std::string event_line(std::string_view kind, const recovery_settings& settings, int rank, std::string_view host,
+                       double unix_seconds, std::string_view fields) {
+  auto line = fmt::format(R"({{"event":{},"attempt":{},"step":{},"rank":{},"host":{},"time":{:.3f})",
+                          json_string(kind), settings.attempt, json_string(settings.step), rank, json_string(host),
+                          unix_seconds);
   if (!fields.empty()) {
     line += ',';
     line += fields;
@@ -52,7 +54,7 @@ bool record_event(std::string_view kind, int rank, std::string_view host, std::s
     const auto& settings = recovery_settings_of_process();
     if (!settings) return false;
     const auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const auto line = event_line(kind, settings->attempt, rank, host, now, fields);
+    const auto line = event_line(kind, *settings, rank, host, now, fields);
     if (line.size() > event_line_limit) return false;
     const auto path = settings->dir / "events.jsonl";
     const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
