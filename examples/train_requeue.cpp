@@ -8,9 +8,12 @@
 //
 //   srun --mpi=pmix --kill-on-bad-exit=1 jobkit-train-requeue --ckpt DIR [--steps N]
 //        [--step-ms MS] [--every K] [--margin SECONDS] [--result FILE]
-//        [--crash-rank R --crash-step S [--crash-attempt A]] [--slow-exit-rank R --slow-exit-s S]
-//        (tests: rank R dies at step S's save (-1: the attempt's first), in attempt A:
-//        SLURM_RESTART_COUNT, default 0;
+//        [--crash-rank R --crash-step S [--crash-attempt A]] [--crash-node NODE]
+//        [--crash-rank-by-attempt] [--slow-exit-rank R --slow-exit-s S]
+//        (tests: rank R dies at step S's save (-1: the attempt's first), in attempt A (under
+//        jobkit run JOBKIT_RECOVERY_ATTEMPT, its count of the job's steps, else
+//        SLURM_RESTART_COUNT; default 0); NODE's first rank dies at that save in every attempt;
+//        or rank (2 x attempt) mod the world size does, in every attempt;
 //        rank R takes S seconds in its exit handlers, as a slow teardown would)
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +43,8 @@ struct settings {
   int crash_rank = -1;
   std::int64_t crash_step = -1;
   int crash_attempt = 0;
+  std::string crash_node;             // a rank on this node crashes at its first save, every attempt
+  bool crash_rank_by_attempt = false;  // the rank that crashes is (2 x attempt) mod world size
   int slow_exit_rank = -1;
   int slow_exit_s = 0;
 };
@@ -48,6 +53,10 @@ settings parse(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (arg == "--crash-rank-by-attempt") {
+      s.crash_rank_by_attempt = true;
+      continue;
+    }
     if (i + 1 >= argc) throw jobkit::error(jobkit::errc::invalid_argument, fmt::format("{} needs a value", arg));
     const std::string value = argv[++i];
     if (arg == "--ckpt")
@@ -68,6 +77,8 @@ settings parse(int argc, char** argv) {
       s.crash_step = std::stoll(value);
     else if (arg == "--crash-attempt")
       s.crash_attempt = std::stoi(value);
+    else if (arg == "--crash-node")
+      s.crash_node = value;
     else if (arg == "--slow-exit-rank")
       s.slow_exit_rank = std::stoi(value);
     else if (arg == "--slow-exit-s")
@@ -77,6 +88,13 @@ settings parse(int argc, char** argv) {
   }
   if (s.checkpoint_root.empty()) throw jobkit::error(jobkit::errc::invalid_argument, "--ckpt DIR is required");
   return s;
+}
+
+/// This step's attempt: under `jobkit run`, its count of the job's steps (restarts inside the
+/// allocation and requeues); else Slurm's count of requeues.
+int attempt_of(const jobkit::identity& me) {
+  if (const char* attempt = std::getenv("JOBKIT_RECOVERY_ATTEMPT")) return std::atoi(attempt);
+  return me.restart_count;
 }
 
 int slow_exit_seconds = 0;
@@ -102,7 +120,12 @@ void save(jobkit::checkpoints& saved, const state& s, const settings& opt) {
   static bool first_save = true;  // of this attempt
   const bool crash_here = opt.crash_step < 0 ? first_save : s.next_step == opt.crash_step;
   first_save = false;
-  if (me.rank == opt.crash_rank && crash_here && me.restart_count == opt.crash_attempt) {
+  const bool crash_rank =
+      opt.crash_rank_by_attempt
+          ? me.rank == (2 * attempt_of(me)) % me.world_size
+          : (me.rank == opt.crash_rank && attempt_of(me) == opt.crash_attempt) ||
+                (!opt.crash_node.empty() && me.hostname == opt.crash_node && me.local_rank == 0);
+  if (crash_rank && crash_here) {
     jobkit::log::warn("crashing on purpose at the save of step {} (the others are in commit())", s.next_step);
     ::raise(SIGKILL);
   }
@@ -128,9 +151,9 @@ int main(int argc, char** argv) {
     state s;
     if (const auto step = saved.latest()) {
       std::ifstream(saved.part(*step) / "state") >> s.next_step >> s.sum;
-      jobkit::log::info("attempt {}: resuming from step {} (sum {})", me.restart_count, *step, s.sum);
+      jobkit::log::info("attempt {}: resuming from step {} (sum {})", attempt_of(me), *step, s.sum);
     } else {
-      jobkit::log::info("attempt {}: no checkpoint, starting at step 0", me.restart_count);
+      jobkit::log::info("attempt {}: no checkpoint, starting at step 0", attempt_of(me));
     }
 
     for (; s.next_step < opt.steps;) {

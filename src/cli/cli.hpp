@@ -46,6 +46,8 @@ int run_time_left(const std::vector<std::string_view>& args);
 int run_fold(const std::vector<std::string_view>& args);
 /// jobkit where (where_command.cpp).
 int run_where(const std::vector<std::string_view>& args);
+/// jobkit run (run_command.cpp).
+int run_run(const std::vector<std::string_view>& args);
 /// jobkit exec and jobkit env (step_commands.cpp).
 int run_exec(std::string_view name, const std::vector<std::string_view>& args);
 

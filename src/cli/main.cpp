@@ -38,6 +38,7 @@ constexpr std::string_view main_usage =
     "  env        print those variables as export lines\n"
     "  fold       print a step's output with what many ranks said once, under their ranks\n"
     "  where      where every rank of a running step is: its jobkit call, Python stack, or state\n"
+    "  run        run a step and restart it inside the allocation when it fails (spares, bad nodes)\n"
     "  doctor     preflight: identity, GPUs, CPU affinity, NCCL, per rank\n"
     "  checkpoint latest, begin, commit, part, verify: a checkpoint directory never half-written\n"
     "  requeue    ask Slurm to requeue this job (this task of an array job)\n"
@@ -196,6 +197,7 @@ int run(const std::vector<std::string_view>& args) {
   if (command == "exec" || command == "env") return jobkit::cli::run_exec(command, rest);
   if (command == "fold") return jobkit::cli::run_fold(rest);
   if (command == "where") return jobkit::cli::run_where(rest);
+  if (command == "run") return jobkit::cli::run_run(rest);
   if (command == "doctor") return jobkit::cli::run_doctor(rest);
   if (command == "checkpoint") return jobkit::cli::run_checkpoint(rest);
   if (command == "requeue") return jobkit::cli::run_requeue(rest);

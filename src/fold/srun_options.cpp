@@ -117,10 +117,10 @@ std::optional<count> count_of(std::string option, std::string_view value) {
 
 }  // namespace
 
-std::optional<srun_tasks> srun_task_count(const std::vector<std::string_view>& args) {
-  std::optional<count> tasks;
-  std::optional<count> nodes;
-  std::optional<count> per_node;
+/// Calls `each(name, option, value)` for every option of an srun command line before its command:
+/// its name without dashes, as written ("-n", "--ntasks") and its value (nullopt: none).
+template <class Each>
+void for_each_option(const std::vector<std::string_view>& args, Each each) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto arg = args[i];
     if (arg == "--") break;
@@ -152,11 +152,20 @@ std::optional<srun_tasks> srun_task_count(const std::vector<std::string_view>& a
         break;
       }
     }
-    if (!value) continue;
+    each(name, option, value);
+  }
+}
+
+std::optional<srun_tasks> srun_task_count(const std::vector<std::string_view>& args) {
+  std::optional<count> tasks;
+  std::optional<count> nodes;
+  std::optional<count> per_node;
+  for_each_option(args, [&](std::string_view name, const std::string& option, std::optional<std::string_view> value) {
+    if (!value) return;
     if (name == "n" || name == "ntasks") tasks = count_of(option, *value);
     if (name == "N" || name == "nodes") nodes = count_of(option, *value);
     if (name == "ntasks-per-node") per_node = count_of(option, *value);
-  }
+  });
   if (tasks) return srun_tasks{static_cast<int>(tasks->least), tasks->exact};
   if (!nodes || !per_node) return std::nullopt;
   const auto product = nodes->least * per_node->least;  // each at most most_tasks: no overflow
@@ -165,6 +174,15 @@ std::optional<srun_tasks> srun_task_count(const std::vector<std::string_view>& a
              std::to_string(product) + ")");
   }
   return srun_tasks{static_cast<int>(product), nodes->exact && per_node->exact};
+}
+
+std::vector<std::string> srun_options_given(const std::vector<std::string_view>& args,
+                                            std::initializer_list<std::string_view> names) {
+  std::vector<std::string> given;
+  for_each_option(args, [&](std::string_view name, const std::string& option, std::optional<std::string_view>) {
+    if (!name.empty() && std::find(names.begin(), names.end(), name) != names.end()) given.push_back(option);
+  });
+  return given;
 }
 
 }  // namespace jobkit::fold

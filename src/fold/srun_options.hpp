@@ -1,6 +1,8 @@
 #pragma once
 
+#include <initializer_list>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,5 +22,10 @@ struct srun_tasks {
 /// its command: `srun -n4 python train.py -n 8` is 4. `args` starts after "srun". A count past
 /// most_tasks (labels.hpp) is a jobkit::error (invalid_argument) naming the options and values.
 std::optional<srun_tasks> srun_task_count(const std::vector<std::string_view>& args);
+
+/// Which of the options `names` (without dashes: "N", "nodelist") an srun command line gives
+/// before its command, as written ("-N", "--nodelist"), in their order. `args` starts after "srun".
+std::vector<std::string> srun_options_given(const std::vector<std::string_view>& args,
+                                            std::initializer_list<std::string_view> names);
 
 }  // namespace jobkit::fold

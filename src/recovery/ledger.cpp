@@ -67,43 +67,53 @@ std::optional<step_event> parse_event(std::string_view line) {
   return e;
 }
 
-std::string ledger_json(const job_ledger& ledger) {
+namespace {
+
+std::map<std::string, double> badput_of(const restart_entry& r) {
+  return {{"wasted progress from disruption", r.wasted},
+          {"infrastructure recovery from disruption", seconds_between(r.at.failed, r.at.step_started)},
+          {"program startup", seconds_between(r.at.step_started, r.at.world_ready)},
+          {"checkpoint restore", seconds_between(r.at.world_ready, r.at.checkpoint_loaded)}};
+}
+
+}  // namespace
+
+std::string restart_json(std::string_view job_id, const restart_entry& r) {
+  std::vector<std::string> nodes;
+  for (const auto& n : r.nodes) nodes.push_back(json_string(n));
+  std::vector<std::string> lost;
+  for (const auto& [cause, seconds] : badput_of(r)) lost.push_back(fmt::format("{}:{:.3f}", json_string(cause), seconds));
+  return fmt::format(
+      R"({{"restart":{{"job_id":{},"number":{},"attempt":{},"cause":{},"node":{},"blamed":{},"why":{},"next_nodes":[{}],)"
+      R"("checkpoint":{},"source":{},"wasted_s":{:.3f},"failed":{:.3f},"phases_s":{{"failure_to_step_ended":{},)"
+      R"("step_ended_to_step_started":{},"step_started_to_world_ready":{},"world_ready_to_checkpoint_loaded":{},)"
+      R"("checkpoint_loaded_to_first_step_done":{},"failure_to_first_step_done":{}}},"badput_s":{{{}}}}}}})",
+      json_string(job_id), r.number, r.attempt, json_string(r.cause), json_string(r.where), json_string(r.blamed),
+      json_string(r.blame_why), fmt::join(nodes, ","), r.checkpoint, json_string(r.source), r.wasted, r.at.failed,
+      phase(r.at.failed, r.at.step_ended), phase(r.at.step_ended, r.at.step_started),
+      phase(r.at.step_started, r.at.world_ready), phase(r.at.world_ready, r.at.checkpoint_loaded),
+      phase(r.at.checkpoint_loaded, r.at.first_step_done), phase(r.at.failed, r.at.first_step_done),
+      fmt::join(lost, ","));
+}
+
+std::string run_json(const job_ledger& ledger) {
   std::map<std::string, double> badput;
   for (const auto& r : ledger.restarts) {
-    badput["wasted progress from disruption"] += r.wasted;
-    badput["infrastructure recovery from disruption"] += seconds_between(r.at.failed, r.at.step_started);
-    badput["program startup"] += seconds_between(r.at.step_started, r.at.world_ready);
-    badput["checkpoint restore"] += seconds_between(r.at.world_ready, r.at.checkpoint_loaded);
-  }
-  std::vector<std::string> restarts;
-  for (const auto& r : ledger.restarts) {
-    std::vector<std::string> nodes;
-    for (const auto& n : r.nodes) nodes.push_back(json_string(n));
-    restarts.push_back(fmt::format(
-        R"({{"attempt":{},"cause":{},"node":{},"blamed":{},"why":{},"next_nodes":[{}],"checkpoint":{},)"
-        R"("source":{},"wasted_s":{:.3f},"phases_s":{{"failure_to_step_ended":{},"step_ended_to_step_started":{},)"
-        R"("step_started_to_world_ready":{},"world_ready_to_checkpoint_loaded":{},)"
-        R"("checkpoint_loaded_to_first_step_done":{},"failure_to_first_step_done":{}}}}})",
-        r.attempt, json_string(r.cause), json_string(r.where), json_string(r.blamed), json_string(r.blame_why),
-        fmt::join(nodes, ","), r.checkpoint, json_string(r.source), r.wasted, phase(r.at.failed, r.at.step_ended),
-        phase(r.at.step_ended, r.at.step_started), phase(r.at.step_started, r.at.world_ready),
-        phase(r.at.world_ready, r.at.checkpoint_loaded), phase(r.at.checkpoint_loaded, r.at.first_step_done),
-        phase(r.at.failed, r.at.first_step_done)));
+    for (const auto& [cause, seconds] : badput_of(r)) badput[cause] += seconds;
   }
   std::vector<std::string> lost;
   for (const auto& [cause, seconds] : badput) lost.push_back(fmt::format("{}:{:.3f}", json_string(cause), seconds));
   const double total = seconds_between(ledger.started, ledger.ended);
   return fmt::format(
-      R"({{"format":"jobkit-ledger","version":1,"job_id":{},"started":{:.3f},"ended":{:.3f},"outcome":{},)"
-      R"("restarts":[{}],"badput_s":{{{}}},"productive_s":{:.3f},"elapsed_s":{:.3f},"effective_training_time_ratio":{}}})"
-      "\n",
-      json_string(ledger.job_id), ledger.started, ledger.ended, json_string(ledger.outcome), fmt::join(restarts, ","),
+      R"({{"run":{{"job_id":{},"started":{:.3f},"ended":{:.3f},"outcome":{},"restarts":{},"badput_s":{{{}}},)"
+      R"("productive_s":{:.3f},"elapsed_s":{:.3f},"effective_training_time_ratio":{}}}}})",
+      json_string(ledger.job_id), ledger.started, ledger.ended, json_string(ledger.outcome), ledger.restarts.size(),
       fmt::join(lost, ","), ledger.productive, total,
       total > 0 ? fmt::format("{:.4f}", ledger.productive / total) : std::string("null"));
 }
 
 std::string restart_line(const restart_entry& r) {
-  auto line = fmt::format("jobkit run: restart {}: {}", r.attempt + 1, r.cause);
+  auto line = fmt::format("jobkit run: restart {}: attempt {}: {}", r.number, r.attempt, r.cause);
   if (!r.where.empty()) line += " on " + r.where;
   line += r.blamed.empty() ? " (no node blamed)" : fmt::format(" ({} blamed: {})", r.blamed, r.blame_why);
   if (r.checkpoint >= 0) line += fmt::format(", resuming from checkpoint {}", r.checkpoint);

@@ -3,7 +3,7 @@
 // `jobkit run`'s ledger of lost time, without I/O: for every restart its cause, the blamed node
 // and its phases; for the job the time lost per cause and the effective training time ratio, in
 // the words of Google's ml-goodput-measurement (badput by cause). Written beside the checkpoints
-// as `jobkit-ledger-<job>.json` and one line per restart in the job's output (docs/recovery.md).
+// as `jobkit-ledger-<job>.jsonl` and one line per restart in the job's output (docs/recovery.md).
 
 #include <cstdint>
 #include <optional>
@@ -40,6 +40,7 @@ struct restart_phases {
 };
 
 struct restart_entry {
+  int number = 0;             ///< the job's restart count with this one (1: its first)
   int attempt = 0;            ///< the failed step's attempt number (0: the first step)
   std::string cause;          ///< crash, lost node, hang, ...
   std::string where;          ///< the failure's node (crash node, lost node), empty: unknown
@@ -63,8 +64,12 @@ struct job_ledger {
   double productive = 0;
 };
 
-/// The ledger as one JSON document.
-std::string ledger_json(const job_ledger& ledger);
+/// The ledger file (`jobkit-ledger-<job>.jsonl`) holds JSON lines: one per restart, as it is
+/// known ({"restart":...}), and one per `jobkit run` at its end ({"run":...}: its outcome, its
+/// restarts' time lost per cause, its productive time and effective training time ratio). A
+/// requeued job appends to the same file.
+std::string restart_json(std::string_view job_id, const restart_entry& entry);
+std::string run_json(const job_ledger& ledger);
 /// The restart's line in the job's output: "jobkit run: restart 1: crash on c2 (not blamed) ...".
 std::string restart_line(const restart_entry& entry);
 /// The job's last line: restarts, time lost per cause, the effective training time ratio.

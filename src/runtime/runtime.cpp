@@ -19,6 +19,7 @@
 #include "network/fabric.hpp"
 #include "pmi2/session.hpp"
 #include "pmix/session.hpp"
+#include "recovery/events.hpp"
 #include "runtime/access.hpp"
 #include "transport/tree.hpp"
 
@@ -110,6 +111,10 @@ struct __attribute__((visibility("hidden"))) runtime::impl {
           world_state->local_ranks.push_back(created->placement().local_rank_of[static_cast<std::size_t>(r)]);
         }
         fabric = std::move(created);
+        // For `jobkit run`'s ledger: the step's data path is up on every rank this one reached.
+        if (id.rank == 0) {
+          detail::record_event("world_ready", id.rank, id.hostname, fmt::format(R"("world_size":{})", id.world_size));
+        }
       } catch (const error& e) {
         // Its PMIx fence may still be pending and its key is spent: a second attempt cannot
         // match the other ranks.

@@ -1,0 +1,87 @@
+#include "slurm_job.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli.hpp"
+#include "core/command.hpp"
+#include "core/environment.hpp"
+#include "core/host_list.hpp"
+#include "jobkit/error.hpp"
+#include "recovery/plan.hpp"
+
+namespace jobkit::cli {
+namespace {
+
+constexpr auto slurm_command_limit = std::chrono::seconds(30);
+
+}  // namespace
+
+std::vector<std::string> allocation_nodes() {
+  const auto& env = detail::process_environment();
+  const auto job = env.get("SLURM_JOB_ID");
+  if (!job || job->empty()) {
+    throw usage_error{"run: SLURM_JOB_ID is not set: jobkit run supervises a step inside a job's allocation (run "
+                      "it in a batch script or salloc)"};
+  }
+  const auto list = env.get("SLURM_JOB_NODELIST");
+  if (!list || list->empty()) throw usage_error{"run: SLURM_JOB_NODELIST is not set (it names the allocation's nodes)"};
+  try {
+    return detail::expand_host_list("SLURM_JOB_NODELIST", *list);
+  } catch (const error& e) {
+    throw usage_error{std::string("run: ") + e.what()};
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> slurm_bad_nodes(const std::vector<std::string>& nodes) {
+  std::vector<std::pair<std::string, std::string>> bad;
+  if (nodes.empty()) return bad;
+  const auto result =
+      detail::run_bounded({"sinfo", "-h", "-N", "-n", comma_list(nodes), "-o", "%N %T"}, slurm_command_limit);
+  if (result.status != 0) return bad;
+  std::string_view text = result.out;
+  while (!text.empty()) {
+    const auto end = std::min(text.find('\n'), text.size());
+    const auto line = text.substr(0, end);
+    text = text.substr(std::min(end + 1, text.size()));
+    const auto space = line.find(' ');
+    if (space == std::string_view::npos) continue;
+    const auto node = std::string(line.substr(0, space));
+    const auto state = std::string(line.substr(space + 1));
+    if (detail::slurm_state_is_bad(state) &&
+        std::none_of(bad.begin(), bad.end(), [&](const auto& b) { return b.first == node; })) {
+      bad.emplace_back(node, state);
+    }
+  }
+  return bad;
+}
+
+bool end_step(const std::string& job, const std::string& step) {
+  const auto result =
+      detail::run_bounded({"scancel", "--signal=KILL", fmt::format("{}.{}", job, step)}, slurm_command_limit);
+  if (result.status == 0) return true;
+  print_error_line(fmt::format("jobkit run: scancel --signal=KILL {}.{} failed (status {}): {}", job, step,
+                               result.status, detail::first_line(result.err)));
+  return false;
+}
+
+std::string requeue_excluding(const std::string& job, const std::set<std::string>& excluded) {
+  const auto step = [&](std::vector<std::string> argv) -> std::string {
+    const auto result = detail::run_bounded(argv, slurm_command_limit);
+    if (result.status == 0) return {};
+    return fmt::format("'{}' failed (status {}): {}", fmt::join(argv, " "), result.status,
+                       detail::first_line(result.err + result.out));
+  };
+  if (auto why = step({"scontrol", "requeuehold", job}); !why.empty()) return why;
+  std::string problem;
+  if (!excluded.empty()) {
+    problem = step({"scontrol", "update", "JobId=" + job,
+                    "ExcNodeList=" + comma_list(std::vector<std::string>(excluded.begin(), excluded.end()))});
+  }
+  if (auto why = step({"scontrol", "release", job}); !why.empty()) problem += (problem.empty() ? "" : "; ") + why;
+  return problem;
+}
+
+std::string comma_list(const std::vector<std::string>& nodes) { return fmt::format("{}", fmt::join(nodes, ",")); }
+
+}  // namespace jobkit::cli

@@ -1,0 +1,36 @@
+#pragma once
+
+// What `jobkit run` asks of Slurm about its own job, through Slurm's commands (each bounded):
+// the allocation's nodes, the nodes Slurm sees as unusable, ending a step, and a requeue that
+// keeps the job off its bad nodes.
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace jobkit::cli {
+
+/// The nodes of this job's allocation in Slurm's order (SLURM_JOB_NODELIST).
+/// @throws usage_error naming SLURM_JOB_ID or SLURM_JOB_NODELIST when unset or malformed
+std::vector<std::string> allocation_nodes();
+
+/// The nodes among `nodes` that Slurm reports down, drained, draining, failing or not
+/// responding (sinfo), each with its state; nothing when sinfo cannot say (it is then not asked
+/// again for a while: the controller may be busy).
+std::vector<std::pair<std::string, std::string>> slurm_bad_nodes(const std::vector<std::string>& nodes);
+
+/// Ends step `step` of job `job` now (scancel --signal=KILL JOB.STEP, bounded): a step that
+/// hangs, or one still running on a lost node. False when scancel failed (said on stderr).
+bool end_step(const std::string& job, const std::string& step);
+
+/// Requeues this job held, sets its excluded nodes to `excluded` (Slurm 22.05 and 24.11 refuse
+/// ExcNodeList for a running job, and take it for a requeued one, which is pending), and releases
+/// it: the next attempt never runs on them. Slurm signals this script meanwhile: the caller keeps
+/// its SIGTERM (jobkit run's forwarder records it). Returns what went wrong, empty when all did.
+std::string requeue_excluding(const std::string& job, const std::set<std::string>& excluded);
+
+/// A comma-separated list ("c1,c3").
+std::string comma_list(const std::vector<std::string>& nodes);
+
+}  // namespace jobkit::cli
