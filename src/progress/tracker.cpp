@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -211,11 +212,17 @@ void watch_loop(tracker* t) noexcept {
 void start_watching(tracker& t) {
   if (t.watching) return;
   t.watching = true;
+  // Started with every signal blocked: a signal for the process is never handled on the watcher.
+  sigset_t all;
+  sigset_t previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   try {
     std::thread(watch_loop, &t).detach();
   } catch (const std::system_error&) {
     library_log(log_level::warning, "progress: no thread for the hang watcher; hangs are not reported");
   }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 template <typename Change>
