@@ -83,6 +83,7 @@ tracking state_ = tracking::unread;
 std::string refusal_;
 tracker* tracker_ = nullptr;  // never freed: the detached watcher may read it until the process ends
 std::atomic<bool> active_{false};
+std::atomic<bool> off_{false};  // settled off: a mark returns at once
 std::atomic<std::int64_t> collective_ns_{0};
 
 class tracker_held {
@@ -99,6 +100,7 @@ void after_fork_in_child() noexcept {
   // No watcher runs in the child, and the parent's steps are not its own.
   state_ = tracking::off;
   active_.store(false);
+  off_.store(true);
   ::pthread_mutex_unlock(&tracker_lock);
 }
 
@@ -119,6 +121,7 @@ tracker* tracker_of_process() {
       const auto settings = progress_settings_from(process_environment());
       if (!settings.enabled || !registered) {
         state_ = tracking::off;
+        off_.store(true);
       } else {
         std::optional<recovery_settings> recovery;
         try {
@@ -238,6 +241,7 @@ void change_tracker(Change change) noexcept {
 }  // namespace
 
 void progress_mark(mark_source source) {
+  if (off_.load(std::memory_order_relaxed)) return;
   bool first = false;
   {
     const tracker_held h;
