@@ -161,7 +161,7 @@ void report_hang(const tracker& t, const progress_view& v) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const auto place = where_text(record, now_ns);
   const bool in_call = record && record->in_call;
-  std::string fields = fmt::format(R"("idle_seconds":{:.1f},"bound_seconds":{:.1f},"phase":{},"step":{},"in_call":{})",
+  std::string fields = fmt::format(R"("idle_seconds":{:.1f},"bound_seconds":{:.1f},"phase":{},"steps":{},"in_call":{})",
                                    v.idle, v.bound, json_string(to_string(v.phase)), v.steps, in_call);
   if (in_call) fields += fmt::format(R"(,"call":{},"site":{})", json_string(record->call), json_string(record->site));
   fields += fmt::format(R"(,"where":{})", json_string(place));
@@ -352,7 +352,7 @@ void progress_take_shares(const std::vector<progress_share>& shares, int rank) {
   const auto [me, host] = who();
   record_event(
       "straggler", me, host,
-      fmt::format(R"("step":{},"threshold":{},"stragglers":[{}],"scores":[{}])", steps, threshold, listed, all));
+      fmt::format(R"("steps":{},"threshold":{},"stragglers":[{}],"scores":[{}])", steps, threshold, listed, all));
 }
 
 std::vector<double> progress_last_scores() {

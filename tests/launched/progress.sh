@@ -87,7 +87,7 @@ assert [e['rank'] for e in ev if e['event'] == 'first_step_done'] == [0], 'first
 if '$mode' == 'faults':
     s = [e for e in ev if e['event'] == 'straggler']
     # (its step counts the boundaries before the first stop agreement too: the Checkpoints' collectives)
-    assert s and s[0]['step'] <= 26, f'no straggler named within 20 steps: {s}'
+    assert s and s[0]['steps'] <= 26, f'no straggler named within 20 steps: {s}'
     assert [x['rank'] for x in s[0]['stragglers']] == [4], s[0]
     scores = s[0]['scores']
     assert scores[4] < 0.75, scores

@@ -284,7 +284,7 @@ TEST_CASE("the process's tracker: one hang event per hang, naming the place; a c
   CHECK(text.find("\"phase\":\"step\"") != std::string::npos);
   CHECK(text.find("\"in_call\":false") != std::string::npos);
   CHECK(text.find("\"where\":\"outside any jobkit call\"") != std::string::npos);
-  CHECK(text.find("\"step\":5") != std::string::npos);
+  CHECK(text.find("\"steps\":5") != std::string::npos);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   CHECK(count(events(), "\"event\":\"hang\"") == 1);  // once per hang, not every second
   // Progress again, then a second hang: a second event. long_step holds it off meanwhile.
