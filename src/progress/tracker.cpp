@@ -167,7 +167,7 @@ void report_hang(const tracker& t, const progress_view& v) {
   fields += fmt::format(R"(,"where":{})", json_string(place));
   const bool recorded = t.recovery && record_event("hang", rank, host, fields);
   library_log(log_level::warning,
-              "no progress for {:.0f} s, past this rank's {} bound of {:.0f} s (after {} steps): {}{}", v.idle,
+              "no progress for {:.1f} s, past this rank's {} bound of {:.1f} s (after {} steps): {}{}", v.idle,
               to_string(v.phase), v.bound, v.steps, place,
               recorded ? "; recorded in JOBKIT_RECOVERY_DIR/events.jsonl"
                        : "; `jobkit where` shows every rank's place (docs/progress.md)");
