@@ -8,6 +8,7 @@
 #include "jobkit/identity.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/preemption.hpp"
+#include "jobkit/progress.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/serialize.hpp"
 #include "jobkit/timeout.hpp"

@@ -94,6 +94,7 @@ from ._identity import (  # noqa: E402
 )
 from ._logging import RankFilter, RankFormatter, install_logging, rank_zero_info, rank_zero_only, rank_zero_warn  # noqa: E402
 from ._preemption import StopCause, StopGuard, requeue, stop_requested, time_left  # noqa: E402
+from ._progress import long_step, progress  # noqa: E402
 from ._workspace import Workspace, node_local_gather  # noqa: E402
 from . import _where  # noqa: E402,F401  (registers the stack dump `jobkit where` asks for)
 
@@ -112,5 +113,5 @@ __all__: _List[str] = [
     "compute_and_broadcast", "gather_from_all_ranks", "reduce_and_broadcast", "main_process_only",
     "run_on_main", "once_per_node", "run_once_per_node", "zero_first", "local_zero_first", "do_n_at_a_time",
     "fs_local_rank", "Workspace", "node_local_gather", "__version__",
-    "StopCause", "StopGuard", "stop_requested", "time_left", "requeue", "Checkpoints",
+    "StopCause", "StopGuard", "stop_requested", "time_left", "requeue", "Checkpoints", "progress", "long_step",
 ]

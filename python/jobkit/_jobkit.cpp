@@ -29,6 +29,7 @@
 #include "jobkit/helpers.hpp"
 #include "jobkit/log.hpp"
 #include "jobkit/preemption.hpp"
+#include "jobkit/progress.hpp"
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
 #include "nccl/device_rule.hpp"
@@ -486,6 +487,15 @@ void define_preemption(py::module_& m) {
     return left ? std::optional<double>(static_cast<double>(left->count())) : std::nullopt;
   });
   m.def("requeue", [] { blocking<false>([] { jobkit::requeue(); }); });
+  // Not collective, and quick: under the GIL. The runtime first, so that a hang names the rank.
+  m.def("progress", [] {
+    start_runtime();
+    jobkit::progress();
+  });
+  m.def("long_step", [](std::int64_t bound_ms) {
+    start_runtime();
+    jobkit::long_step(std::chrono::milliseconds{bound_ms});
+  });
 
   py::class_<jobkit::checkpoints>(m, "Checkpoints")
       .def(

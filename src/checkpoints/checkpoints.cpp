@@ -24,6 +24,7 @@
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
 #include "log/library_log.hpp"
+#include "progress/tracker.hpp"
 
 namespace jobkit {
 namespace fs = std::filesystem;
@@ -313,6 +314,8 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
   if (!decided.first.empty()) {
     throw error(errc::io, fmt::format("checkpoints under '{}': cannot list: {}", root_.string(), decided.first));
   }
+  // A restore: a checkpoint phase until the next step boundary (docs/progress.md).
+  if (decided.second) detail::progress_restore_begin();
   return decided.second;
 }
 
@@ -355,6 +358,7 @@ void checkpoints::verify(std::int64_t step, std::source_location site) {
 
 fs::path checkpoints::begin(std::int64_t step) {
   if (step < 0) throw error(errc::invalid_argument, fmt::format("checkpoints::begin: step={} is negative", step));
+  detail::progress_save_begin();  // a checkpoint phase until its commit ends (docs/progress.md)
   std::error_code ec;
   if (pending_ && *pending_ != step) fs::remove_all(staging(*pending_) / part_name(current_identity().rank), ec);
   const auto directory = staging(step) / part_name(current_identity().rank);
@@ -415,6 +419,9 @@ bool checkpoints::requeue(const stop_cause& cause, std::source_location site) {
 }
 
 void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::source_location& site) {
+  struct save_ended {
+    ~save_ended() { detail::progress_save_end(); }
+  } const ended;  // however the commit ends
   const call_options call{detail::timeout_of(options_.timeout, "checkpoints::commit")};
   const auto& id = current_identity();
   auto& g = world();

@@ -14,6 +14,7 @@
 #include "core/failure.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/detail/sections.hpp"
+#include "progress/tracker.hpp"
 #include "transport/exchange.hpp"
 #include "where/record.hpp"
 #include "where/settings.hpp"
@@ -127,6 +128,9 @@ std::vector<detail::rank_bytes> group::run(const detail::collective_call& call, 
   detail::exchange ex(call);
   ex.buffer = buffer;
   ex.piece = piece;
+  // A step boundary where nothing higher counts (docs/progress.md); its wait is not compute.
+  detail::progress_mark(detail::mark_source::collective);
+  const detail::collective_wait waited;
   const auto began = std::chrono::steady_clock::now();
   auto described = where_of(*state_, call);
   const where::call_scope recorded(described.recorded);

@@ -16,6 +16,7 @@
 #include "jobkit/log.hpp"
 #include "log/library_log.hpp"
 #include "preemption/slurm_api.hpp"
+#include "progress/tracker.hpp"
 
 namespace jobkit {
 namespace {
@@ -62,6 +63,15 @@ vote combine(const vote& earlier, const vote& later) {
   const auto& [signal, rank, late, left] = earlier;
   if (signal != 0) return {signal, rank, late | std::get<2>(later), left};
   return {std::get<0>(later), std::get<1>(later), late | std::get<2>(later), left};
+}
+
+/// Every JOBKIT_STRAGGLER_EVERY-th agreement of a guard over the world: one small all_gather of
+/// each rank's median compute time and learned bounds (docs/progress.md, "Stragglers").
+void exchange_progress(group& members, long agreement, const std::source_location& site) {
+  if (!detail::progress_exchange_due(agreement)) return;
+  if (members.size() != detail::identity_in_use().world_size) return;
+  const auto shares = members.all_gather(detail::progress_share_of_rank(), {}, site);
+  detail::progress_take_shares(shares, members.rank());
 }
 
 }  // namespace
@@ -128,8 +138,11 @@ stop_guard::~stop_guard() {
 }
 
 bool stop_guard::stop_requested(std::source_location site) {
+  // Each call is a step boundary, the highest kind (docs/progress.md).
+  detail::progress_mark(detail::mark_source::stop_agreement);
   if (cause_.reason != stop_reason::none) return true;
   if (calls_++ % options_.check_every != 0) return false;
+  exchange_progress(members_, (calls_ - 1) / options_.check_every + 1, site);
   const bool signalled = signals_received.load() != baseline_;
   vote mine{signalled ? last_signal.load() : 0, signalled ? members_.rank() : -1, 0, 0};
   if (members_.rank() == 0 && options_.time_margin.count() > 0) {

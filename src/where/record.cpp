@@ -157,6 +157,31 @@ call_scope::~call_scope() {
   });
 }
 
+std::optional<record_view> read_own_record() {
+  const record_held h;
+  const auto* layout = layout_;
+  if (layout == nullptr) return std::nullopt;
+  record_view v;
+  v.pid = layout->pid;
+  v.rank = layout->rank;
+  v.calls = layout->calls;
+  v.last_ended_ns = layout->last_ended_ns;
+  v.last_call = text_of(layout->last_call);
+  v.last_site = text_of(layout->last_site);
+  const record_layout::call_slot* oldest = nullptr;
+  for (const auto& s : layout->slots) {
+    if (s.in_call != 0 && (oldest == nullptr || s.since_ns < oldest->since_ns)) oldest = &s;
+  }
+  if (oldest != nullptr) {
+    v.in_call = true;
+    v.group_size = oldest->group_size;
+    v.since_ns = oldest->since_ns;
+    v.call = text_of(oldest->call);
+    v.site = text_of(oldest->site);
+  }
+  return v;
+}
+
 std::optional<record_view> read_record(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // a /proc/PID/fd link, followed
   if (fd < 0) return std::nullopt;

@@ -90,4 +90,9 @@ class call_scope {
 /// kept changing.
 std::optional<record_view> read_record(const std::string& path);
 
+/// This process's own record, read in place (no /proc): nullopt before its first recorded call or
+/// where nothing is recorded. For the progress watcher (src/progress/tracker.hpp), which names the
+/// call a rank that makes no progress is in.
+std::optional<record_view> read_own_record();
+
 }  // namespace jobkit::where

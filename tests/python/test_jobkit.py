@@ -622,3 +622,13 @@ def test_python_exceptions_cross_unchanged():
     with pytest.raises(Custom, match="kept"):
         jobkit.reduce_and_broadcast(lambda: 1, lambda parts: boom())
 
+
+
+def test_progress_marks() -> None:
+    # Outside a Slurm step tracking is off: a mark does nothing; a bad bound is refused all the same.
+    jobkit.progress()
+    jobkit.long_step(30)
+    jobkit.long_step(datetime.timedelta(minutes=5))
+    with pytest.raises(jobkit.InvalidArgumentError, match="long_step: bound=-1"):
+        jobkit.long_step(-1)
+    assert "progress" in jobkit.__all__ and "long_step" in jobkit.__all__

@@ -54,6 +54,8 @@ def main() -> None:
         ws.write(b"state", config="step=1")
         config, payload = ws.read(0)
         cause: str = stop.cause.reason if stop.stop_requested() else ""
+        jobkit.progress()
+        jobkit.long_step(60.0)
     latest: Optional[int] = jobkit.Checkpoints("/ckpt", keep=3).latest()
     print(files, unpacked, tokens, config, payload, cause, latest)
     print(handler, saved, store, authenticated, jobkit.torch.device(), is_main_process(), world_size())  # noqa: F405

@@ -1,0 +1,62 @@
+#pragma once
+
+// This process's progress tracking (docs/progress.md): the marks the library's calls make (the
+// stop agreement, the collectives, checkpoints, jobkit::progress), the learner they feed
+// (learner.hpp), and the watcher thread that reports a rank that made no progress past its bound:
+// one `hang` event (src/recovery/events.hpp) and one warning line per hang; it ends nothing.
+//
+// On in a Slurm step unless JOBKIT_PROGRESS=0 (JOBKIT_PROGRESS=1: outside one too); the settings
+// are read at the first mark, and a malformed one fails that mark and every later one. The watcher
+// starts at the first mark. A forked child tracks nothing (its marks do nothing): the rank is its parent.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "progress/learner.hpp"
+
+namespace jobkit::detail {
+
+/// A step boundary of this rank.
+/// @throws jobkit::error (invalid_environment) when a knob is malformed (learner.hpp)
+void progress_mark(mark_source source);
+/// jobkit::long_step's engine.
+void progress_long_step(std::chrono::milliseconds bound);
+
+/// A checkpoint save (checkpoints::begin to the end of its commit) and a restore
+/// (checkpoints::latest to the next counted boundary). Never throw; nothing before the first mark.
+void progress_save_begin() noexcept;
+void progress_save_end() noexcept;
+void progress_restore_begin() noexcept;
+
+/// Times one jobkit collective: its wait is not the rank's compute (the straggler scores).
+class collective_wait {
+ public:
+  collective_wait() noexcept;
+  ~collective_wait();
+  collective_wait(const collective_wait&) = delete;
+  collective_wait& operator=(const collective_wait&) = delete;
+
+ private:
+  std::int64_t began_ns_ = -1;
+};
+
+/// What a rank tells the others at a straggler exchange: its median compute seconds per step (-1:
+/// none yet), its longest step interval and checkpoint phase, its host.
+using progress_share = std::tuple<double, double, double, std::string>;
+/// Whether the `agreement`-th agreement (1, 2, ...) of a stop agreement over the world exchanges
+/// the shares: every JOBKIT_STRAGGLER_EVERY-th, where tracking is on. The same on every rank
+/// (the same environment).
+bool progress_exchange_due(long agreement) noexcept;
+progress_share progress_share_of_rank();
+/// Takes every rank's share (index: world rank): each rank merges the learned bounds (their
+/// maximum); rank 0 scores the ranks, logs the stragglers and records a `straggler` event.
+void progress_take_shares(const std::vector<progress_share>& shares, int rank);
+
+/// The last scores rank 0 computed (empty before the first exchange, and on other ranks).
+std::vector<double> progress_last_scores();
+
+}  // namespace jobkit::detail

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Progress tracking on the dev cluster (docs/progress.md): a Python step of 3 nodes x 2 ranks with
+# JOBKIT_RECOVERY_DIR set, its events.jsonl read.
+#   faults  (progress_step.py faults) a fault-free part first: a first step 10 times the others and
+#           a save 5 times a step make no `hang`; rank 4, twice as slow, is named as the straggler
+#           within 20 steps and the others score within 10 % of 1. Then rank 3 stopped (SIGSTOP)
+#           and rank 2 stuck in a Python function: `hang` events from every rank but 3 within
+#           their bound, rank 2's outside any jobkit call, the others' in the stop agreement
+#   all     every rank stuck in its own code: every rank reports, outside any jobkit call
+#   bad     JOBKIT_PROGRESS_FACTOR=fast: the step fails naming the variable and its value
+# usage: progress.sh MODE PYTHON PYTHONPATH WORK_DIR
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+declare_modes faults all bad
+mode=$1
+python=$2
+export PYTHONPATH=$3
+work=$(realpath -m "$4/$mode.$$")
+need_cluster
+rm -rf "$work" && mkdir -p "$work"
+recovery=$(mktemp -d /var/tmp/jobkit-progress-XXXXXX)
+trap 'rm -rf "$recovery"' EXIT
+events=$recovery/events.jsonl
+# Quick bounds: a step of 0.4 s (paced by rank 4) learns max(1 s, 3 x 0.4 s); the save (2 s) is over
+# that, under its own floor; the first step (2 s) under the start-up allowance.
+export JOBKIT_RECOVERY_DIR=$recovery JOBKIT_RECOVERY_ATTEMPT=0 JOBKIT_PROGRESS_FLOOR=1 JOBKIT_PROGRESS_FACTOR=3 \
+  JOBKIT_PROGRESS_FIRST_STEP=5 JOBKIT_PROGRESS_CHECKPOINT_FLOOR=10 JOBKIT_STRAGGLER_EVERY=10 JOBKIT_TIMEOUT=40
+
+# events_check PYTHON_CODE: runs the code with `ev` the list of events (dicts); it prints and exits 1 on a failure.
+events_check() {
+  "$python" - "$events" "$1" <<'PY'
+import json, sys
+ev = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+for e in ev: print(json.dumps(e))
+exec(sys.argv[2])
+PY
+}
+
+if [[ $mode == bad ]]; then
+  run_step timeout 60 env JOBKIT_PROGRESS_FACTOR=fast srun --mpi=pmix -N1 -n1 "$python" "$here/progress_step.py" bad "$work/ck"
+  ((status == 3)) || fail "the step's exit status is $status, not 3 (refused)"
+  (($(count "JOBKIT_PROGRESS_FACTOR='fast': must be a number from 1 to 1000") == 1)) ||
+    fail "the malformed factor was not named"
+  echo "PASS"
+  exit 0
+fi
+
+timeout 120 srun --mpi=pmix --job-name="jobkit-progress-$mode" -N3 --ntasks-per-node=2 \
+  "$python" "$here/progress_step.py" "$mode" "$work/ck" >"$work/step.out" 2>&1 &
+srun_pid=$!
+expected=6
+[[ $mode == faults ]] && expected=5
+# Every expected rank's hang, or 90 s.
+for _ in $(seq 900); do
+  n=$(grep -c '"event":"hang"' "$events" 2>/dev/null || true)
+  ((n >= expected)) && break
+  kill -0 "$srun_pid" 2>/dev/null || break
+  sleep 0.1
+done
+sleep 2 # a second report of one hang would come within a second or two
+job=$(squeue -h -n "jobkit-progress-$mode" -o %i | head -1)
+[[ -n $job ]] && scancel -s KILL "$job"
+wait "$srun_pid"
+cat "$work/step.out"
+[[ -f $events ]] || fail "no events.jsonl"
+done_at=$(awk '/fault-free part done at/ {print $NF; exit}' "$work/step.out")
+[[ -n $done_at ]] || fail "the fault-free part did not end"
+
+events_check "
+done_at = $done_at
+hangs = [e for e in ev if e['event'] == 'hang']
+early = [e for e in hangs if e['time'] < done_at]
+assert not early, f'a hang reported in the fault-free part: {early}'
+ranks = sorted(e['rank'] for e in hangs)
+want = [0, 1, 2, 4, 5] if '$mode' == 'faults' else [0, 1, 2, 3, 4, 5]
+assert ranks == want, f'hang events from ranks {ranks}, not {want} (once each)'
+for e in hangs:
+    # Found within 2x its bound plus the watcher's second (generous: a loaded machine).
+    assert e['time'] - done_at < 2 * e['bound_seconds'] + 8, f'late: {e}'
+    assert e['phase'] in ('step', 'first-step'), e
+    outside = '$mode' == 'all' or e['rank'] == 2
+    if outside:
+        assert not e['in_call'] and e['where'].startswith('outside any jobkit call'), e
+    else:
+        assert e['in_call'] and e['call'] == 'all_reduce' and 'progress_step.py' in e['site'], e
+assert [e['rank'] for e in ev if e['event'] == 'first_step_done'] == [0], 'first_step_done: rank 0 once'
+if '$mode' == 'faults':
+    s = [e for e in ev if e['event'] == 'straggler']
+    # (its step counts the boundaries before the first stop agreement too: the Checkpoints' collectives)
+    assert s and s[0]['steps'] <= 26, f'no straggler named within 20 steps: {s}'
+    assert [x['rank'] for x in s[0]['stragglers']] == [4], s[0]
+    scores = s[0]['scores']
+    assert scores[4] < 0.75, scores
+    assert all(abs(x - 1) <= 0.1 for r, x in enumerate(scores) if r != 4), f'others not within 10 % of 1: {scores}'
+print('events: as expected')
+" || fail "events.jsonl is not as expected"
+if [[ $mode == faults ]]; then
+  grep -q 'straggler: rank 4 (c3) scored' "$work/step.out" || fail "no straggler line naming rank 4 and its node"
+  [[ -s $recovery/progress-bound.json ]] || fail "no progress-bound.json"
+  cat "$recovery/progress-bound.json"
+fi
+echo "PASS"
