@@ -620,8 +620,8 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
                         *chosen, slowest, detail::rank_ranges(by_kind["memory"]),
                         detail::rank_ranges(by_kind["partner"]), detail::rank_ranges(by_kind["shared"]));
     detail::record_event("checkpoint_loaded", id.rank, id.hostname,
-                         fmt::format(R"("step":{},"memory":{},"partner":{},"shared":{},"seconds":{:.3f})", *chosen,
-                                     detail::json_string(detail::rank_ranges(by_kind["memory"])),
+                         fmt::format(R"("checkpoint_step":{},"memory":{},"partner":{},"shared":{},"seconds":{:.3f})",
+                                     *chosen, detail::json_string(detail::rank_ranges(by_kind["memory"])),
                                      detail::json_string(detail::rank_ranges(by_kind["partner"])),
                                      detail::json_string(detail::rank_ranges(by_kind["shared"])), slowest));
   }
