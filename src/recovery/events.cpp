@@ -17,7 +17,7 @@ namespace jobkit::detail {
 std::optional<recovery_settings> recovery_settings_from(const environment& env) {
   const auto dir = env.get("JOBKIT_RECOVERY_DIR");
   if (!dir || dir->empty()) return std::nullopt;
-  recovery_settings settings{.dir = *dir};
+  recovery_settings settings{.dir = *dir, .attempt = 0, .step = {}};
   if (const auto attempt = env.get("JOBKIT_RECOVERY_ATTEMPT")) {
     auto rest = std::string_view(*attempt);
     const auto n = take_decimal(rest);
