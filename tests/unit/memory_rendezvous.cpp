@@ -17,7 +17,7 @@ void memory_rendezvous::put(const std::string& key, std::span<const std::byte> b
   store_->pending_[{rank_, key}].assign(bytes.begin(), bytes.end());
 }
 
-void memory_rendezvous::fence(const time_bound& bound, const std::function<void()>& while_waiting) {
+void memory_rendezvous::fence(const jobkit::detail::time_bound& bound, const std::function<void()>& while_waiting) {
   ++fences_;
   auto& s = *store_;
   const auto deadline = bound.deadline;

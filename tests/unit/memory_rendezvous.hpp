@@ -39,7 +39,7 @@ class memory_rendezvous final : public jobkit::detail::rendezvous {
  public:
   memory_rendezvous(std::shared_ptr<memory_rendezvous_store> store, int rank) : store_(std::move(store)), rank_(rank) {}
   void put(const std::string& key, std::span<const std::byte> bytes) override;
-  void fence(const time_bound& bound, const std::function<void()>& while_waiting = {}) override;
+  void fence(const jobkit::detail::time_bound& bound, const std::function<void()>& while_waiting = {}) override;
   std::vector<std::byte> get(int rank, const std::string& key, std::chrono::milliseconds timeout,
                              const std::function<void()>& while_waiting = {}) override;
   roll_call ranks_without(const std::string& key, int world_size, std::chrono::milliseconds probe) override;
