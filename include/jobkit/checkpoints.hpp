@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -22,7 +23,23 @@ struct checkpoint_options {
   int keep = 2;
   /// The deadline of each collective inside (zero: JOBKIT_TIMEOUT).
   std::chrono::milliseconds timeout{0};
+  /// The memory tier (docs/checkpoints-memory.md): a node-local directory, e.g. /dev/shm/jobkit,
+  /// where each save also keeps every rank's part, with a copy on a partner node. Empty:
+  /// JOBKIT_CHECKPOINT_MEMORY, and off when that is unset or empty.
+  std::filesystem::path memory{};
+  /// With the memory tier, every K-th save (this object's first included) also goes to the root;
+  /// the others to the memory tier only. 1: every save. Without it: ignored.
+  int shared_every = 1;
+  /// Memory steps kept on each node after a commit, the newest: 1 or 2.
+  int memory_keep = 1;
+  /// The bytes this root's memory tier may hold on each node; 0: JOBKIT_CHECKPOINT_MEMORY_LIMIT,
+  /// else half of what the memory directory's file system has free (with what it holds already).
+  std::uint64_t memory_limit = 0;
 };
+
+namespace detail {
+struct memory_tier;
+}
 
 /// Checkpoints of the whole job (every rank of the world) under one root directory.
 ///
@@ -42,6 +59,12 @@ struct checkpoint_options {
 ///     ...
 ///     save(saved.begin(step));  // this rank's files
 ///     saved.commit();           // collective: the step is whole on every node, or absent
+///
+/// With the memory tier (checkpoint_options::memory, JOBKIT_CHECKPOINT_MEMORY), a commit also
+/// keeps every part in its node's memory directory and a copy on a partner node, and latest()
+/// chooses where each rank's part comes from (its node's memory, the partner's copy fetched over
+/// the data path, else the root for every rank) and stages it, so that part() names a readable
+/// local directory: the same program works with it on or off (docs/checkpoints-memory.md).
 class JOBKIT_API checkpoints {
  public:
   /// Collective over all ranks: creates the root, finds who commits on which file system, and
@@ -51,7 +74,12 @@ class JOBKIT_API checkpoints {
                        std::source_location site = std::source_location::current());
 
   /// The newest step complete on every file system, the same on every rank; nullopt when there
-  /// is none. Collective.
+  /// is none. Collective. With the memory tier: the newest step whole in memory across the job
+  /// when it is at least as new as the root's, each rank's part checked (size, CRC-32C) in its
+  /// node's memory or fetched from its partner's copy into it; when some part has no complete,
+  /// checksummed copy, every rank falls back to the root's newest step (a warning names the
+  /// rank, node and step of each damaged copy). Rank 0 logs where the parts came from and records
+  /// it (event checkpoint_loaded).
   std::optional<std::int64_t> latest(std::source_location site = std::source_location::current());
 
   /// Collective: every rank reads back its files of complete step `step` and compares their sizes
@@ -59,10 +87,12 @@ class JOBKIT_API checkpoints {
   /// @throws jobkit::error (io) on every rank, naming each damaged or missing file and its rank
   void verify(std::int64_t step, std::source_location site = std::source_location::current());
 
-  /// This rank's part of complete step `step`, to read from.
+  /// This rank's part of complete step `step`, to read from: the part latest() staged in this
+  /// node's memory when it chose `step` from the memory tier, else the root's.
   std::filesystem::path part(std::int64_t step) const;
 
-  /// Starts saving `step` (>= 0): returns the empty directory where this rank writes its part.
+  /// Starts saving `step` (>= 0): returns the empty directory where this rank writes its part
+  /// (with the memory tier, in the memory directory for a save that skips the root).
   /// Not collective. A begin() without commit() is dropped by the next begin().
   /// @throws jobkit::error (invalid_argument) on a negative step; (io) when it cannot be made
   std::filesystem::path begin(std::int64_t step);
@@ -73,7 +103,9 @@ class JOBKIT_API checkpoints {
   /// number committed before is replaced.
   /// @throws jobkit::error on every rank, naming the rank and file, when a part cannot be
   ///         flushed or the step cannot be committed (the previous step stays the latest); when
-  ///         a rank dies or the deadline expires (likewise)
+  ///         a rank dies or the deadline expires (likewise). With the memory tier: also when a
+  ///         node's parts and copies would not fit in its memory limit (checked before anything
+  ///         is written; the step is committed nowhere, a memory-only save's part is dropped)
   void commit(std::source_location site = std::source_location::current());
   /// Commits `step`, whose parts were written after a begin(step) of this attempt of the job,
   /// possibly by another process (as `jobkit checkpoint begin` and `commit` do). As commit().
@@ -95,6 +127,8 @@ class JOBKIT_API checkpoints {
   const std::filesystem::path& root() const noexcept { return root_; }
   /// True on the ranks that write manifests and rename steps (fs_local_rank 0).
   bool is_committer() const noexcept { return committer_; }
+  /// This job's memory directory of this root on this node; empty without the memory tier.
+  std::filesystem::path memory_directory() const;
 
  private:
   std::filesystem::path staging(std::int64_t step) const;
@@ -108,6 +142,7 @@ class JOBKIT_API checkpoints {
   std::string attempt_;            ///< "<job>.r<restart>"
   std::string stage_tag_;          ///< "<job>.r<restart>.s<step>": this step's saves in progress
   std::optional<std::int64_t> pending_;
+  std::shared_ptr<detail::memory_tier> memory_;  ///< null without the memory tier
 };
 
 /// "step-000000000042"; the name of a complete step under a checkpoint root.

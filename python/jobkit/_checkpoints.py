@@ -19,10 +19,24 @@ class Checkpoints:
     """A checkpoint directory that is never half-written (jobkit::checkpoints): begin(step) gives
     this rank's empty directory, commit() makes the step visible on every rank at once (or fails on
     every rank, leaving the previous step the latest), latest() is the newest complete step.
-    Collective to create; keep: complete steps kept after a commit (0: all)."""
+    Collective to create; keep: complete steps kept after a commit (0: all).
 
-    def __init__(self, root: "_StrPath", keep: int = 2, timeout: _Seconds = None) -> None:
-        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, _timeout_ms(timeout))
+    The memory tier (docs/checkpoints-memory.md): ``memory`` a node-local directory (e.g.
+    ``/dev/shm/jobkit``; None: ``JOBKIT_CHECKPOINT_MEMORY``, off when unset) where every save also
+    keeps each rank's part, with a copy on a partner node; ``shared_every``: every K-th save (the
+    first included) also goes to the root; ``memory_keep``: memory steps kept per node (1 or 2);
+    ``memory_limit``: bytes per node (None: ``JOBKIT_CHECKPOINT_MEMORY_LIMIT``, else half of the
+    free space). latest() then restores from memory or the partner's copy, checked, else from the
+    root, and part() names the staged local directory."""
+
+    def __init__(self, root: "_StrPath", keep: int = 2, timeout: _Seconds = None,
+                 memory: "_Optional[_StrPath]" = None, shared_every: int = 1, memory_keep: int = 1,
+                 memory_limit: _Optional[int] = None) -> None:
+        if memory_limit is not None and memory_limit <= 0:
+            raise ValueError(f"Checkpoints: memory_limit={memory_limit} is not a positive number of bytes")
+        self._c = _jobkit.Checkpoints(_os.fspath(root), keep, _timeout_ms(timeout),
+                                      "" if memory is None else _os.fspath(memory), shared_every, memory_keep,
+                                      memory_limit or 0)
 
     def latest(self) -> _Optional[int]:
         """The newest step complete on every file system, the same on every rank, or None. Collective."""
@@ -51,6 +65,11 @@ class Checkpoints:
         script in ``<root>/.stopped-<job>.r<restart>``. True on every rank when the job was
         requeued; the script then exits 0 either way."""
         return self._c.requeue(cause.reason, cause.signal, cause.rank, cause.time_left)
+
+    @property
+    def memory_directory(self) -> str:
+        """This job's memory directory of this root on this node; "" without the memory tier."""
+        return self._c.memory_directory
 
     @property
     def pending_step(self) -> _Optional[int]:

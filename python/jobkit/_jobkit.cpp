@@ -498,13 +498,20 @@ void define_preemption(py::module_& m) {
   });
 
   py::class_<jobkit::checkpoints>(m, "Checkpoints")
-      .def(
-          py::init([](const std::string& root, int keep, opt_ms timeout) {
-            return blocking([&] {
-              return std::make_unique<jobkit::checkpoints>(root, jobkit::checkpoint_options{keep, timeout_of(timeout)});
-            });
-          }),
-          py::arg("root"), py::arg("keep") = 2, py::arg("timeout") = py::none())
+      .def(py::init([](const std::string& root, int keep, opt_ms timeout, const std::string& memory, int shared_every,
+                       int memory_keep, std::uint64_t memory_limit) {
+             return blocking([&] {
+               return std::make_unique<jobkit::checkpoints>(root,
+                                                            jobkit::checkpoint_options{.keep = keep,
+                                                                                       .timeout = timeout_of(timeout),
+                                                                                       .memory = memory,
+                                                                                       .shared_every = shared_every,
+                                                                                       .memory_keep = memory_keep,
+                                                                                       .memory_limit = memory_limit});
+             });
+           }),
+           py::arg("root"), py::arg("keep") = 2, py::arg("timeout") = py::none(), py::arg("memory") = "",
+           py::arg("shared_every") = 1, py::arg("memory_keep") = 1, py::arg("memory_limit") = 0)
       .def("latest", [](jobkit::checkpoints& c) { return blocking([&] { return c.latest(); }); })
       .def("begin", [](jobkit::checkpoints& c,
                        std::int64_t step) { return blocking<false>([&] { return c.begin(step).string(); }); })
@@ -524,6 +531,8 @@ void define_preemption(py::module_& m) {
              }
              return blocking([&] { return c.requeue(cause); });
            })
+      .def_property_readonly("memory_directory",
+                             [](const jobkit::checkpoints& c) { return c.memory_directory().string(); })
       .def_property_readonly("pending_step", &jobkit::checkpoints::pending_step)
       .def_property_readonly("root", [](const jobkit::checkpoints& c) { return c.root().string(); })
       .def_property_readonly("is_committer", &jobkit::checkpoints::is_committer);

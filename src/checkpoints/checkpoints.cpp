@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <set>
 #include <system_error>
@@ -16,6 +18,9 @@
 
 #include "checkpoints/crc32c.hpp"
 #include "checkpoints/manifest.hpp"
+#include "checkpoints/memory_tier.hpp"
+#include "core/command.hpp"
+#include "core/environment.hpp"
 #include "core/failure.hpp"
 #include "core/json.hpp"
 #include "core/posix_io.hpp"
@@ -24,7 +29,9 @@
 #include "jobkit/log.hpp"
 #include "jobkit/runtime.hpp"
 #include "log/library_log.hpp"
+#include "preemption/slurm_api.hpp"
 #include "progress/tracker.hpp"
+#include "recovery/events.hpp"
 
 namespace jobkit {
 namespace fs = std::filesystem;
@@ -37,9 +44,11 @@ constexpr std::uintmax_t max_manifest_bytes = std::uintmax_t{1} << 30;
 
 /// (path relative to the part, size, CRC-32C) of one file of a part.
 using part_file = std::tuple<std::string, std::uint64_t, std::uint32_t>;
-/// What a rank reports at commit: (its error, or empty; its host; its files).
-/// (error, host, files, step): what a rank tells rank 0 when it commits.
-using part_report = std::tuple<std::string, std::string, std::vector<part_file>, std::int64_t>;
+/// (error, host, files, step, held, free): what a rank tells rank 0 when it commits; with the
+/// memory tier, a node's lowest rank adds the bytes its committed memory steps hold and the free
+/// bytes of their file system.
+using part_report =
+    std::tuple<std::string, std::string, std::vector<part_file>, std::int64_t, std::uint64_t, std::uint64_t>;
 
 std::string part_name(int rank) { return fmt::format("rank-{}", rank); }
 
@@ -179,6 +188,71 @@ std::vector<std::int64_t> complete_steps(const fs::path& root) {
   return steps;
 }
 
+/// The committed memory steps of a job's memory directory, oldest first.
+std::vector<std::int64_t> memory_steps(const fs::path& job_directory) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(job_directory, ec)) {
+    if (const auto step = parse_checkpoint_step_name(entry.path().filename().string())) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::uint64_t bytes_of(const std::vector<part_file>& files) {
+  std::uint64_t total = 0;
+  for (const auto& f : files) total += std::get<1>(f);
+  return total;
+}
+
+/// Makes the memory directory (sticky and open to all, as /tmp, when this creates it), sweeps what
+/// ended jobs left there, makes this job's directory (this user's only) with its record of the
+/// job's end, and removes what other attempts of this job left unfinished in it.
+void prepare_memory(const detail::memory_tier& tier, const identity& id, std::string_view stage_tag) {
+  std::error_code ec;
+  if (!fs::is_directory(tier.directory, ec)) {
+    fs::create_directories(tier.directory, ec);
+    if (ec) {
+      throw error(errc::io,
+                  fmt::format("cannot create the memory directory '{}': {}", tier.directory.string(), ec.message()));
+    }
+    fs::permissions(tier.directory, fs::perms::all | fs::perms::sticky_bit, ec);
+  }
+  const auto removed = detail::sweep_memory(
+      tier.directory, id.job_id.empty() ? "nojob" : id.job_id, ::getuid(), std::chrono::system_clock::now(),
+      [](const std::string& job) {
+        const auto answer = detail::run_bounded({"squeue", "-h", "-j", job, "-o", "%T"}, std::chrono::seconds(5));
+        return detail::job_ended_from_squeue(answer.status, answer.out, answer.err);
+      });
+  for (const auto& path : removed) {
+    detail::library_log(log_level::info, "checkpoints: removed '{}', the memory tier of a job that has ended",
+                        path.string());
+  }
+  fs::create_directories(tier.job_directory, ec);
+  fs::permissions(tier.job_directory, fs::perms::owner_all, ec);
+  if (ec || !fs::is_directory(tier.job_directory)) {
+    throw error(errc::io, fmt::format("cannot create '{}' (JOBKIT_CHECKPOINT_MEMORY): {}", tier.job_directory.string(),
+                                      ec.message()));
+  }
+  std::optional<std::chrono::system_clock::time_point> end;
+  try {
+    end = detail::slurm_job_end_time();
+  } catch (const error&) {
+  }
+  write_durably(tier.job_directory / ".job", detail::job_record(end));
+  for (const auto& entry : fs::directory_iterator(tier.job_directory)) {
+    const auto name = entry.path().filename().string();
+    const auto partial = name.find(".partial.");
+    const bool other_attempt = partial != std::string::npos && name.substr(partial + 9) != stage_tag;
+    if (other_attempt || name.find(".fetch.") != std::string::npos || name.find(".removing.") != std::string::npos) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+/// Removes a directory tree, renaming it out of the way first.
+void remove_tree(const fs::path& directory, std::string_view attempt) { remove_trees({retire(directory, attempt)}); }
+
 }  // namespace
 
 std::string checkpoint_step_name(std::int64_t step) { return fmt::format("{}{:0{}}", step_prefix, step, step_digits); }
@@ -197,6 +271,13 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
   if (options_.keep < 0) {
     throw error(errc::invalid_argument, fmt::format("checkpoints: keep={} is negative", options_.keep));
   }
+  if (options_.shared_every < 1) {
+    throw error(errc::invalid_argument,
+                fmt::format("checkpoints: shared_every={} is not a positive number", options_.shared_every));
+  }
+  if (options_.memory_keep < 1 || options_.memory_keep > 2) {
+    throw error(errc::invalid_argument, fmt::format("checkpoints: memory_keep={} is not 1 or 2", options_.memory_keep));
+  }
   const call_options call{detail::timeout_of(options_.timeout, "checkpoints")};
   const auto& id = current_identity();
   attempt_ = fmt::format("{}.r{}", id.job_id.empty() ? "nojob" : id.job_id, id.restart_count);
@@ -207,48 +288,97 @@ checkpoints::checkpoints(fs::path root, checkpoint_options options, std::source_
   auto& g = world();
 
   std::string problem;
+  std::string memory_text;
+  std::optional<std::uint64_t> limit_variable;
+  try {
+    if (const auto memory = detail::memory_directory_from(options_.memory, detail::process_environment())) {
+      memory_text = memory->string();
+      if (options_.memory_limit == 0) limit_variable = detail::memory_limit_from(detail::process_environment());
+    }
+  } catch (const std::exception& e) {
+    problem = fmt::format("{}: {}", detail::describe_self(), e.what());
+  }
   std::error_code ec;
   fs::create_directories(root_, ec);
-  if (ec)
-    problem = fmt::format("{}: cannot create root='{}': {}", detail::describe_self(), root_.string(), ec.message());
+  if (ec) {
+    problem += fmt::format("{}{}: cannot create root='{}': {}", problem.empty() ? "" : "; ", detail::describe_self(),
+                           root_.string(), ec.message());
+  }
   agree(g.all_gather(problem, call, site), "checkpoints");
 
   const int fs_rank = fs_local_rank(root_, call);
-  const auto placed = g.all_gather(std::pair<std::string, int>{id.hostname, fs_rank}, call, site);
+  const auto placed =
+      g.all_gather(std::tuple<std::string, int, std::string>{id.hostname, fs_rank, memory_text}, call, site);
   const bool shared =
-      std::all_of(placed.begin(), placed.end(), [&, r = 0](const auto& p) mutable { return p.second == r++; });
+      std::all_of(placed.begin(), placed.end(), [&, r = 0](const auto& p) mutable { return std::get<1>(p) == r++; });
   committer_of_.resize(placed.size());
   for (std::size_t r = 0; r < placed.size(); ++r) {
     if (shared) continue;  // rank 0 commits for everyone
-    const auto first = std::find_if(placed.begin(), placed.end(),
-                                    [&](const auto& p) { return p.first == placed[r].first && p.second == 0; });
+    const auto first = std::find_if(placed.begin(), placed.end(), [&](const auto& p) {
+      return std::get<0>(p) == std::get<0>(placed[r]) && std::get<1>(p) == 0;
+    });
     if (first == placed.end()) {
       throw error(errc::invalid_environment,
                   fmt::format("checkpoints: no rank on host {} has fs_local_rank 0 for root='{}' (FS_LOCAL_RANK?)",
-                              placed[r].first, root_.string()));
+                              std::get<0>(placed[r]), root_.string()));
     }
     committer_of_[r] = static_cast<int>(first - placed.begin());
   }
   committer_ = committer_of_[static_cast<std::size_t>(id.rank)] == id.rank;
 
+  for (std::size_t r = 1; r < placed.size(); ++r) {
+    if (std::get<2>(placed[r]) != std::get<2>(placed[0])) {
+      throw error(errc::invalid_environment,
+                  fmt::format("checkpoints under '{}': the memory tier differs between ranks: rank 0 has "
+                              "JOBKIT_CHECKPOINT_MEMORY='{}', rank {} '{}' (checkpoint_options::memory included)",
+                              root_.string(), std::get<2>(placed[0]), r, std::get<2>(placed[r])));
+    }
+  }
   problem.clear();
+  if (!memory_text.empty()) {
+    auto tier = std::make_shared<detail::memory_tier>();
+    tier->directory = memory_text;
+    tier->job_directory = tier->directory / detail::memory_job_directory_name(id.job_id, root_);
+    if (options_.memory_limit != 0) {
+      tier->limit = options_.memory_limit;
+      tier->limit_source = fmt::format("checkpoint_options::memory_limit={}", tier->limit);
+    } else if (limit_variable) {
+      tier->limit = *limit_variable;
+      tier->limit_source = fmt::format("JOBKIT_CHECKPOINT_MEMORY_LIMIT={}", tier->limit);
+    }
+    for (const auto& p : placed) tier->hosts.push_back(std::get<0>(p));
+    tier->partners = detail::memory_partners(tier->hosts);
+    tier->leader = std::find(tier->hosts.begin(), tier->hosts.end(), id.hostname) - tier->hosts.begin() == id.rank;
+    if (tier->leader) {
+      try {
+        prepare_memory(*tier, id, stage_tag_);
+      } catch (const std::exception& e) {
+        problem = fmt::format("{}: {}", detail::describe_self(), e.what());
+      }
+    }
+    memory_ = std::move(tier);
+  }
+
   std::vector<fs::path> retired;
   if (committer_) {
     try {
       retired = retire_unwanted(false, false);
     } catch (const std::exception& e) {
-      problem = fmt::format("{}: {}", detail::describe_self(), e.what());
+      problem += fmt::format("{}{}: {}", problem.empty() ? "" : "; ", detail::describe_self(), e.what());
     }
   }
   agree(g.all_gather(problem, call, site), fmt::format("checkpoints under '{}'", root_.string()));
   remove_trees(retired);
 }
 
+fs::path checkpoints::memory_directory() const { return memory_ ? memory_->job_directory : fs::path{}; }
+
 fs::path checkpoints::staging(std::int64_t step) const {
   return root_ / fmt::format("{}.partial.{}", checkpoint_step_name(step), stage_tag_);
 }
 
 fs::path checkpoints::part(std::int64_t step) const {
+  if (memory_ && memory_->staged && memory_->staged->step == step) return memory_->staged->directory;
   return root_ / checkpoint_step_name(step) / part_name(current_identity().rank);
 }
 
@@ -281,10 +411,14 @@ std::vector<fs::path> checkpoints::retire_unwanted(bool own_attempt, bool old_st
 }
 
 std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
+  const auto started = std::chrono::steady_clock::now();
   const call_options call{detail::timeout_of(options_.timeout, "checkpoints::latest")};
-  // (error, committer, complete steps on its file system)
-  using listing = std::tuple<std::string, bool, std::vector<std::int64_t>>;
-  listing mine{"", committer_, {}};
+  detail::memory_tier* const tier = memory_.get();
+  // (step, world size, ranks whose parts it holds): a node's committed memory steps
+  using held_step = std::tuple<std::int64_t, int, std::vector<int>>;
+  // (error, committer, complete steps on its file system, its node's memory steps)
+  using listing = std::tuple<std::string, bool, std::vector<std::int64_t>, std::vector<held_step>>;
+  listing mine{"", committer_, {}, {}};
   if (committer_) {
     try {
       std::get<2>(mine) = complete_steps(root_);
@@ -292,14 +426,22 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
       std::get<0>(mine) = fmt::format("{}: {}", detail::describe_self(), e.what());
     }
   }
+  if (tier && tier->leader) {
+    for (const auto& [step, held] : detail::memory_inventory(tier->job_directory)) {
+      std::vector<int> ranks;
+      for (const auto& [rank, files] : held.parts) ranks.push_back(rank);
+      std::get<3>(mine).emplace_back(step, held.world_size, std::move(ranks));
+    }
+  }
   auto& g = world();
   const auto all = g.gather(mine, {.root = 0, .timeout = call.timeout}, site);
-  using answer = std::pair<std::string, std::optional<std::int64_t>>;
-  answer decided;
+  // (error, the root's newest step, the memory's newest whole step or -1, each rank's sources)
+  using answer = std::tuple<std::string, std::optional<std::int64_t>, std::int64_t, std::vector<std::vector<int>>>;
+  answer decided{"", std::nullopt, -1, {}};
   if (g.rank() == 0) {
     std::optional<std::set<std::int64_t>> everywhere;
-    for (const auto& [problem, committer, steps] : all) {
-      if (!problem.empty()) decided.first += (decided.first.empty() ? "" : "; ") + problem;
+    for (const auto& [problem, committer, steps, memory] : all) {
+      if (!problem.empty()) std::get<0>(decided) += (std::get<0>(decided).empty() ? "" : "; ") + problem;
       if (!committer) continue;
       std::set<std::int64_t> here_too(steps.begin(), steps.end());
       if (!everywhere) {
@@ -308,15 +450,201 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
         std::erase_if(*everywhere, [&](std::int64_t s) { return !here_too.contains(s); });
       }
     }
-    if (everywhere && !everywhere->empty()) decided.second = *everywhere->rbegin();
+    if (everywhere && !everywhere->empty()) std::get<1>(decided) = *everywhere->rbegin();
+    if (tier) {
+      const int size = g.size();
+      std::map<std::int64_t, std::vector<std::vector<int>>> holders;  // step -> rank -> leaders holding it
+      for (std::size_t leader = 0; leader < all.size(); ++leader) {
+        for (const auto& [step, world_size, ranks] : std::get<3>(all[leader])) {
+          if (world_size != size) continue;
+          auto& of_step = holders[step];
+          of_step.resize(static_cast<std::size_t>(size));
+          for (const int r : ranks) {
+            if (r >= 0 && r < size) of_step[static_cast<std::size_t>(r)].push_back(static_cast<int>(leader));
+          }
+        }
+      }
+      for (auto it = holders.rbegin(); it != holders.rend(); ++it) {
+        if (std::any_of(it->second.begin(), it->second.end(), [](const auto& h) { return h.empty(); })) continue;
+        if (std::get<1>(decided) && *std::get<1>(decided) > it->first) break;  // the root's is newer
+        std::get<2>(decided) = it->first;
+        // Each rank's sources: its own node first, then the others, each read by one of its ranks.
+        std::map<std::string, std::vector<int>> ranks_of;
+        for (int r = 0; r < size; ++r) ranks_of[tier->hosts[static_cast<std::size_t>(r)]].push_back(r);
+        auto& sources = std::get<3>(decided);
+        sources.resize(static_cast<std::size_t>(size));
+        for (int r = 0; r < size; ++r) {
+          const auto& own = tier->hosts[static_cast<std::size_t>(r)];
+          for (const int leader : it->second[static_cast<std::size_t>(r)]) {
+            const auto& host = tier->hosts[static_cast<std::size_t>(leader)];
+            const auto& there = ranks_of[host];
+            const int reader = host == own ? r : there[static_cast<std::size_t>(r) % there.size()];
+            auto& list = sources[static_cast<std::size_t>(r)];
+            if (host == own) {
+              list.insert(list.begin(), reader);
+            } else {
+              list.push_back(reader);
+            }
+          }
+        }
+        break;
+      }
+    }
   }
   decided = g.broadcast(decided, {.root = 0, .timeout = call.timeout}, site);
-  if (!decided.first.empty()) {
-    throw error(errc::io, fmt::format("checkpoints under '{}': cannot list: {}", root_.string(), decided.first));
+  if (!std::get<0>(decided).empty()) {
+    throw error(errc::io, fmt::format("checkpoints under '{}': cannot list: {}", root_.string(), std::get<0>(decided)));
   }
-  // A restore: a checkpoint phase until the next step boundary (docs/progress.md).
-  if (decided.second) detail::progress_restore_begin();
-  return decided.second;
+  if (!tier) {
+    const auto found = std::get<1>(decided);
+    if (found) {
+      // A restore: a checkpoint phase until the next step boundary (docs/progress.md).
+      detail::progress_restore_begin();
+      if (g.rank() == 0) {
+        const auto& self = current_identity();
+        detail::record_event("checkpoint_loaded", self.rank, self.hostname,
+                             fmt::format(R"("checkpoint_step":{},"source":"shared")", *found));
+      }
+    }
+    return found;
+  }
+
+  tier->staged.reset();
+  const auto root_step = std::get<1>(decided);
+  const auto step = std::get<2>(decided);
+  const auto& sources = std::get<3>(decided);
+  const auto& id = current_identity();
+  const int me = g.rank();
+  std::string kind = "shared";
+  if (step >= 0) {
+    const auto memory_step = tier->job_directory / checkpoint_step_name(step);
+    const auto fetch = tier->job_directory / fmt::format("{}.fetch.{}", checkpoint_step_name(step), stage_tag_);
+    std::map<int, std::vector<part_file>> here;  // this node's parts of the step
+    {
+      auto inventory = detail::memory_inventory(tier->job_directory);
+      if (const auto it = inventory.find(step); it != inventory.end()) here = std::move(it->second.parts);
+    }
+    const auto size = static_cast<std::size_t>(g.size());
+    std::vector<std::size_t> next(size, 0);
+    std::vector<char> done(size, 0);
+    std::vector<int> lacking;
+    for (int round = 0;; ++round) {
+      for (std::size_t r = 0; r < size; ++r) {
+        if (!done[r] && next[r] >= sources[r].size()) lacking.push_back(static_cast<int>(r));
+      }
+      if (!lacking.empty() || std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) break;
+      std::vector<std::pair<int, int>> copies;
+      for (std::size_t r = 0; r < size; ++r) {
+        const int from = done[r] ? -1 : sources[r][next[r]];
+        if (from >= 0 && tier->hosts[static_cast<std::size_t>(from)] != tier->hosts[r]) {
+          copies.emplace_back(from, static_cast<int>(r));
+        }
+      }
+      std::string damaged;  // what this rank found wrong with its source of this round
+      const auto mine_index = static_cast<std::size_t>(me);
+      const int source = done[mine_index] ? -1 : sources[mine_index][next[mine_index]];
+      const auto own_part = memory_step / part_name(me);
+      if (source >= 0 && tier->hosts[static_cast<std::size_t>(source)] == id.hostname) {
+        const auto it = here.find(me);
+        damaged =
+            it == here.end() ? "its node's manifest lists no files of it" : detail::check_part(own_part, it->second);
+        if (damaged.empty()) tier->staged = detail::memory_tier::staged_part{step, own_part, it->second};
+      }
+      try {
+        for (const auto index : detail::copies_of(me, copies)) {
+          const auto [from, to] = copies[index];
+          auto& pair = tier->pair(from, to, call.timeout);
+          if (from == me) {
+            const auto it = here.find(to);
+            const auto e = detail::send_part(pair, memory_step / part_name(to),
+                                             it == here.end() ? std::vector<part_file>{} : it->second, call.timeout);
+            if (!e.empty()) {
+              detail::library_log(log_level::warning, "checkpoints: step {}: sending rank {}'s part: {}", step, to, e);
+            }
+          } else {
+            std::vector<part_file> files;
+            const auto limit = tier->limit != 0 ? tier->limit : std::numeric_limits<std::uint64_t>::max() / 2;
+            damaged = detail::receive_part(pair, fetch / part_name(me), limit, call.timeout, &files);
+            if (damaged.empty()) {
+              std::error_code ec;
+              fs::create_directories(memory_step, ec);
+              fs::remove_all(own_part, ec);
+              fs::rename(fetch / part_name(me), own_part, ec);
+              if (ec) {
+                damaged = fmt::format("cannot move it to '{}': {}", own_part.string(), ec.message());
+              } else {
+                tier->staged = detail::memory_tier::staged_part{step, own_part, files};
+              }
+            }
+          }
+        }
+      } catch (const error& e) {
+        throw error(e.code(), fmt::format("checkpoints under '{}': fetching step {} from memory: {}", root_.string(),
+                                          step, e.what()));
+      }
+      if (source >= 0 && !damaged.empty()) {
+        tier->staged.reset();
+        const auto& host = tier->hosts[static_cast<std::size_t>(source)];
+        detail::library_log(log_level::warning,
+                            "checkpoints: step {}: rank {}'s part in the memory of node {} ({}) is damaged or "
+                            "incomplete, not used: {}; trying its next copy",
+                            step, me, host, host == id.hostname ? "its own node" : "its partner's copy", damaged);
+      }
+      const auto outcomes = g.all_gather(std::pair<bool, bool>{source >= 0, damaged.empty()}, call, site);
+      for (std::size_t r = 0; r < size; ++r) {
+        if (!outcomes[r].first) continue;
+        if (outcomes[r].second) {
+          done[r] = 1;
+        } else {
+          ++next[r];
+        }
+      }
+    }
+    if (lacking.empty()) {
+      kind = tier->hosts[static_cast<std::size_t>(
+                 sources[static_cast<std::size_t>(me)][next[static_cast<std::size_t>(me)]])] == id.hostname
+                 ? "memory"
+                 : "partner";
+    } else {
+      tier->staged.reset();
+      if (me == 0) {
+        detail::library_log(log_level::warning,
+                            "checkpoints: step {} is not whole in memory: no complete, checksummed copy of the part "
+                            "of rank {}; every rank loads {} from the root '{}'",
+                            step, detail::rank_ranges(lacking),
+                            root_step ? fmt::format("step {}", *root_step) : std::string("nothing"), root_.string());
+      }
+    }
+  }
+  const auto chosen = tier->staged ? std::optional<std::int64_t>(step) : root_step;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto each = g.gather(std::pair<std::string, double>{chosen ? kind : "none", seconds},
+                             {.root = 0, .timeout = call.timeout}, site);
+  if (me == 0 && chosen) {
+    std::map<std::string, std::vector<int>> by_kind{{"memory", {}}, {"partner", {}}, {"shared", {}}};
+    double slowest = 0;
+    for (std::size_t r = 0; r < each.size(); ++r) {
+      by_kind[each[r].first].push_back(static_cast<int>(r));
+      slowest = std::max(slowest, each[r].second);
+    }
+    detail::library_log(log_level::info,
+                        "checkpoints: step {} staged in {:.3f} s: from memory ranks {}, from a partner's copy ranks "
+                        "{}, from the root ranks {}",
+                        *chosen, slowest, detail::rank_ranges(by_kind["memory"]),
+                        detail::rank_ranges(by_kind["partner"]), detail::rank_ranges(by_kind["shared"]));
+    std::string source;
+    for (const auto& [kind_of, ranks] : by_kind) {
+      if (!ranks.empty()) source += (source.empty() ? "" : "+") + kind_of;
+    }
+    detail::record_event("checkpoint_loaded", id.rank, id.hostname,
+                         fmt::format(R"("checkpoint_step":{},"source":{},"memory":{},"partner":{},"shared":{},)"
+                                     R"("seconds":{:.3f})",
+                                     *chosen, detail::json_string(source), detail::json_string(detail::rank_ranges(by_kind["memory"])),
+                                     detail::json_string(detail::rank_ranges(by_kind["partner"])),
+                                     detail::json_string(detail::rank_ranges(by_kind["shared"])), slowest));
+  }
+  if (chosen) detail::progress_restore_begin();
+  return chosen;
 }
 
 void checkpoints::verify(std::int64_t step, std::source_location site) {
@@ -324,6 +652,13 @@ void checkpoints::verify(std::int64_t step, std::source_location site) {
   const auto& id = current_identity();
   const auto directory = root_ / checkpoint_step_name(step);
   std::string problems;
+  if (memory_ && memory_->staged && memory_->staged->step == step) {  // as latest() staged it
+    problems = detail::check_part(memory_->staged->directory, memory_->staged->files);
+    if (!problems.empty()) problems = fmt::format("{}: {}", detail::describe_self(), problems);
+    agree(world().all_gather(problems, call, site),
+          fmt::format("checkpoint step {} in the memory tier '{}' is damaged", step, memory_->job_directory.string()));
+    return;
+  }
   try {
     const auto manifest = directory / manifest_name;
     std::error_code ec;
@@ -360,8 +695,13 @@ fs::path checkpoints::begin(std::int64_t step) {
   if (step < 0) throw error(errc::invalid_argument, fmt::format("checkpoints::begin: step={} is negative", step));
   detail::progress_save_begin();  // a checkpoint phase until its commit ends (docs/progress.md)
   std::error_code ec;
-  if (pending_ && *pending_ != step) fs::remove_all(staging(*pending_) / part_name(current_identity().rank), ec);
-  const auto directory = staging(step) / part_name(current_identity().rank);
+  const bool memory_only = memory_ && memory_->saves % static_cast<std::uint64_t>(options_.shared_every) != 0;
+  const auto stage_of = [&](std::int64_t s) {
+    return memory_only ? memory_->job_directory / fmt::format("{}.partial.{}", checkpoint_step_name(s), stage_tag_)
+                       : staging(s);
+  };
+  if (pending_ && *pending_ != step) fs::remove_all(stage_of(*pending_) / part_name(current_identity().rank), ec);
+  const auto directory = stage_of(step) / part_name(current_identity().rank);
   fs::remove_all(directory, ec);
   fs::create_directories(directory, ec);
   if (ec) {
@@ -426,21 +766,34 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
   const auto& id = current_identity();
   auto& g = world();
   const std::int64_t step = begun.value_or(-1);
+  detail::memory_tier* const tier = memory_.get();
+  const bool to_root = !tier || tier->saves % static_cast<std::uint64_t>(options_.shared_every) == 0;
+  if (tier) ++tier->saves;
+  const auto memory_stage =
+      tier ? tier->job_directory / fmt::format("{}.partial.{}", checkpoint_step_name(step), stage_tag_) : fs::path{};
+  const auto written = (to_root ? staging(step) : memory_stage) / part_name(id.rank);
 
-  part_report mine{"", id.hostname, {}, step};
+  part_report mine{"", id.hostname, {}, step, 0, 0};
   if (step < 0) {
     std::get<0>(mine) = fmt::format("{}: commit() without begin()", detail::describe_self());
   } else {
     try {
-      std::get<2>(mine) = flush_part(staging(step) / part_name(id.rank));
+      std::get<2>(mine) = flush_part(written);
     } catch (const std::exception& e) {
       std::get<0>(mine) = fmt::format("{}: {}", detail::describe_self(), e.what());
     }
   }
+  if (tier && tier->leader) {
+    for (const auto s : memory_steps(tier->job_directory)) {
+      std::get<4>(mine) += detail::bytes_under(tier->job_directory / checkpoint_step_name(s));
+    }
+    std::get<5>(mine) = detail::free_bytes(tier->job_directory);
+  }
   const auto reports = g.gather(mine, {.root = 0, .timeout = call.timeout}, site);
 
-  // Rank 0 decides and hands every committer the manifest of its file system.
-  using order = std::pair<std::string, std::string>;  // (error, manifest)
+  // Rank 0 decides and hands every committer the manifest of its file system, and every node's
+  // lowest rank the manifest of what its memory directory holds of the step.
+  using order = std::tuple<std::string, std::string, std::string>;  // (error, manifest, memory manifest)
   std::vector<order> orders;
   if (g.rank() == 0) {
     std::string problems;
@@ -452,10 +805,42 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
             fmt::format("{}rank {} commits step {}, rank 0 step {}", problems.empty() ? "" : "; ", r, theirs, step);
       }
     }
-    orders.resize(reports.size(), {problems, ""});
+    std::map<std::string, std::map<int, std::vector<part_file>>> held_by;  // host -> parts it keeps
+    if (tier && problems.empty()) {
+      std::map<std::string, std::uint64_t> needed;
+      for (std::size_t r = 0; r < reports.size(); ++r) {
+        const auto& files = std::get<2>(reports[r]);
+        held_by[tier->hosts[r]][static_cast<int>(r)] = files;
+        needed[tier->hosts[r]] += bytes_of(files);
+        if (const int p = tier->partners[r]; p >= 0) {
+          held_by[tier->hosts[static_cast<std::size_t>(p)]][static_cast<int>(r)] = files;
+          needed[tier->hosts[static_cast<std::size_t>(p)]] += bytes_of(files);
+        }
+      }
+      for (std::size_t c = 0; c < reports.size(); ++c) {
+        const auto& host = tier->hosts[c];
+        if (std::find(tier->hosts.begin(), tier->hosts.end(), host) - tier->hosts.begin() != static_cast<long>(c)) {
+          continue;
+        }
+        const auto held = std::get<4>(reports[c]);
+        const auto limit = tier->limit != 0 ? tier->limit : (std::get<5>(reports[c]) + held) / 2;
+        if (held + needed[host] > limit) {
+          const auto source = tier->limit != 0 ? tier->limit_source
+                                               : fmt::format(
+                                                     "the default limit {} (half of what its file system has "
+                                                     "free, with what the tier holds there)",
+                                                     limit);
+          problems += fmt::format(
+              "{}it does not fit in the memory tier of node {} ('{}'): its ranks' parts and its partners' copies "
+              "need {} bytes, with {} bytes of earlier steps kept there until this one is whole, over {}",
+              problems.empty() ? "" : "; ", host, tier->job_directory.string(), needed[host], held, source);
+        }
+      }
+    }
+    orders.resize(reports.size(), {problems, "", ""});
     if (problems.empty()) {
       const int nodes = static_cast<int>(std::set<int>(committer_of_.begin(), committer_of_.end()).size());
-      for (std::size_t c = 0; c < reports.size(); ++c) {
+      for (std::size_t c = 0; to_root && c < reports.size(); ++c) {
         if (committer_of_[c] != static_cast<int>(c)) continue;
         std::string parts;
         for (std::size_t r = 0; r < reports.size(); ++r) {
@@ -466,22 +851,74 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
                                                         part_name(static_cast<int>(r)) + "/" + file, size, crc}));
           }
         }
-        orders[c].second = fmt::format(
+        std::get<1>(orders[c]) = fmt::format(
             "{{\"format\":\"jobkit-checkpoint\",\"version\":1,\"step\":{},\"job_id\":{},\"restart_count\":{},"
             "\"world_size\":{},\"file_systems\":{},\"committed_at\":\"{}\",\"parts\":[{}\n]}}\n",
             step, detail::json_string(id.job_id), id.restart_count, id.world_size, nodes, utc_now(), parts);
       }
+      for (std::size_t c = 0; tier && c < reports.size(); ++c) {
+        const auto& host = tier->hosts[c];
+        if (std::find(tier->hosts.begin(), tier->hosts.end(), host) - tier->hosts.begin() == static_cast<long>(c)) {
+          std::get<2>(orders[c]) = detail::memory_manifest(step, id.world_size, id.job_id, held_by[host]);
+        }
+      }
     }
   }
-  const auto [problem, manifest] = g.scatter(orders, {.root = 0, .timeout = call.timeout}, site);
+  const auto [problem, manifest, memory_manifest] = g.scatter(orders, {.root = 0, .timeout = call.timeout}, site);
   if (!problem.empty()) {
+    if (!to_root) {  // a memory-only save that cannot be committed is dropped: it holds memory
+      std::error_code ec;
+      fs::remove_all(written, ec);
+      pending_.reset();
+    }
     throw error(errc::io,
                 fmt::format("checkpoint step {} under '{}' was not committed: {}", step, root_.string(), problem));
   }
 
+  // The memory tier: this rank's part in its node's memory, and a copy on its partner's node.
+  if (tier) {
+    std::vector<std::string> failures;
+    const auto& files = std::get<2>(mine);
+    const auto in_memory = memory_stage / part_name(id.rank);
+    if (to_root) {
+      if (auto e = detail::copy_part(written, in_memory, files); !e.empty()) failures.push_back(std::move(e));
+    }
+    std::vector<std::pair<int, int>> copies;
+    for (std::size_t r = 0; r < tier->partners.size(); ++r) {
+      if (tier->partners[r] >= 0) copies.emplace_back(static_cast<int>(r), tier->partners[r]);
+    }
+    try {
+      for (const auto index : detail::copies_of(id.rank, copies)) {
+        const auto [from, to] = copies[index];
+        auto& pair = tier->pair(from, to, call.timeout);
+        if (from == id.rank) {
+          if (auto e = detail::send_part(pair, in_memory, files, call.timeout); !e.empty()) failures.push_back(e);
+        } else {
+          const auto limit = tier->limit != 0 ? tier->limit : std::numeric_limits<std::uint64_t>::max() / 2;
+          auto e = detail::receive_part(pair, memory_stage / part_name(from), limit, call.timeout);
+          if (!e.empty()) {
+            failures.push_back(fmt::format("the copy of rank {}'s part from {} did not arrive whole: {}", from,
+                                           tier->hosts[static_cast<std::size_t>(from)], e));
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      failures.push_back(e.what());
+    }
+    std::string failed;
+    for (const auto& f : failures) failed += (failed.empty() ? "" : "; ") + f;
+    if (!failed.empty()) failed = fmt::format("{}: {}", detail::describe_self(), failed);
+    const auto all = g.all_gather(failed, call, site);
+    if (std::any_of(all.begin(), all.end(), [](const auto& e) { return !e.empty(); })) {
+      if (tier->leader) remove_tree(memory_stage, attempt_);
+      pending_.reset();
+      agree(all, fmt::format("checkpoint step {} under '{}' was not committed: its memory tier", step, root_.string()));
+    }
+  }
+
   std::string failed;
   std::vector<fs::path> retired;
-  if (committer_) {
+  if (committer_ && to_root) {
     try {
       const auto from = staging(step);
       write_durably(from / manifest_name, manifest);
@@ -510,17 +947,40 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
       }
     }
   }
+  if (tier && tier->leader) {
+    try {
+      write_durably(memory_stage / manifest_name, memory_manifest);
+      const auto to = tier->job_directory / checkpoint_step_name(step);
+      std::error_code ec;
+      if (fs::exists(to, ec)) retired.push_back(retire(to, attempt_));
+      if (::rename(memory_stage.c_str(), to.c_str()) != 0) {
+        const int code = errno;
+        throw error(
+            errc::io,
+            fmt::format("cannot rename '{}' to '{}': {}", memory_stage.string(), to.string(), detail::errno_text(code)),
+            code);
+      }
+    } catch (const std::exception& e) {
+      failed += fmt::format("{}{}: {}", failed.empty() ? "" : "; ", detail::describe_self(), e.what());
+    }
+  }
   pending_.reset();
   agree(g.all_gather(failed, call, site),
         fmt::format("checkpoint step {} under '{}' may be incomplete on some file system", step, root_.string()));
   // Only now that the step is complete everywhere: an old step may still be the latest elsewhere.
-  if (committer_) {
+  if (committer_ && to_root) {
     try {
       const auto old = retire_unwanted(false, true);
       retired.insert(retired.end(), old.begin(), old.end());
     } catch (const std::exception& e) {
       detail::library_log(log_level::warning, "checkpoints: removing old steps under '{}': {}", root_.string(),
                           e.what());
+    }
+  }
+  if (tier && tier->leader) {  // superseded memory steps: the newest memory_keep stay
+    const auto steps = memory_steps(tier->job_directory);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(options_.memory_keep) < steps.size(); ++i) {
+      retired.push_back(retire(tier->job_directory / checkpoint_step_name(steps[i]), attempt_));
     }
   }
   remove_trees(retired);

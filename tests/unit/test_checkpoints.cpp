@@ -261,3 +261,204 @@ TEST_CASE("bad arguments name themselves") {
   CHECK_THROWS_WITH(saved.begin(-3), Catch::Contains("step=-3 is negative"));
   CHECK_THROWS_WITH(jobkit::checkpoints("/proc/jobkit-cannot-be-here"), Catch::Contains("/proc/jobkit-cannot-be-here"));
 }
+
+// ---- The memory tier (src/checkpoints/memory_tier.hpp, docs/checkpoints-memory.md) ----
+
+#include "checkpoints/memory_tier.hpp"
+#include "core/environment.hpp"
+#include "inprocess_groups.hpp"
+
+namespace {
+
+struct memory_scratch : scratch {
+  fs::path memory = fs::temp_directory_path() / ("jobkit-ckpt-memory-test-" + std::to_string(::getpid()));
+  memory_scratch() {
+    fs::remove_all(memory);
+    ::setenv("JOBKIT_CHECKPOINT_MEMORY", memory.c_str(), 1);
+    ::unsetenv("JOBKIT_CHECKPOINT_MEMORY_LIMIT");
+  }
+  ~memory_scratch() {
+    ::unsetenv("JOBKIT_CHECKPOINT_MEMORY");
+    fs::remove_all(memory);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("memory partners: another node, the next one, at the same position") {
+  using jobkit::detail::memory_partners;
+  CHECK(memory_partners({"a", "a", "b", "b"}) == std::vector<int>{2, 3, 0, 1});
+  CHECK(memory_partners({"a", "a", "b", "b", "c", "c"}) == std::vector<int>{2, 3, 4, 5, 0, 1});
+  CHECK(memory_partners({"a", "a"}) == std::vector<int>{-1, -1});
+  CHECK(memory_partners({"a", "a", "a", "b"}) == std::vector<int>{3, 3, 3, 0});
+  const std::vector<std::string> hosts{"a", "b", "c", "a", "b", "c", "c"};
+  const auto partners = memory_partners(hosts);
+  for (std::size_t r = 0; r < hosts.size(); ++r) CHECK(hosts[static_cast<std::size_t>(partners[r])] != hosts[r]);
+}
+
+TEST_CASE("copies run in rounds that share no rank") {
+  using jobkit::detail::copy_rounds;
+  const std::vector<std::pair<int, int>> ring{{0, 1}, {1, 2}, {2, 0}};
+  CHECK(copy_rounds(ring) == std::vector<int>{0, 1, 2});
+  const std::vector<std::pair<int, int>> pairs{{0, 2}, {1, 3}, {2, 0}, {3, 1}};
+  CHECK(copy_rounds(pairs) == std::vector<int>{0, 0, 1, 1});
+  CHECK(jobkit::detail::copies_of(2, pairs) == std::vector<std::size_t>{0, 2});
+}
+
+TEST_CASE("memory tier settings and names") {
+  using jobkit::detail::map_environment;
+  CHECK_FALSE(jobkit::detail::memory_directory_from({}, map_environment{}));
+  CHECK(*jobkit::detail::memory_directory_from({}, map_environment{{"JOBKIT_CHECKPOINT_MEMORY", "/dev/shm/j"}}) ==
+        "/dev/shm/j");
+  CHECK_THROWS_WITH(jobkit::detail::memory_directory_from({}, map_environment{{"JOBKIT_CHECKPOINT_MEMORY", "shm"}}),
+                    Catch::Contains("JOBKIT_CHECKPOINT_MEMORY='shm'"));
+  CHECK(*jobkit::detail::memory_limit_from(map_environment{{"JOBKIT_CHECKPOINT_MEMORY_LIMIT", "4096"}}) == 4096);
+  for (const char* bad : {"0", "-1", "4k", "1e9"}) {
+    CHECK_THROWS_WITH(jobkit::detail::memory_limit_from(map_environment{{"JOBKIT_CHECKPOINT_MEMORY_LIMIT", bad}}),
+                      Catch::Contains(std::string("JOBKIT_CHECKPOINT_MEMORY_LIMIT='") + bad + "'"));
+  }
+  const auto name = jobkit::detail::memory_job_directory_name("1234", "/shared/run");
+  CHECK(name.starts_with("jobkit-ckpt-1234-"));
+  CHECK(*jobkit::detail::job_of_memory_directory_name(name) == "1234");
+  CHECK_FALSE(jobkit::detail::job_of_memory_directory_name("jobkit-turns-1.0-n0"));
+  CHECK(name != jobkit::detail::memory_job_directory_name("1234", "/shared/other"));
+  CHECK(jobkit::detail::rank_ranges({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7-8");
+  CHECK(jobkit::detail::rank_ranges({}) == "none");
+}
+
+TEST_CASE("whether a job has ended, from squeue's answer") {
+  using jobkit::detail::job_ended_from_squeue;
+  CHECK(job_ended_from_squeue(0, "RUNNING\n", "") == false);
+  CHECK(job_ended_from_squeue(0, "PENDING\n", "") == false);
+  CHECK(job_ended_from_squeue(0, "COMPLETED\n", "") == true);
+  CHECK(job_ended_from_squeue(0, "", "") == true);
+  CHECK(job_ended_from_squeue(1, "", "slurm_load_jobs error: Invalid job id specified\n") == true);
+  CHECK_FALSE(job_ended_from_squeue(1, "", "slurm_load_jobs error: Unable to contact slurm controller\n"));
+  CHECK_FALSE(job_ended_from_squeue(127, "", ""));
+}
+
+TEST_CASE("the sweep removes the memory tiers of ended jobs only") {
+  memory_scratch s;
+  const auto now = std::chrono::system_clock::now();
+  auto make = [&](const std::string& job, std::optional<std::chrono::system_clock::time_point> end) {
+    const auto dir = s.memory / jobkit::detail::memory_job_directory_name(job, "/r");
+    fs::create_directories(dir / "step-000000000001");
+    std::ofstream(dir / ".job") << jobkit::detail::job_record(end);
+    return dir;
+  };
+  const auto own = make("10", std::nullopt);
+  const auto past = make("11", now - std::chrono::hours(1));
+  const auto future = make("12", now + std::chrono::hours(1));
+  const auto unknown = make("13", std::nullopt);
+  const auto ended = make("14", std::nullopt);
+  const auto running = make("15", now - std::chrono::hours(1));
+  fs::create_directories(s.memory / "somebody-else");
+  const auto removed = jobkit::detail::sweep_memory(s.memory, "10", ::getuid(), now, [](const std::string& job) {
+    if (job == "14") return std::optional<bool>(true);
+    if (job == "15") return std::optional<bool>(false);
+    return std::optional<bool>();
+  });
+  CHECK(removed.size() == 2);
+  CHECK(fs::exists(own));
+  CHECK_FALSE(fs::exists(past));
+  CHECK(fs::exists(future));
+  CHECK(fs::exists(unknown));
+  CHECK_FALSE(fs::exists(ended));
+  CHECK(fs::exists(running));
+  CHECK(fs::exists(s.memory / "somebody-else"));
+}
+
+TEST_CASE("a part copied over a group of two arrives exact, or is refused, named") {
+  memory_scratch s;
+  const auto from = s.memory / "from";
+  fs::create_directories(from / "sub");
+  std::string big(300'000, 'x');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 23);
+  std::ofstream(from / "weights.bin") << big;
+  std::ofstream(from / "sub" / "opt.bin") << "optimizer";
+  std::vector<jobkit::detail::part_file> files;
+  for (const auto* name : {"sub/opt.bin", "weights.bin"}) {
+    const auto text = read_text(from / name);
+    files.emplace_back(name, text.size(), jobkit::detail::crc32c(std::as_bytes(std::span(text.data(), text.size()))));
+  }
+  CHECK(jobkit::detail::check_part(from, files).empty());
+  auto copy = [&](const std::vector<jobkit::detail::part_file>& listed, std::uint64_t max_bytes) {
+    const auto into = s.memory / "into";
+    const auto outcomes = test_support::on_ranks(test_support::inprocess_groups(2, {0, 1}), [&](jobkit::group& g) {
+      using namespace std::chrono_literals;
+      return g.rank() == 0 ? jobkit::detail::send_part(g, from, listed, 10s, 65536)
+                           : jobkit::detail::receive_part(g, into, max_bytes, 10s, nullptr, 65536);
+    });
+    REQUIRE(outcomes[0].error.empty());
+    REQUIRE(outcomes[1].error.empty());
+    CHECK(outcomes[0].value->empty());
+    return std::pair(*outcomes[1].value, into);
+  };
+  SECTION("whole") {
+    const auto [problem, into] = copy(files, 1 << 20);
+    CHECK(problem.empty());
+    CHECK(read_text(into / "weights.bin") == big);
+    CHECK(read_text(into / "sub" / "opt.bin") == "optimizer");
+  }
+  SECTION("a flipped byte") {
+    big[1234] ^= 1;
+    std::ofstream(from / "weights.bin") << big;
+    const auto [problem, into] = copy(files, 1 << 20);
+    CHECK_THAT(problem, Catch::Contains("'weights.bin' arrived with CRC-32C"));
+    CHECK_FALSE(fs::exists(into));
+    CHECK_THAT(jobkit::detail::check_part(from, files), Catch::Contains("weights.bin"));
+  }
+  SECTION("more than the receiver allows") {
+    const auto [problem, into] = copy(files, 1000);
+    CHECK_THAT(problem, Catch::Contains("more than the 1000 bytes allowed"));
+  }
+  SECTION("a name outside the part") {
+    const auto [problem, into] = copy({{"../escape", 1, 0}}, 1 << 20);
+    CHECK_THAT(problem, Catch::Contains("is not inside the part"));
+    CHECK_FALSE(fs::exists(s.memory / "escape"));
+  }
+}
+
+TEST_CASE("the memory tier on one rank: saves, restores, falls back, refuses what does not fit") {
+  memory_scratch s;
+  {
+    jobkit::checkpoints saved(s.root, {.keep = 2, .shared_every = 2});
+    const auto memory = saved.memory_directory();
+    REQUIRE(memory.parent_path() == s.memory);
+    save(saved, 1, "one");  // to the root and the memory
+    const auto second = saved.begin(2);
+    CHECK(second.string().starts_with(memory.string()));  // memory only
+    std::ofstream(second / "weights.bin") << "two";
+    saved.commit();
+    CHECK(entries(s.root) == std::vector<std::string>{"step-000000000001"});
+    CHECK(fs::exists(memory / "step-000000000002" / "manifest.json"));
+    CHECK_FALSE(fs::exists(memory / "step-000000000001"));  // memory_keep 1
+  }
+  SECTION("restored from memory") {
+    jobkit::checkpoints saved(s.root, {.keep = 2, .shared_every = 2});
+    REQUIRE(saved.latest() == 2);
+    CHECK(saved.part(2).string().starts_with(saved.memory_directory().string()));
+    CHECK(read_text(saved.part(2) / "weights.bin") == "two");
+    saved.verify(2);
+  }
+  SECTION("a flipped byte in memory: the root's step") {
+    jobkit::checkpoints saved(s.root, {.keep = 2, .shared_every = 2});
+    std::ofstream(saved.memory_directory() / "step-000000000002" / "rank-0" / "weights.bin") << "twO";
+    REQUIRE(saved.latest() == 1);
+    CHECK(saved.part(1) == s.root / "step-000000000001" / "rank-0");
+    CHECK(read_text(saved.part(1) / "weights.bin") == "one");
+  }
+  SECTION("a part larger than the limit: refused at the save, the root whole") {
+    jobkit::checkpoints saved(s.root, {.keep = 2, .memory_limit = 2});
+    std::ofstream(saved.begin(3) / "weights.bin") << "three";
+    CHECK_THROWS_WITH(saved.commit(), Catch::Contains("does not fit in the memory tier") &&
+                                          Catch::Contains("checkpoint_options::memory_limit=2"));
+    CHECK_FALSE(fs::exists(s.root / "step-000000000003"));
+    CHECK(read_text(s.root / "step-000000000001" / "rank-0" / "weights.bin") == "one");
+    saved.verify(1);
+  }
+  SECTION("bad options name themselves") {
+    CHECK_THROWS_WITH(jobkit::checkpoints(s.root, {.shared_every = 0}), Catch::Contains("shared_every=0"));
+    CHECK_THROWS_WITH(jobkit::checkpoints(s.root, {.memory_keep = 3}), Catch::Contains("memory_keep=3"));
+  }
+}
