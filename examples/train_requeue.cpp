@@ -43,7 +43,7 @@ struct settings {
   int crash_rank = -1;
   std::int64_t crash_step = -1;
   int crash_attempt = 0;
-  std::string crash_node;             // a rank on this node crashes at its first save, every attempt
+  std::string crash_node;              // a rank on this node crashes at its first save, every attempt
   bool crash_rank_by_attempt = false;  // the rank that crashes is (2 x attempt) mod world size
   int slow_exit_rank = -1;
   int slow_exit_s = 0;
@@ -120,11 +120,10 @@ void save(jobkit::checkpoints& saved, const state& s, const settings& opt) {
   static bool first_save = true;  // of this attempt
   const bool crash_here = opt.crash_step < 0 ? first_save : s.next_step == opt.crash_step;
   first_save = false;
-  const bool crash_rank =
-      opt.crash_rank_by_attempt
-          ? me.rank == (2 * attempt_of(me)) % me.world_size
-          : (me.rank == opt.crash_rank && attempt_of(me) == opt.crash_attempt) ||
-                (!opt.crash_node.empty() && me.hostname == opt.crash_node && me.local_rank == 0);
+  const bool crash_rank = opt.crash_rank_by_attempt
+                              ? me.rank == (2 * attempt_of(me)) % me.world_size
+                              : (me.rank == opt.crash_rank && attempt_of(me) == opt.crash_attempt) ||
+                                    (!opt.crash_node.empty() && me.hostname == opt.crash_node && me.local_rank == 0);
   if (crash_rank && crash_here) {
     jobkit::log::warn("crashing on purpose at the save of step {} (the others are in commit())", s.next_step);
     ::raise(SIGKILL);

@@ -636,12 +636,13 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
     for (const auto& [kind_of, ranks] : by_kind) {
       if (!ranks.empty()) source += (source.empty() ? "" : "+") + kind_of;
     }
-    detail::record_event("checkpoint_loaded", id.rank, id.hostname,
-                         fmt::format(R"("checkpoint_step":{},"source":{},"memory":{},"partner":{},"shared":{},)"
-                                     R"("seconds":{:.3f})",
-                                     *chosen, detail::json_string(source), detail::json_string(detail::rank_ranges(by_kind["memory"])),
-                                     detail::json_string(detail::rank_ranges(by_kind["partner"])),
-                                     detail::json_string(detail::rank_ranges(by_kind["shared"])), slowest));
+    detail::record_event(
+        "checkpoint_loaded", id.rank, id.hostname,
+        fmt::format(R"("checkpoint_step":{},"source":{},"memory":{},"partner":{},"shared":{},)"
+                    R"("seconds":{:.3f})",
+                    *chosen, detail::json_string(source), detail::json_string(detail::rank_ranges(by_kind["memory"])),
+                    detail::json_string(detail::rank_ranges(by_kind["partner"])),
+                    detail::json_string(detail::rank_ranges(by_kind["shared"])), slowest));
   }
   if (chosen) detail::progress_restore_begin();
   return chosen;

@@ -93,7 +93,8 @@ void pump(std::vector<fold_stream>& streams, command_run* run, const pump_hooks*
       if (s.open && (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
         const ssize_t n = ::read(s.from, buffer.data(), buffer.size());
         if (n > 0) {
-          if (hooks != nullptr && hooks->read) hooks->read(i, std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+          if (hooks != nullptr && hooks->read)
+            hooks->read(i, std::string_view(buffer.data(), static_cast<std::size_t>(n)));
           s.folder.add(std::string_view(buffer.data(), static_cast<std::size_t>(n)), now);
         } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
           s.open = false;
@@ -107,6 +108,5 @@ void pump(std::vector<fold_stream>& streams, command_run* run, const pump_hooks*
     if (hooks != nullptr && hooks->tick) hooks->tick();
   }
 }
-
 
 }  // namespace jobkit::cli

@@ -90,8 +90,8 @@ int count_option(std::string_view option, std::string_view value, int least, int
   auto rest = value;
   const auto n = detail::take_decimal(rest);
   if (!n || !rest.empty() || *n < least || *n > most) {
-    throw usage_error{fmt::format("run: {}='{}'{} is not a whole number from {} to {}", option, value, also, least,
-                                  most)};
+    throw usage_error{
+        fmt::format("run: {}='{}'{} is not a whole number from {} to {}", option, value, also, least, most)};
   }
   return *n;
 }
@@ -131,23 +131,30 @@ run_args parse_run_args(const std::vector<std::string_view>& args) {
   }
   if (parsed.checkpoints.empty()) throw usage_error{"run: --checkpoints DIR is required (see jobkit run --help)"};
   const std::vector<std::string_view> srun_args(parsed.command.begin() + 1, parsed.command.end());
-  const auto placement =
-      fold::srun_options_given(srun_args, {"N", "nodes", "w", "nodelist", "x", "exclude", "nodefile", });
+  const auto placement = fold::srun_options_given(srun_args, {
+                                                                 "N",
+                                                                 "nodes",
+                                                                 "w",
+                                                                 "nodelist",
+                                                                 "x",
+                                                                 "exclude",
+                                                                 "nodefile",
+                                                             });
   if (!placement.empty()) {
-    throw usage_error{fmt::format("run: srun's {} is jobkit run's to set (the allocation's nodes less its spares and "
-                                  "its bad nodes): remove it",
-                                  placement.front())};
+    throw usage_error{
+        fmt::format("run: srun's {} is jobkit run's to set (the allocation's nodes less its spares and "
+                    "its bad nodes): remove it",
+                    placement.front())};
   }
   if (parsed.min_nodes && !fold::srun_options_given(srun_args, {"n", "ntasks"}).empty()) {
-    throw usage_error{"run: --min-nodes needs the step's tasks given per node (--ntasks-per-node), not srun's -n: a "
-                      "smaller step keeps its tasks per node"};
+    throw usage_error{
+        "run: --min-nodes needs the step's tasks given per node (--ntasks-per-node), not srun's -n: a "
+        "smaller step keeps its tasks per node"};
   }
   return parsed;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string read_small_file(const fs::path& path, std::size_t limit = 1 << 20) {
   std::ifstream in(path, std::ios::binary);
@@ -186,8 +193,8 @@ class job_state {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) {
-      throw usage_error{fmt::format("run: cannot create the job's recovery directory '{}': {}", dir_.string(),
-                                    ec.message())};
+      throw usage_error{
+          fmt::format("run: cannot create the job's recovery directory '{}': {}", dir_.string(), ec.message())};
     }
     bad_ = detail::parse_bad_nodes(read_small_file(dir_ / "bad-nodes"));
     restarts_ = number("restarts");
@@ -442,7 +449,8 @@ class supervisor {
         if (evidence_size() != before && result.failed == 0) result.failed = unix_now();
         if (!result.evidence.lost.empty() && !lost_seen) lost_seen = clock::now();
       });
-      if (!args_.fold) (void)detail::write_file_all(index == 0 ? STDOUT_FILENO : STDERR_FILENO, bytes.data(), bytes.size());
+      if (!args_.fold)
+        (void)detail::write_file_all(index == 0 ? STDOUT_FILENO : STDERR_FILENO, bytes.data(), bytes.size());
     };
     hooks.tick = [&] {
       events.read([&](const detail::step_event& e) {
@@ -507,7 +515,8 @@ class supervisor {
   void report_hang(const step_result& result, int attempt) {
     const auto rank = detail::json_field(result.hang, "rank");
     const auto host = detail::json_text_field(result.hang, "host");
-    say(fmt::format("job {} step attempt {}: rank {} on {} made no progress past its bound ({}): where every rank "
+    say(
+        fmt::format("job {} step attempt {}: rank {} on {} made no progress past its bound ({}): where every rank "
                     "is, then the step is ended",
                     job_, attempt, rank, host, result.hang));
     const auto where = detail::run_bounded({self_program(), "where", job_}, std::chrono::seconds(60));
@@ -592,15 +601,16 @@ class supervisor {
     const auto file = args_.checkpoints / (".stopped-" + job_ + ".r" + restart_count_);
     if (!fs::exists(file, ec) || fs::file_size(file, ec) == 0) return false;
     stop_record_ = read_small_file(file, 4096);
-    while (!stop_record_.empty() && (stop_record_.back() == '\n' || stop_record_.back() == ' ')) stop_record_.pop_back();
+    while (!stop_record_.empty() && (stop_record_.back() == '\n' || stop_record_.back() == ' '))
+      stop_record_.pop_back();
     return true;
   }
 
   bool healthy(const std::vector<std::string>& nodes) {
-    const auto result = detail::run_bounded({args_.command.front(), "--overlap", fmt::format("--nodes={}", nodes.size()),
-                                             "--nodelist=" + comma_list(nodes), "--ntasks-per-node=1",
-                                             "--kill-on-bad-exit=0", "sh", "-c", args_.health_check},
-                                            std::chrono::seconds(120));
+    const auto result = detail::run_bounded(
+        {args_.command.front(), "--overlap", fmt::format("--nodes={}", nodes.size()), "--nodelist=" + comma_list(nodes),
+         "--ntasks-per-node=1", "--kill-on-bad-exit=0", "sh", "-c", args_.health_check},
+        std::chrono::seconds(120));
     if (result.status == 0) return true;
     detail::step_evidence evidence;
     std::istringstream in(result.err);
@@ -673,15 +683,16 @@ int run_run(const std::vector<std::string_view>& args) {
   auto parsed = parse_run_args(args);
   auto allocation = allocation_nodes();
   if (static_cast<std::size_t>(parsed.spares) >= allocation.size()) {
-    throw usage_error{fmt::format("run: --spare-nodes={} (SPARE_NODES in the templates) leaves no node for the step: "
-                                  "the allocation has {} nodes ({})",
-                                  parsed.spares, allocation.size(), comma_list(allocation))};
+    throw usage_error{
+        fmt::format("run: --spare-nodes={} (SPARE_NODES in the templates) leaves no node for the step: "
+                    "the allocation has {} nodes ({})",
+                    parsed.spares, allocation.size(), comma_list(allocation))};
   }
   if (parsed.min_nodes && static_cast<std::size_t>(*parsed.min_nodes) > allocation.size() - parsed.spares) {
-    throw usage_error{fmt::format("run: --min-nodes={} is more than the step's {} nodes (the allocation's {} less "
-                                  "--spare-nodes={})",
-                                  *parsed.min_nodes, allocation.size() - parsed.spares, allocation.size(),
-                                  parsed.spares)};
+    throw usage_error{
+        fmt::format("run: --min-nodes={} is more than the step's {} nodes (the allocation's {} less "
+                    "--spare-nodes={})",
+                    *parsed.min_nodes, allocation.size() - parsed.spares, allocation.size(), parsed.spares)};
   }
   ::signal(SIGPIPE, SIG_IGN);
   const auto job = *detail::process_environment().get("SLURM_JOB_ID");

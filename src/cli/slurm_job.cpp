@@ -21,8 +21,9 @@ std::vector<std::string> allocation_nodes() {
   const auto& env = detail::process_environment();
   const auto job = env.get("SLURM_JOB_ID");
   if (!job || job->empty()) {
-    throw usage_error{"run: SLURM_JOB_ID is not set: jobkit run supervises a step inside a job's allocation (run "
-                      "it in a batch script or salloc)"};
+    throw usage_error{
+        "run: SLURM_JOB_ID is not set: jobkit run supervises a step inside a job's allocation (run "
+        "it in a batch script or salloc)"};
   }
   const auto list = env.get("SLURM_JOB_NODELIST");
   if (!list || list->empty()) throw usage_error{"run: SLURM_JOB_NODELIST is not set (it names the allocation's nodes)"};

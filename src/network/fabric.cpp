@@ -60,8 +60,8 @@ tcp_fabric::tcp_fabric(rendezvous& rv, const identity& self, const time_bound& b
       segment_prefix_("/jobkit-" + job_step_tag(self, ::getpid())),
       acceptor_(settings_.addresses, secret_, self.world_size, settings_.handshake_timeout, settings_.silence_limit,
                 log_),
-      directory_(rv, self, endpoint_of_self(self, acceptor_.port(), settings_, secret_), settings_.endpoint_key,
-                 bound, settings_.silence_limit, log_),
+      directory_(rv, self, endpoint_of_self(self, acceptor_.port(), settings_, secret_), settings_.endpoint_key, bound,
+                 settings_.silence_limit, log_),
       connector_(self.rank, settings_.handshake_timeout, settings_.silence_limit, log_) {}
 
 tcp_fabric::~tcp_fabric() = default;

@@ -39,9 +39,8 @@ const std::optional<recovery_settings>& recovery_settings_of_process() {
 
 std::string event_line(std::string_view kind, const recovery_settings& settings, int rank, std::string_view host,
                        double unix_seconds, std::string_view fields) {
-  auto line = fmt::format(R"({{"event":{},"attempt":{},"step":{},"rank":{},"host":{},"time":{:.3f})",
-                          json_string(kind), settings.attempt, json_string(settings.step), rank, json_string(host),
-                          unix_seconds);
+  auto line = fmt::format(R"({{"event":{},"attempt":{},"step":{},"rank":{},"host":{},"time":{:.3f})", json_string(kind),
+                          settings.attempt, json_string(settings.step), rank, json_string(host), unix_seconds);
   if (!fields.empty()) {
     line += ',';
     line += fields;

@@ -82,7 +82,8 @@ std::string restart_json(std::string_view job_id, const restart_entry& r) {
   std::vector<std::string> nodes;
   for (const auto& n : r.nodes) nodes.push_back(json_string(n));
   std::vector<std::string> lost;
-  for (const auto& [cause, seconds] : badput_of(r)) lost.push_back(fmt::format("{}:{:.3f}", json_string(cause), seconds));
+  for (const auto& [cause, seconds] : badput_of(r))
+    lost.push_back(fmt::format("{}:{:.3f}", json_string(cause), seconds));
   return fmt::format(
       R"({{"restart":{{"job_id":{},"number":{},"attempt":{},"cause":{},"node":{},"blamed":{},"why":{},"next_nodes":[{}],)"
       R"("checkpoint":{},"source":{},"wasted_s":{:.3f},"failed":{:.3f},"phases_s":{{"failure_to_step_ended":{},)"
@@ -119,10 +120,11 @@ std::string restart_line(const restart_entry& r) {
   if (r.checkpoint >= 0) line += fmt::format(", resuming from checkpoint {}", r.checkpoint);
   if (!r.nodes.empty()) line += fmt::format(", next step on {}", fmt::join(r.nodes, ","));
   const auto at = [&](double t) { return t > 0 ? fmt::format("+{:.2f} s", seconds_between(r.at.failed, t)) : "-"; };
-  line += fmt::format("; from the failure: step ended {}, step started {}, world ready {}, checkpoint loaded {}, "
-                      "first step done {}",
-                      at(r.at.step_ended), at(r.at.step_started), at(r.at.world_ready), at(r.at.checkpoint_loaded),
-                      at(r.at.first_step_done));
+  line += fmt::format(
+      "; from the failure: step ended {}, step started {}, world ready {}, checkpoint loaded {}, "
+      "first step done {}",
+      at(r.at.step_ended), at(r.at.step_started), at(r.at.world_ready), at(r.at.checkpoint_loaded),
+      at(r.at.first_step_done));
   if (!r.source.empty()) line += fmt::format(" (checkpoint from {})", r.source);
   return line;
 }

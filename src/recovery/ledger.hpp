@@ -20,7 +20,7 @@ struct step_event {
   int attempt = 0;
   int rank = 0;
   std::string host;
-  double time = 0;  // Unix seconds
+  double time = 0;   // Unix seconds
   std::string line;  // the whole line, for its other fields
 };
 std::optional<step_event> parse_event(std::string_view line);
@@ -40,11 +40,11 @@ struct restart_phases {
 };
 
 struct restart_entry {
-  int number = 0;             ///< the job's restart count with this one (1: its first)
-  int attempt = 0;            ///< the failed step's attempt number (0: the first step)
-  std::string cause;          ///< crash, lost node, hang, ...
-  std::string where;          ///< the failure's node (crash node, lost node), empty: unknown
-  std::string blamed;         ///< the node blamed and excluded, empty: none
+  int number = 0;      ///< the job's restart count with this one (1: its first)
+  int attempt = 0;     ///< the failed step's attempt number (0: the first step)
+  std::string cause;   ///< crash, lost node, hang, ...
+  std::string where;   ///< the failure's node (crash node, lost node), empty: unknown
+  std::string blamed;  ///< the node blamed and excluded, empty: none
   std::string blame_why;
   std::vector<std::string> nodes;  ///< the next step's nodes (empty: none started)
   std::int64_t checkpoint = -1;    ///< the newest whole checkpoint at the failure

@@ -6,8 +6,7 @@
 namespace jobkit::detail {
 namespace {
 
-constexpr std::string_view name_chars =
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.";
+constexpr std::string_view name_chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.";
 
 /// The host name at the start of `text` (letters, digits, '-', '_', '.'; a trailing '.' is
 /// punctuation), empty when there is none.
@@ -127,7 +126,8 @@ std::string format_bad_nodes(const std::vector<bad_node>& nodes) {
   std::string text;
   for (const auto& n : nodes) {
     auto why = n.why;
-    std::replace_if(why.begin(), why.end(), [](char c) { return c == '\t' || c == '\n' || c == '\r'; }, ' ');
+    std::replace_if(
+        why.begin(), why.end(), [](char c) { return c == '\t' || c == '\n' || c == '\r'; }, ' ');
     text += n.node + '\t' + std::to_string(n.when) + '\t' + why + '\n';
   }
   return text;

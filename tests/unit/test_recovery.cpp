@@ -15,13 +15,16 @@ using namespace jobkit::detail;
 
 TEST_CASE("evidence: jobkit's lost-node verdicts, named by the most nodes, blame that node") {
   step_evidence e;
-  e.add_line("  0: jobkit: barrier at loop.cpp:12: its node c3 answered nothing for 8 s (JOBKIT_LOST_NODE_TIMEOUT): "
-             "the node is lost or cut off from c1 (ranks on c3 in this group: 4, 5)");
-  e.add_line("  2: jobkit: barrier: its node c3 answered nothing for 8 s (JOBKIT_LOST_NODE_TIMEOUT): the node is lost "
-             "or cut off from c2");
+  e.add_line(
+      "  0: jobkit: barrier at loop.cpp:12: its node c3 answered nothing for 8 s (JOBKIT_LOST_NODE_TIMEOUT): "
+      "the node is lost or cut off from c1 (ranks on c3 in this group: 4, 5)");
+  e.add_line(
+      "  2: jobkit: barrier: its node c3 answered nothing for 8 s (JOBKIT_LOST_NODE_TIMEOUT): the node is lost "
+      "or cut off from c2");
   // The lost node's own ranks, cut off, name the node they lost: one accuser only.
-  e.add_line("  4: jobkit: barrier: its node c1 answered nothing for 8 s (JOBKIT_LOST_NODE_TIMEOUT): the node is lost "
-             "or cut off from c3");
+  e.add_line(
+      "  4: jobkit: barrier: its node c1 answered nothing for 8 s (JOBKIT_LOST_NODE_TIMEOUT): the node is lost "
+      "or cut off from c3");
   REQUIRE(e.lost.size() == 2);
   CHECK(e.lost["c3"] == std::set<std::string>{"c1", "c2"});
   const auto b = lost_node_of(e);
@@ -39,8 +42,9 @@ TEST_CASE("evidence: a tie between two lost nodes blames neither") {
 
 TEST_CASE("evidence: a dead rank's node, from the survivors, else from srun's first failed task") {
   step_evidence e;
-  e.add_line("1: jobkit: barrier: rank 3 (c2) closed its connection (end of stream) during barrier: the process died "
-             "or exited");
+  e.add_line(
+      "1: jobkit: barrier: rank 3 (c2) closed its connection (end of stream) during barrier: the process died "
+      "or exited");
   e.add_line("srun: error: c1: tasks 0-2: Killed");
   e.add_line("srun: error: c2: task 3: Killed");
   CHECK(e.failed_tasks == std::vector<std::string>{"c1", "c2"});
@@ -119,9 +123,8 @@ TEST_CASE("srun's placement options are found as srun reads them") {
 TEST_CASE("events: settings from the environment, one line each, parsed back") {
   map_environment none;
   CHECK_FALSE(recovery_settings_from(none));
-  map_environment env({{"JOBKIT_RECOVERY_DIR", "/shared/ck/.jobkit-run-7"},
-                       {"JOBKIT_RECOVERY_ATTEMPT", "3"},
-                       {"SLURM_STEP_ID", "4"}});
+  map_environment env(
+      {{"JOBKIT_RECOVERY_DIR", "/shared/ck/.jobkit-run-7"}, {"JOBKIT_RECOVERY_ATTEMPT", "3"}, {"SLURM_STEP_ID", "4"}});
   const auto settings = recovery_settings_from(env);
   REQUIRE(settings);
   CHECK(settings->attempt == 3);
