@@ -84,6 +84,8 @@ struct run_args {
   std::string health_check;
   bool fold = true;
   std::vector<std::string> command;
+  bool tasks_given = false;     // srun's -n/--ntasks
+  bool per_node_given = false;  // srun's --ntasks-per-node
 };
 
 int count_option(std::string_view option, std::string_view value, int least, int most, std::string_view also = {}) {
@@ -146,7 +148,9 @@ run_args parse_run_args(const std::vector<std::string_view>& args) {
                     "its bad nodes): remove it",
                     placement.front())};
   }
-  if (parsed.min_nodes && !fold::srun_options_given(srun_args, {"n", "ntasks"}).empty()) {
+  parsed.tasks_given = !fold::srun_options_given(srun_args, {"n", "ntasks"}).empty();
+  parsed.per_node_given = !fold::srun_options_given(srun_args, {"ntasks-per-node"}).empty();
+  if (parsed.min_nodes && parsed.tasks_given) {
     throw usage_error{
         "run: --min-nodes needs the step's tasks given per node (--ntasks-per-node), not srun's -n: a "
         "smaller step keeps its tasks per node"};
@@ -411,6 +415,12 @@ class supervisor {
     // SlurmdTimeout): the next step shares them (docs/recovery.md, measured).
     if (after_failure) argv.emplace_back("--overlap");
     argv.insert(argv.end(), args_.command.begin() + 1, args_.command.end());
+    // A step on fewer nodes than the allocation: the job's total of tasks (SLURM_NTASKS) would
+    // ask srun for too many; its tasks per node (srun's option, else SLURM_NTASKS_PER_NODE) hold.
+    if (nodes.size() < allocation_.size() && !args_.tasks_given) {
+      ::unsetenv("SLURM_NTASKS");
+      ::unsetenv("SLURM_NPROCS");
+    }
     ::setenv("JOBKIT_RECOVERY_DIR", state_.dir().c_str(), 1);
     ::setenv("JOBKIT_RECOVERY_ATTEMPT", std::to_string(attempt).c_str(), 1);
 
@@ -694,8 +704,18 @@ int run_run(const std::vector<std::string_view>& args) {
                     "--spare-nodes={})",
                     *parsed.min_nodes, allocation.size() - parsed.spares, allocation.size(), parsed.spares)};
   }
+  // A step on fewer nodes than the allocation keeps the tasks per node of the job (or of srun's
+  // options): a job that gives only a total of tasks says nothing of them.
+  const auto& env = detail::process_environment();
+  if ((parsed.spares > 0 || parsed.min_nodes) && !parsed.tasks_given && !parsed.per_node_given &&
+      !env.get("SLURM_NTASKS_PER_NODE") && env.get("SLURM_NTASKS")) {
+    throw usage_error{fmt::format("run: --spare-nodes={} runs the step on fewer nodes than the allocation, and the job "
+                                  "gives its tasks as a total (SLURM_NTASKS={}) without --ntasks-per-node: give "
+                                  "--ntasks-per-node (to sbatch or to srun)",
+                                  parsed.spares, *env.get("SLURM_NTASKS"))};
+  }
   ::signal(SIGPIPE, SIG_IGN);
-  const auto job = *detail::process_environment().get("SLURM_JOB_ID");
+  const auto job = *env.get("SLURM_JOB_ID");
   supervisor s(std::move(parsed), job, std::move(allocation));
   return s.run();
 }

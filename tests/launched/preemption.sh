@@ -185,13 +185,17 @@ case $mode in
     grep -q 's left, below the margin' <<<"$out" || fail "no stop by the time margin"
     ! grep -q 'SIGUSR1 on rank' <<<"$out" || fail "a signal stopped the ranks, not the time margin" ;;
   kill-in-commit)
-    # Rank 3 dies at the save of step 20 while the others are inside commit(): step 10 stays the
-    # latest, the batch script requeues the failed job, and it resumes from step 10.
+    # Rank 3 dies (SIGKILL) at the save of step 20 while the others are inside commit(): step 10
+    # stays the latest, jobkit run starts a new step in the same job (no requeue), and it resumes
+    # from step 10.
     job=$(submit -- --every 10 --crash-rank 3 --crash-step 20) || fail "sbatch failed"
     wait_done "$job"
     check_result "$job"
     grep -q 'crashing on purpose at the save of step 20' <<<"$out" || fail "rank 3 did not crash"
     grep -q 'attempt 1: resuming from step 10 ' <<<"$out" || fail "the second attempt did not resume from step 10"
+    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued: Restarts=$(field "$job" Restarts)"
+    grep -q 'jobkit run: restart 1: attempt 0: crash (status [0-9]*) on c2 (no node blamed), resuming from checkpoint 10' <<<"$out" ||
+      fail "jobkit run did not say the restart"
     # Every survivor names rank 3 and the call site, unless srun ended it first: under
     # --kill-on-bad-exit srun terminates the step as soon as rank 3 is killed, and a rank whose
     # SIGTERM comes before it has read the failure ends without a word (seen in CI on a loaded
@@ -208,15 +212,16 @@ case $mode in
     ((named > 0)) || fail "no survivor named rank 3 and the call site" ;;
   crash-after-stop)
     # MAX_RESTARTS=1: attempt 0 is stopped (SIGUSR1) and requeued, attempt 1 crashes (rank 3 at
-    # the save of step 20): the first crash, requeued although SLURM_RESTART_COUNT is already 1;
-    # attempt 2 resumes and finishes.
+    # the save of step 20): the first crash, restarted in the allocation although
+    # SLURM_RESTART_COUNT is already 1; attempt 2 resumes and finishes.
     max_restarts=1
     signalled -- 'scancel --signal=USR1 "$job"' --every 10 --crash-rank 3 --crash-step 20 --crash-attempt 1
     grep -q 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued' <<<"$out" ||
       fail "attempt 0 was not stopped"
-    grep -q 'attempt 1: failed with status [0-9]* (crash 1 of at most 1 requeued); requeueing' <<<"$out" ||
-      fail "the first crash was not requeued after a pre-emption"
-    [[ $(field "$job" Restarts) == 2 ]] || fail "the job was not requeued twice" ;;
+    grep -q 'jobkit run: restart 1: attempt 1: crash' <<<"$out" ||
+      fail "the first crash was not restarted after a pre-emption"
+    grep -q 'attempt 2: finished' <<<"$out" || fail "attempt 2 did not finish"
+    [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once (the stop)" ;;
   one-rank)
     # SIGUSR1 to rank 4's process alone: every rank stops at the same step.
     signalled -- 'kill -USR1 "$(cat "$work/result.pid.4")"'
@@ -270,7 +275,8 @@ case $mode in
         signalled -- 'scancel --signal=USR1 "$job"' --slow-exit-rank 3 --slow-exit-s 10
         [[ $(field "$job" Restarts) -ge 1 ]] || fail "run $run: the job was not requeued"
         ! grep -q 'failed with status' <<<"$out" || fail "run $run: the stop was counted as a crash"
-        [[ ! -e $work/ckpt/.crashes-$job ]] || fail "run $run: a crash was counted: $(cat "$work/ckpt/.crashes-$job")"
+        [[ ! -e $work/ckpt/.jobkit-run-$job/restarts ]] ||
+          fail "run $run: a crash was counted: $(cat "$work/ckpt/.jobkit-run-$job/restarts")"
         grep -q 'attempt 1: resuming from step' <<<"$out" || fail "run $run: the second attempt did not resume"
       ); then
         stopped_as_stops=$((stopped_as_stops + 1))
@@ -284,7 +290,7 @@ case $mode in
     stopped_without_requeue --slow-exit-rank 3 --slow-exit-s 10 ;;
   stops-then-crash)
     # MAX_RESTARTS=5: six stops (attempts 0 to 5, each signalled once it runs), then attempt 6
-    # crashes at its first save: still the first crash, so it is requeued, and attempt 7 finishes.
+    # crashes at its first save: still the first crash, so it is restarted, and attempt 7 finishes.
     max_restarts=5
     steps=300 expected=$((ranks * (ranks + 1) / 2 * 300 * 301 / 2))
     job=$(submit -- --crash-rank 3 --crash-step -1 --crash-attempt 6) || fail "sbatch failed"
@@ -297,8 +303,8 @@ case $mode in
     check_result "$job"
     (($(count 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued') == 6)) ||
       fail "not six stops requeued"
-    grep -q 'attempt 6: failed with status [0-9]* (crash 1 of at most 5 requeued); requeueing' <<<"$out" ||
-      fail "the crash after six stops was not requeued as the first crash"
+    grep -q 'jobkit run: restart 1: attempt 6: crash' <<<"$out" ||
+      fail "the crash after six stops was not restarted as the first crash"
     grep -q 'attempt 7: finished' <<<"$out" || fail "attempt 7 did not finish" ;;
   requeue-refused)
     job=$(sbatch --parsable --no-requeue --chdir="$work" --output="$work/job-%j.out" --wrap="$jobkit requeue") ||
