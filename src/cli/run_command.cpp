@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -358,7 +359,13 @@ class supervisor {
       }
       auto nodes = detail::choose_nodes(allocation_, state_.bad_set(), wanted);
       if (nodes.size() < wanted && (!args_.min_nodes || nodes.size() < static_cast<std::size_t>(*args_.min_nodes))) {
-        return requeue(nodes.size(), wanted);
+        const bool counted = pending.has_value();  // the failure that left too few, counted already
+        if (pending) {
+          ledger_.restarts.push_back(*pending);
+          print_entry(*pending);
+          pending.reset();
+        }
+        return requeue(nodes.size(), wanted, counted);
       }
       if (!args_.health_check.empty() && !healthy(nodes)) continue;  // blamed: choose again
       if (nodes.size() < wanted) {
@@ -369,6 +376,7 @@ class supervisor {
       attempt_ = attempt;
       auto result = run_step(nodes, attempt, pending.has_value());
       if (pending) {
+        pending->nodes = nodes;
         finish_entry(*pending, result);
         pending.reset();
       }
@@ -448,6 +456,7 @@ class supervisor {
 
     std::optional<clock::time_point> lost_seen;
     std::optional<clock::time_point> ended_at;  // when this command ended the step
+    bool srun_killed = false;
     const auto evidence_size = [&] {
       return result.evidence.lost.size() + result.evidence.dead.size() + result.evidence.failed_tasks.size();
     };
@@ -479,16 +488,25 @@ class supervisor {
       });
       if (run.status || ended_at) {
         // Ended by this command and still not gone: srun waits for a node that answers nothing.
-        if (!run.status && ended_at && clock::now() - *ended_at > std::chrono::seconds(3)) child.signal(SIGKILL);
+        if (!run.status && ended_at && !srun_killed && clock::now() - *ended_at > std::chrono::milliseconds(1500)) {
+          say(fmt::format("job {} step attempt {}: srun has not returned 1.5 s after its step was ended (it waits for "
+                          "a node that answers nothing): srun killed, its step left to Slurm",
+                          job_, attempt));
+          child.signal(SIGKILL);
+          srun_killed = true;
+        }
         return;
       }
       if (!result.hang.empty()) {
         report_hang(result, attempt);
         end_this_step(result, child);
         ended_at = clock::now();
-      } else if (lost_seen && clock::now() - *lost_seen > std::chrono::seconds(2)) {
+      } else if (lost_seen && clock::now() - *lost_seen > std::chrono::seconds(1)) {
         // The survivors have said it; srun would wait for the lost node's tasks until Slurm
         // declares the node down.
+        say(fmt::format("job {} step attempt {}: a node is lost ({}): the step is ended", job_, attempt,
+                        detail::lost_node_of(result.evidence) ? detail::lost_node_of(result.evidence)->node
+                                                              : std::string("named by its peers")));
         end_this_step(result, child);
         ended_at = clock::now();
       }
@@ -510,6 +528,9 @@ class supervisor {
     });
     result.status = *run.status;
     result.ended = unix_now();
+    // The scancels that ended steps: those done are reaped; one still waiting for a lost node
+    // goes on (killed, if still running, when jobkit run ends).
+    std::erase_if(ending_, [](detail::child_process& c) { return c.try_reap().has_value(); });
     if (const auto signal = forwarding_.take()) result.late_signal = signal->number;
     if (result.status != 0 && result.failed == 0) result.failed = result.ended;
     result.productive_from = result.first_step_done > 0 ? result.first_step_done
@@ -518,8 +539,16 @@ class supervisor {
     return result;
   }
 
+  /// Ends the step through Slurm (its tasks everywhere); srun itself is killed later if it does
+  /// not return, or now when the step is not known.
   void end_this_step(const step_result& result, detail::child_process& child) {
-    if (result.step_id.empty() || !end_step(job_, result.step_id)) child.signal(SIGKILL);
+    auto scancel = result.step_id.empty() ? std::optional<detail::child_process>()
+                                          : start_ending_step(job_, result.step_id);
+    if (scancel) {
+      ending_.push_back(std::move(*scancel));
+    } else {
+      child.signal(SIGKILL);
+    }
   }
 
   void report_hang(const step_result& result, int attempt) {
@@ -639,14 +668,14 @@ class supervisor {
     return false;
   }
 
-  int requeue(std::size_t healthy, std::size_t wanted) {
+  int requeue(std::size_t healthy, std::size_t wanted, bool counted) {
     const auto bad = state_.bad_set();
-    if (state_.restarts() >= args_.max_restarts) {
+    if (!counted && state_.restarts() >= args_.max_restarts) {
       return end(fmt::format("{} healthy nodes of the {} the step needs, and no restart left (--max-restarts {})",
                              healthy, wanted, args_.max_restarts),
                  1);
     }
-    state_.count_restart();
+    if (!counted) state_.count_restart();
     say(fmt::format("job {}: {} healthy nodes of the {} the step needs: requeueing the job with {} excluded", job_,
                     healthy, wanted, bad.empty() ? std::string("no node") : comma_list({bad.begin(), bad.end()})));
     const auto problem = requeue_excluding(job_, bad);
@@ -677,6 +706,7 @@ class supervisor {
   detail::job_ledger ledger_;
   std::vector<std::int64_t> newest_at_failures_;
   int attempt_ = -1;  // the last step's
+  std::list<detail::child_process> ending_;  // scancels of ended steps, reaped as they end
   std::string stop_record_;
 };
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <thread>
+
 #include "cli.hpp"
 #include "core/command.hpp"
 #include "core/environment.hpp"
@@ -57,23 +59,29 @@ std::vector<std::pair<std::string, std::string>> slurm_bad_nodes(const std::vect
   return bad;
 }
 
-bool end_step(const std::string& job, const std::string& step) {
-  const auto result =
-      detail::run_bounded({"scancel", "--signal=KILL", fmt::format("{}.{}", job, step)}, slurm_command_limit);
-  if (result.status == 0) return true;
-  print_error_line(fmt::format("jobkit run: scancel --signal=KILL {}.{} failed (status {}): {}", job, step,
-                               result.status, detail::first_line(result.err)));
-  return false;
+std::optional<detail::child_process> start_ending_step(const std::string& job, const std::string& step) {
+  detail::child_process scancel({"scancel", "--signal=KILL", fmt::format("{}.{}", job, step)}, {.null_stdin = true});
+  if (scancel.started()) return scancel;
+  print_error_line(fmt::format("jobkit run: cannot run scancel to end step {}.{}: {}", job, step, scancel.start_error()));
+  return std::nullopt;
 }
 
 std::string requeue_excluding(const std::string& job, const std::set<std::string>& excluded) {
+  // The requeue has Slurm signal every process of the job (SIGCONT, SIGTERM; SIGKILL KillWait
+  // later): a command that the SIGTERM ended (status 143) is run again, a few times.
   const auto step = [&](std::vector<std::string> argv) -> std::string {
-    const auto result = detail::run_bounded(argv, slurm_command_limit);
-    if (result.status == 0) return {};
+    detail::command_result result;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      result = detail::run_bounded(argv, slurm_command_limit);
+      if (result.status == 0) return {};
+      if (result.status < 128 || result.status == 124) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     return fmt::format("'{}' failed (status {}): {}", fmt::join(argv, " "), result.status,
                        detail::first_line(result.err + result.out));
   };
   if (auto why = step({"scontrol", "requeuehold", job}); !why.empty()) return why;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // Slurm's signals, before the next commands
   std::string problem;
   if (!excluded.empty()) {
     problem = step({"scontrol", "update", "JobId=" + job,

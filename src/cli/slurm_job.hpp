@@ -5,9 +5,12 @@
 // keeps the job off its bad nodes.
 
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "core/child_process.hpp"
 
 namespace jobkit::cli {
 
@@ -20,9 +23,11 @@ std::vector<std::string> allocation_nodes();
 /// again for a while: the controller may be busy).
 std::vector<std::pair<std::string, std::string>> slurm_bad_nodes(const std::vector<std::string>& nodes);
 
-/// Ends step `step` of job `job` now (scancel --signal=KILL JOB.STEP, bounded): a step that
-/// hangs, or one still running on a lost node. False when scancel failed (said on stderr).
-bool end_step(const std::string& job, const std::string& step);
+/// Starts ending step `step` of job `job` (scancel --signal=KILL JOB.STEP): a step that hangs, or
+/// one still running on a lost node. Not waited for: the controller answers scancel only once
+/// every node of the step did or timed out (MessageTimeout, 10 s by default), a lost one too. The
+/// caller reaps it (null when it could not start, said on stderr).
+std::optional<detail::child_process> start_ending_step(const std::string& job, const std::string& step);
 
 /// Requeues this job held, sets its excluded nodes to `excluded` (Slurm 22.05 and 24.11 refuse
 /// ExcNodeList for a running job, and take it for a requeued one, which is pending), and releases

@@ -115,7 +115,8 @@ case $mode in
     ledger | grep -q '"cause":"lost node","node":"c2","blamed":"c2"' || fail "the ledger has no lost-node restart"
     ledger | grep -q '"run":{.*"outcome":"finished"' || fail "the ledger has no finished run"
     line=$(grep -m1 'jobkit run: restart 1:' <<<"$out")
-    echo "measured: $line" ;;
+    failed=$(ledger | sed -n 's/.*"failed":\([0-9.]*\).*/\1/p' | head -1)
+    echo "measured: fault at $fault_ms ms, failure seen $(awk -v f="$failed" -v t="$fault_ms" 'BEGIN { printf "%.2f", f - t / 1000 }') s later; $line" ;;
   lost-requeue)
     job=$(submit 2 0 -- --every 10) || fail "sbatch failed"
     wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
