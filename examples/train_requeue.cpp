@@ -9,11 +9,12 @@
 //   srun --mpi=pmix --kill-on-bad-exit=1 jobkit-train-requeue --ckpt DIR [--steps N]
 //        [--step-ms MS] [--every K] [--margin SECONDS] [--result FILE]
 //        [--crash-rank R --crash-step S [--crash-attempt A]] [--crash-node NODE]
-//        [--crash-rank-by-attempt] [--slow-exit-rank R --slow-exit-s S]
+//        [--crash-rank-by-attempt] [--hang-rank R --hang-step S] [--slow-exit-rank R --slow-exit-s S]
 //        (tests: rank R dies at step S's save (-1: the attempt's first), in attempt A (under
 //        jobkit run JOBKIT_RECOVERY_ATTEMPT, its count of the job's steps, else
 //        SLURM_RESTART_COUNT; default 0); NODE's first rank dies at that save in every attempt;
-//        or rank (2 x attempt) mod the world size does, in every attempt;
+//        or rank (2 x attempt) mod the world size does, in every attempt; rank R stops itself
+//        (SIGSTOP) after step S in attempt 0, a hang;
 //        rank R takes S seconds in its exit handlers, as a slow teardown would)
 #include <signal.h>
 #include <unistd.h>
@@ -45,6 +46,8 @@ struct settings {
   int crash_attempt = 0;
   std::string crash_node;              // a rank on this node crashes at its first save, every attempt
   bool crash_rank_by_attempt = false;  // the rank that crashes is (2 x attempt) mod world size
+  int hang_rank = -1;                  // this rank stops itself (SIGSTOP) at hang_step, in attempt 0
+  std::int64_t hang_step = -1;
   int slow_exit_rank = -1;
   int slow_exit_s = 0;
 };
@@ -77,6 +80,10 @@ settings parse(int argc, char** argv) {
       s.crash_step = std::stoll(value);
     else if (arg == "--crash-attempt")
       s.crash_attempt = std::stoi(value);
+    else if (arg == "--hang-rank")
+      s.hang_rank = std::stoi(value);
+    else if (arg == "--hang-step")
+      s.hang_step = std::stoll(value);
     else if (arg == "--crash-node")
       s.crash_node = value;
     else if (arg == "--slow-exit-rank")
@@ -159,6 +166,10 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(opt.step_ms));  // stands for the real work
       s.sum += (me.rank + 1) * (s.next_step + 1);
       ++s.next_step;
+      if (me.rank == opt.hang_rank && s.next_step == opt.hang_step && attempt_of(me) == 0) {
+        jobkit::log::warn("hanging on purpose at step {} (SIGSTOP)", s.next_step);
+        ::raise(SIGSTOP);
+      }
       if (stop.stop_requested()) {
         const auto agreed = now_ns();
         save(saved, s, opt);

@@ -320,6 +320,7 @@ struct step_result {
   double started = 0;
   double productive_from = 0;  // its first step done, else its world ready, else its start
   std::string hang;            // the first hang event's line
+  std::set<std::string> hung_outside;  // nodes of ranks that said they hang outside any jobkit call
   std::string step_id;
   double world_ready = 0, checkpoint_loaded = 0, first_step_done = 0;
   std::string source;
@@ -481,9 +482,14 @@ class supervisor {
           result.source = detail::json_text_field(e.line, "source");
         }
         if (e.kind == "first_step_done" && result.first_step_done == 0) result.first_step_done = e.time;
-        if (e.kind == "hang" && result.hang.empty()) {
-          result.hang = e.line;
-          if (result.failed == 0) result.failed = unix_now();
+        if (e.kind == "hang") {
+          if (detail::json_field(e.line, "in_call") == "false" && result.hung_outside.size() < 4096) {
+            result.hung_outside.insert(e.host);
+          }
+          if (result.hang.empty()) {
+            result.hang = e.line;
+            if (result.failed == 0) result.failed = unix_now();
+          }
         }
       });
       if (run.status || ended_at) {
@@ -578,8 +584,10 @@ class supervisor {
     std::optional<detail::blame> blamed;
     if (!result.hang.empty()) {
       entry.cause = "hang";
-      entry.where = detail::json_text_field(result.hang, "host");
-      // A hang is blamed on a node only where it repeats there.
+      // Where the ranks that hang in their own code are, when they are on one node (ranks that
+      // wait in a collective for a stopped one name no node: `jobkit where` says which it is); a
+      // hang is blamed on a node only where it repeats there.
+      if (result.hung_outside.size() == 1) entry.where = *result.hung_outside.begin();
       blamed = record_crash_node(entry.where, "hung twice: two steps hung with a rank on this node");
     } else if (const auto lost = detail::lost_node_of(result.evidence)) {
       entry.cause = "lost node";

@@ -11,11 +11,14 @@
 #                 and its next attempt runs on c1,c3
 #   crash-node    3 nodes, SPARE_NODES=1: a rank on c2 crashes at its first save in every step:
 #                 c2 is blamed after its second crash, the next step runs on c1,c3, and finishes
+#   hang          2 nodes: rank 3 stops itself (SIGSTOP) at step 25: the others' progress watch
+#                 reports it within its learned bound (quick knobs below), jobkit run saves
+#                 `jobkit where`'s report, ends the step and starts a new one, which finishes
 #   no-progress   a crash at the save of step 20 in every step, on c1 then c2: the job stops
 #                 after NO_PROGRESS=1 restart (exit status 93), not requeued, no node blamed
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes lost-spare lost-requeue crash-node no-progress
+declare_modes lost-spare lost-requeue crash-node no-progress hang
 mode=$1
 jobkit=$(realpath "$2")
 train=$(realpath "$3")
@@ -144,6 +147,24 @@ case $mode in
     grep -q 'restart 2: attempt 1: crash (status [0-9]*) on c2 (c2 blamed: crashed twice' <<<"$out" ||
       fail "the second crash on c2 did not blame it"
     grep -q 'jobkit run: job [0-9]* step attempt 2 on c1,c3$' <<<"$out" || fail "the third step did not run on c1,c3" ;;
+  hang)
+    export JOBKIT_PROGRESS_FLOOR=1 JOBKIT_PROGRESS_FACTOR=3 JOBKIT_PROGRESS_FIRST_STEP=2 \
+      JOBKIT_PROGRESS_CHECKPOINT_FLOOR=10
+    job=$(submit 2 0 -- --every 10 --hang-rank 3 --hang-step 25) || fail "sbatch failed"
+    wait_ended "$job"
+    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+    exact
+    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    grep -q 'hanging on purpose at step 25' <<<"$out" || fail "rank 3 did not hang"
+    grep -q 'jobkit run: job [0-9]* step attempt 0: rank [0-9]* on c[12] made no progress past its bound' <<<"$out" ||
+      fail "jobkit run did not say the hang"
+    grep -q 'jobkit run: restart 1: attempt 0: hang (no node blamed), resuming from checkpoint 20' <<<"$out" ||
+      fail "the hang was not restarted from checkpoint 20"
+    report=$work/ckpt/.jobkit-run-$job/where-0.txt
+    [[ -s $report ]] || fail "no where report saved"
+    echo "--- the saved report"
+    cat "$report"
+    grep -q 'rank: 3\]' "$report" || fail "the report does not show rank 3" ;;
   no-progress)
     # Rank (2 x attempt) mod 4 crashes at the save of step 20: on c1, then on c2; NO_PROGRESS=1.
     no_progress=1
