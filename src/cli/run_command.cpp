@@ -510,9 +510,10 @@ class supervisor {
       } else if (lost_seen && clock::now() - *lost_seen > std::chrono::seconds(1)) {
         // The survivors have said it; srun would wait for the lost node's tasks until Slurm
         // declares the node down.
+        std::vector<std::string> lost;
+        for (const auto& b : detail::lost_nodes_of(result.evidence)) lost.push_back(b.node);
         say(fmt::format("job {} step attempt {}: a node is lost ({}): the step is ended", job_, attempt,
-                        detail::lost_node_of(result.evidence) ? detail::lost_node_of(result.evidence)->node
-                                                              : std::string("named by its peers")));
+                        lost.empty() ? std::string("named by its peers") : comma_list(lost)));
         end_this_step(result, child);
         ended_at = clock::now();
       }
@@ -589,10 +590,17 @@ class supervisor {
       // hang is blamed on a node only where it repeats there.
       if (result.hung_outside.size() == 1) entry.where = *result.hung_outside.begin();
       blamed = record_crash_node(entry.where, "hung twice: two steps hung with a rank on this node");
-    } else if (const auto lost = detail::lost_node_of(result.evidence)) {
-      entry.cause = "lost node";
-      entry.where = lost->node;
-      blamed = lost;
+    } else if (const auto lost = detail::lost_nodes_of(result.evidence); !lost.empty()) {
+      entry.cause = lost.size() == 1 ? "lost node" : "lost nodes";
+      std::vector<std::string> names;
+      for (const auto& b : lost) {
+        names.push_back(b.node);
+        if (std::find(nodes.begin(), nodes.end(), b.node) != nodes.end()) state_.add_bad(b.node, b.why);
+      }
+      entry.where = comma_list(names);
+      entry.blamed = entry.where;
+      entry.blame_why = lost.front().why;
+      return entry;
     } else {
       entry.cause = fmt::format("crash (status {})", result.status);
       entry.where = detail::crash_node(result.evidence);

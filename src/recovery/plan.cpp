@@ -78,7 +78,19 @@ void step_evidence::add_line(std::string_view line) {
   }
 }
 
-std::optional<blame> lost_node_of(const step_evidence& evidence) {
+std::vector<blame> lost_nodes_of(const step_evidence& evidence) {
+  const auto why = [](const std::set<std::string>& accusers) {
+    std::string from;
+    for (const auto& accuser : accusers) from += (from.empty() ? "" : ", ") + accuser;
+    return "lost: jobkit's lost-node verdict (named by " + from + ")";
+  };
+  std::vector<blame> blamed;
+  for (const auto& [node, accusers] : evidence.lost) {
+    if (std::any_of(accusers.begin(), accusers.end(), [&](const std::string& a) { return !evidence.lost.contains(a); })) {
+      blamed.push_back({node, why(accusers)});
+    }
+  }
+  if (!blamed.empty()) return blamed;
   const std::pair<const std::string, std::set<std::string>>* best = nullptr;
   bool tie = false;
   for (const auto& entry : evidence.lost) {
@@ -89,10 +101,8 @@ std::optional<blame> lost_node_of(const step_evidence& evidence) {
       tie = true;
     }
   }
-  if (best == nullptr || tie) return std::nullopt;
-  std::string from;
-  for (const auto& accuser : best->second) from += (from.empty() ? "" : ", ") + accuser;
-  return blame{best->first, "lost: jobkit's lost-node verdict (named by " + from + ")"};
+  if (best != nullptr && !tie) blamed.push_back({best->first, why(best->second)});
+  return blamed;
 }
 
 std::string crash_node(const step_evidence& evidence) {

@@ -42,10 +42,12 @@ struct blame {
   std::string why;
 };
 
-/// A lost node named by more nodes than any other (a partition: each side names the other; the
-/// side with more nodes wins) is blamed; else nothing here (a crash is blamed only when it repeats
-/// on a node: crash_node, repeated_crash).
-std::optional<blame> lost_node_of(const step_evidence& evidence);
+/// The lost nodes the evidence blames: those named by a node that nobody named lost (two nodes
+/// frozen: both, each named by the healthy ones); where every node that named one was named too (a
+/// partition: each side names the other), the one named by more nodes than any other (the larger
+/// side wins; a tie blames none). Empty when no node was named lost (a crash is blamed only when it
+/// repeats on a node: crash_node, repeated_crash).
+std::vector<blame> lost_nodes_of(const step_evidence& evidence);
 
 /// The node where the step's first failure was: the node whose dead ranks jobkit's survivors named
 /// most, else srun's first failed task's node; empty when neither says.

@@ -27,17 +27,25 @@ TEST_CASE("evidence: jobkit's lost-node verdicts, named by the most nodes, blame
       "or cut off from c3");
   REQUIRE(e.lost.size() == 2);
   CHECK(e.lost["c3"] == std::set<std::string>{"c1", "c2"});
-  const auto b = lost_node_of(e);
-  REQUIRE(b);
-  CHECK(b->node == "c3");
-  CHECK(b->why.find("c1, c2") != std::string::npos);
+  // c1 and c2 named c3, c3 named c1: a partition; the larger side wins.
+  const auto b = lost_nodes_of(e);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].node == "c3");
+  CHECK(b[0].why.find("c1, c2") != std::string::npos);
 }
 
-TEST_CASE("evidence: a tie between two lost nodes blames neither") {
+TEST_CASE("evidence: two nodes lost at once are both blamed; a two-node partition blames neither") {
+  step_evidence two;
+  two.add_line("jobkit: x: its node c2 answered nothing: the node is lost or cut off from c1");
+  two.add_line("jobkit: x: its node c3 answered nothing: the node is lost or cut off from c1");
+  const auto b = lost_nodes_of(two);
+  REQUIRE(b.size() == 2);
+  CHECK(b[0].node == "c2");
+  CHECK(b[1].node == "c3");
   step_evidence e;
   e.add_line("jobkit: x: its node c1 answered nothing: the node is lost or cut off from c2");
   e.add_line("jobkit: x: its node c2 answered nothing: the node is lost or cut off from c1");
-  CHECK_FALSE(lost_node_of(e));
+  CHECK(lost_nodes_of(e).empty());
 }
 
 TEST_CASE("evidence: a dead rank's node, from the survivors, else from srun's first failed task") {
