@@ -158,4 +158,22 @@ expect "where with a bad job id" 2 "^jobkit: where: '12x' is not a job id \\(JOB
 expect "where with a bad --timeout" 2 "^jobkit: where: --timeout='0' is not a whole number of seconds from 1 to 3600$" \
   "$jobkit" where 12 --timeout 0
 expect "where --agent without a step" 2 "^jobkit: where: --agent needs JOB STEP$" "$jobkit" where --agent 12
+# jobkit run refuses bad input before any step starts (no srun is run: none is needed here).
+job=(env SLURM_JOB_ID=77 SLURM_JOB_NODELIST='c[1-3]' SLURM_NTASKS_PER_NODE=2)
+run_dir=$(mktemp -d)
+run=("$jobkit" run --checkpoints "$run_dir")
+expect "run: SPARE_NODES not a number" 2 "^jobkit: run: --spare-nodes='two' \(SPARE_NODES in the templates\) is not a whole number from 0 to 100000$" \
+  "${job[@]}" "${run[@]}" --spare-nodes two -- srun true
+expect "run: SPARE_NODES negative" 2 "^jobkit: run: --spare-nodes='-1' \(SPARE_NODES in the templates\) is not a whole number" \
+  "${job[@]}" "${run[@]}" --spare-nodes -1 -- srun true
+expect "run: SPARE_NODES leaving no node" 2 '^jobkit: run: --spare-nodes=3 \(SPARE_NODES in the templates\) leaves no node for the step: the allocation has 3 nodes \(c1,c2,c3\)$' \
+  "${job[@]}" "${run[@]}" --spare-nodes 3 -- srun true
+expect "run: outside a job" 2 '^jobkit: run: SLURM_JOB_ID is not set' env -u SLURM_JOB_ID "${run[@]}" -- srun true
+expect "run: srun's own nodes refused" 2 "^jobkit: run: srun's -w is jobkit run's to set" \
+  "${job[@]}" "${run[@]}" -- srun -w c1 true
+expect "run: not an srun step" 2 "^jobkit: run: the step must be an srun command line" "${job[@]}" "${run[@]}" -- mpirun true
+expect "run: a total of tasks without tasks per node, with spares" 2 '^jobkit: run: --spare-nodes=1 runs the step on fewer nodes than the allocation, and the job gives its tasks as a total \(SLURM_NTASKS=6\)' \
+  env SLURM_JOB_ID=77 SLURM_JOB_NODELIST='c[1-3]' SLURM_NTASKS=6 "${run[@]}" --spare-nodes 1 -- srun true
+rm -rf "$run_dir"
+
 exit $((failures > 0))

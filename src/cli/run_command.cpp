@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <list>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -30,6 +31,7 @@
 #include "core/environment.hpp"
 #include "core/parse.hpp"
 #include "core/posix_io.hpp"
+#include "fold/labels.hpp"
 #include "fold/srun_options.hpp"
 #include "fold_pump.hpp"
 #include "jobkit/checkpoints.hpp"
@@ -68,6 +70,8 @@ constexpr std::string_view run_usage =
     "                     did not advance the newest checkpoint (default 3; 0: never)\n"
     "  --health-check CMD a site's check, run on each node through srun before each step: a\n"
     "                     node where it fails is blamed (CMD is run by sh -c)\n"
+    "  --blame-stragglers at a restart, blame the node of a rank the failed step named a straggler\n"
+    "                     twice or more (its progress watch: docs/progress.md)\n"
     "  --no-fold          print every rank's lines as srun does\n"
     "  --help             show this help\n"
     "\n"
@@ -84,6 +88,7 @@ struct run_args {
   int no_progress = 3;
   std::string health_check;
   bool fold = true;
+  bool blame_stragglers = false;
   std::vector<std::string> command;
   bool tasks_given = false;     // srun's -n/--ntasks
   bool per_node_given = false;  // srun's --ntasks-per-node
@@ -122,6 +127,8 @@ run_args parse_run_args(const std::vector<std::string_view>& args) {
       parsed.health_check = std::string(option_value(args, i, "run"));
     } else if (arg == "--no-fold") {
       parsed.fold = false;
+    } else if (arg == "--blame-stragglers") {
+      parsed.blame_stragglers = true;
     } else {
       throw usage_error{"run: unknown argument '" + std::string(arg) + "' (see jobkit run --help)"};
     }
@@ -321,6 +328,8 @@ struct step_result {
   double productive_from = 0;  // its first step done, else its world ready, else its start
   std::string hang;            // the first hang event's line
   std::set<std::string> hung_outside;  // nodes of ranks that said they hang outside any jobkit call
+  std::string stragglers;              // the last straggler event's stragglers (a JSON array)
+  std::map<std::string, int> straggler_nodes;  // how many straggler events named each node
   std::string step_id;
   double world_ready = 0, checkpoint_loaded = 0, first_step_done = 0;
   std::string source;
@@ -446,7 +455,22 @@ class supervisor {
       if (const auto tasks = fold::srun_task_count(srun_args)) {
         options.ranks = tasks->count;
         if (tasks->exact) options.srun_tasks = tasks->count;
+        return options;
       }
+      // srun takes the job's tasks: its total on the whole allocation, else its tasks per node
+      // (a line every rank said is then written at once, not after the window).
+      const auto& env = detail::process_environment();
+      const auto number = [&](const char* name) {
+        std::string_view rest;
+        const auto value = env.get(name);
+        if (value) rest = *value;
+        const auto n = detail::take_decimal(rest);
+        return n && rest.empty() && *n > 0 && *n <= fold::most_tasks ? *n : 0;
+      };
+      long long ranks = 0;
+      if (nodes.size() == allocation_.size()) ranks = number("SLURM_NTASKS");
+      if (ranks == 0) ranks = static_cast<long long>(number("SLURM_NTASKS_PER_NODE")) * nodes.size();
+      if (ranks > 0 && ranks <= fold::most_tasks) options.ranks = static_cast<int>(ranks);
       return options;
     }();
     std::vector<fold_stream> streams;
@@ -482,6 +506,19 @@ class supervisor {
           result.source = detail::json_text_field(e.line, "source");
         }
         if (e.kind == "first_step_done" && result.first_step_done == 0) result.first_step_done = e.time;
+        if (e.kind == "straggler") {
+          result.stragglers = std::string(detail::json_array_field(e.line, "stragglers"));
+          std::set<std::string> named;
+          for (auto at = result.stragglers.find("\"host\":\""); at != std::string::npos;
+               at = result.stragglers.find("\"host\":\"", at + 1)) {
+            const auto from = at + 8;
+            const auto end = result.stragglers.find('"', from);
+            if (end != std::string::npos) named.insert(result.stragglers.substr(from, end - from));
+          }
+          for (const auto& node : named) {
+            if (result.straggler_nodes.size() < 4096) ++result.straggler_nodes[node];
+          }
+        }
         if (e.kind == "hang") {
           if (detail::json_field(e.line, "in_call") == "false" && result.hung_outside.size() < 4096) {
             result.hung_outside.insert(e.host);
@@ -581,6 +618,18 @@ class supervisor {
     entry.at.step_ended = result.ended;
     const auto [checkpoint, committed] = newest_checkpoint(args_.checkpoints);
     entry.checkpoint = checkpoint;
+    entry.stragglers = result.stragglers;
+    // A persistent straggler (named by two straggler lines or more of the failed step), blamed
+    // with --blame-stragglers: the next step runs without its node.
+    if (args_.blame_stragglers) {
+      for (const auto& [node, times] : result.straggler_nodes) {
+        if (times >= 2 && std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
+          state_.add_bad(node, fmt::format("a persistent straggler: named in {} straggler lines", times));
+          say(fmt::format("node {}: a persistent straggler ({} straggler lines): blamed (--blame-stragglers)", node,
+                          times));
+        }
+      }
+    }
     entry.wasted = std::max(0.0, result.failed - std::max(committed, result.productive_from));
     std::optional<detail::blame> blamed;
     if (!result.hang.empty()) {

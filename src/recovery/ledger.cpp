@@ -51,6 +51,32 @@ std::string json_text_field(std::string_view line, std::string_view name) {
   return std::string(raw.substr(1, raw.size() - 2));
 }
 
+std::string_view json_array_field(std::string_view line, std::string_view name) {
+  const std::string key = fmt::format("\"{}\":[", name);
+  const auto at = line.find(key);
+  if (at == std::string_view::npos) return {};
+  const auto start = at + key.size() - 1;
+  int depth = 0;
+  bool in_string = false;
+  for (auto i = start; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[') {
+      ++depth;
+    } else if (c == ']' && --depth == 0) {
+      return line.substr(start, i - start + 1);
+    }
+  }
+  return {};
+}
+
 std::optional<step_event> parse_event(std::string_view line) {
   while (line.ends_with('\n') || line.ends_with('\r')) line.remove_suffix(1);
   if (line.size() > event_line_limit || !line.starts_with("{\"event\":") || !line.ends_with('}')) return std::nullopt;
@@ -86,11 +112,13 @@ std::string restart_json(std::string_view job_id, const restart_entry& r) {
     lost.push_back(fmt::format("{}:{:.3f}", json_string(cause), seconds));
   return fmt::format(
       R"({{"restart":{{"job_id":{},"number":{},"attempt":{},"cause":{},"node":{},"blamed":{},"why":{},"next_nodes":[{}],)"
-      R"("checkpoint":{},"source":{},"wasted_s":{:.3f},"failed":{:.3f},"phases_s":{{"failure_to_step_ended":{},)"
+      R"("checkpoint":{},"source":{},"stragglers":{},"wasted_s":{:.3f},"failed":{:.3f},)"
+      R"("phases_s":{{"failure_to_step_ended":{},)"
       R"("step_ended_to_step_started":{},"step_started_to_world_ready":{},"world_ready_to_checkpoint_loaded":{},)"
       R"("checkpoint_loaded_to_first_step_done":{},"failure_to_first_step_done":{}}},"badput_s":{{{}}}}}}})",
       json_string(job_id), r.number, r.attempt, json_string(r.cause), json_string(r.where), json_string(r.blamed),
-      json_string(r.blame_why), fmt::join(nodes, ","), r.checkpoint, json_string(r.source), r.wasted, r.at.failed,
+      json_string(r.blame_why), fmt::join(nodes, ","), r.checkpoint, json_string(r.source),
+      r.stragglers.empty() ? std::string("null") : r.stragglers, r.wasted, r.at.failed,
       phase(r.at.failed, r.at.step_ended), phase(r.at.step_ended, r.at.step_started),
       phase(r.at.step_started, r.at.world_ready), phase(r.at.world_ready, r.at.checkpoint_loaded),
       phase(r.at.checkpoint_loaded, r.at.first_step_done), phase(r.at.failed, r.at.first_step_done),

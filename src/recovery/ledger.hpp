@@ -28,6 +28,9 @@ std::optional<step_event> parse_event(std::string_view line);
 std::string_view json_field(std::string_view line, std::string_view name);
 /// A string field's value without its quotes (escapes kept as they are), empty when absent.
 std::string json_text_field(std::string_view line, std::string_view name);
+/// An array field's raw text ("[1.0,0.5]"; arrays inside it and strings with brackets are
+/// skipped over), empty when absent or unterminated.
+std::string_view json_array_field(std::string_view line, std::string_view name);
 
 /// When each phase of a restart happened, Unix seconds (0: not seen).
 struct restart_phases {
@@ -49,6 +52,7 @@ struct restart_entry {
   std::vector<std::string> nodes;  ///< the next step's nodes (empty: none started)
   std::int64_t checkpoint = -1;    ///< the newest whole checkpoint at the failure
   std::string source;              ///< where the next step read it (memory, partner, shared), if said
+  std::string stragglers;          ///< the failed step's last straggler scores (a JSON array), if any
   double wasted = 0;               ///< seconds of work since that checkpoint, done again
   restart_phases at;
 };

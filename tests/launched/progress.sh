@@ -58,6 +58,10 @@ for _ in $(seq 900); do
   sleep 0.1
 done
 sleep 2 # a second report of one hang would come within a second or two
+# The events as they were before the step is ended: Slurm sends SIGCONT before SIGKILL, and a
+# stopped rank that wakes may report the wait it was stopped in.
+cp "$events" "$events.before" 2>/dev/null
+events=$events.before
 job=$(squeue -h -n "jobkit-progress-$mode" -o %i | head -1)
 [[ -n $job ]] && scancel -s KILL "$job"
 wait "$srun_pid"
