@@ -585,10 +585,12 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
       if (source >= 0 && !damaged.empty()) {
         tier->staged.reset();
         const auto& host = tier->hosts[static_cast<std::size_t>(source)];
-        detail::library_log(log_level::warning,
-                            "checkpoints: step {}: rank {}'s part in the memory of node {} ({}) is damaged or "
-                            "incomplete, not used: {}; trying its next copy",
-                            step, me, host, host == id.hostname ? "its own node" : "its partner's copy", damaged);
+        detail::library_log(
+            log_level::warning,
+            "checkpoints: step {}: rank {}'s part in the memory of node {} ({}) is damaged or "
+            "incomplete, not used: {}; {}",
+            step, me, host, host == id.hostname ? "its own node" : "its partner's copy", damaged,
+            next[mine_index] + 1 < sources[mine_index].size() ? "trying its next copy" : "it has no other copy");
       }
       const auto outcomes = g.all_gather(std::pair<bool, bool>{source >= 0, damaged.empty()}, call, site);
       for (std::size_t r = 0; r < size; ++r) {
@@ -867,10 +869,14 @@ void checkpoints::commit_step(std::optional<std::int64_t> begun, const std::sour
   }
   const auto [problem, manifest, memory_manifest] = g.scatter(orders, {.root = 0, .timeout = call.timeout}, site);
   if (!problem.empty()) {
-    if (!to_root) {  // a memory-only save that cannot be committed is dropped: it holds memory
-      std::error_code ec;
-      fs::remove_all(written, ec);
-      pending_.reset();
+    // A refused step is dropped on every rank, its parts and the root's staging with them: nothing
+    // of it stays half-written, in memory or on the root (where no later job would remove it).
+    std::error_code ec;
+    fs::remove_all(written, ec);
+    pending_.reset();
+    if (to_root) {
+      g.barrier(call, site);  // every part removed before its directory is
+      if (committer_ && step >= 0 && fs::exists(staging(step), ec)) remove_tree(staging(step), attempt_);
     }
     throw error(errc::io,
                 fmt::format("checkpoint step {} under '{}' was not committed: {}", step, root_.string(), problem));

@@ -159,9 +159,9 @@ std::vector<std::size_t> copies_of(int rank, const std::vector<std::pair<int, in
 
 std::string send_part(group& pair, const fs::path& part, const std::vector<part_file>& files,
                       std::chrono::milliseconds timeout, std::size_t chunk) {
-  const rooted_options from_me{.root = 0, .timeout = timeout};
+  const rooted_options from_me{.root = pair.rank(), .timeout = timeout};
   pair.broadcast(files, from_me);
-  const auto refused = pair.broadcast(std::string(), rooted_options{.root = 1, .timeout = timeout});
+  const auto refused = pair.broadcast(std::string(), rooted_options{.root = 1 - pair.rank(), .timeout = timeout});
   if (!refused.empty()) return "";  // the receiver names it
   std::vector<std::string> problems;
   std::vector<std::byte> buffer;
@@ -184,7 +184,7 @@ std::string send_part(group& pair, const fs::path& part, const std::vector<part_
 
 std::string receive_part(group& pair, const fs::path& into, std::uint64_t max_bytes, std::chrono::milliseconds timeout,
                          std::vector<part_file>* received, std::size_t chunk) {
-  const rooted_options from_sender{.root = 0, .timeout = timeout};
+  const rooted_options from_sender{.root = 1 - pair.rank(), .timeout = timeout};
   const auto files = pair.broadcast(std::vector<part_file>{}, from_sender);
   std::string refused;
   std::uint64_t total = 0;
@@ -201,7 +201,7 @@ std::string receive_part(group& pair, const fs::path& into, std::uint64_t max_by
     fs::create_directories(into, ec);
     if (ec) refused = fmt::format("cannot create '{}': {}", into.string(), ec.message());
   }
-  pair.broadcast(refused, rooted_options{.root = 1, .timeout = timeout});
+  pair.broadcast(refused, rooted_options{.root = pair.rank(), .timeout = timeout});
   if (!refused.empty()) return refused;
 
   std::vector<std::string> problems;

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -55,13 +56,13 @@ std::vector<int> copy_rounds(const std::vector<std::pair<int, int>>& copies);
 /// The order in which `rank` runs its copies: their indices, by (round, index).
 std::vector<std::size_t> copies_of(int rank, const std::vector<std::pair<int, int>>& copies);
 
-/// Sends the files of `part` (as `files` lists them) over `pair`, a group of two whose rank 0 is
-/// this rank, to the other's receive_part. Bounded memory: chunks of `chunk` bytes. Returns what
-/// went wrong on this side ("" when nothing): a file that cannot be read is sent as zeros, which
-/// the receiver's check then refuses.
+/// Sends the files of `part` (as `files` lists them) over `pair`, a group of two (this rank either
+/// of its ranks), to the other's receive_part. Bounded memory: chunks of `chunk` bytes. Returns
+/// what went wrong on this side ("" when nothing): a file that cannot be read is sent as zeros,
+/// which the receiver's check then refuses.
 std::string send_part(group& pair, const std::filesystem::path& part, const std::vector<part_file>& files,
                       std::chrono::milliseconds timeout, std::size_t chunk = std::size_t{64} << 20);
-/// Receives a part from send_part over `pair` (this rank its rank 1) into the new directory
+/// Receives a part from send_part over `pair` (the sender its other rank) into the new directory
 /// `into`, checking what arrives from outside: the list's length (at most 1,000,000 files),
 /// every name (relative, inside the part), the total size (at most `max_bytes`) and every file's
 /// size and CRC-32C against the list. Returns "" when the part arrived whole, else what is
@@ -126,7 +127,11 @@ struct memory_tier {
   std::vector<int> partners;            ///< rank -> its partner (memory_partners)
   bool leader = false;                  ///< the lowest rank of its host: lists, writes manifests, prunes
   std::uint64_t saves = 0;              ///< commits so far: which go to the root too
-  /// The groups of two that copies run over, by (sender, receiver), made on first use.
+  /// The groups of two that copies run over, in both directions, by (lower rank, higher rank), made
+  /// on first use: the lower rank is its rank 0, so that making it connects the higher rank to the
+  /// lower only (a rank of a later node to one of an earlier node, as the world's own setup does;
+  /// Slurm 22.05's PMIx server could not answer a step's rank for the endpoint of a rank on a later
+  /// node of a step on some of the allocation's nodes, e.g. c1 for c3's on c1,c3 of c1-c3).
   std::map<std::pair<int, int>, group> pairs;
   /// The part latest() staged in this node's memory: its step, directory and files.
   struct staged_part {
@@ -137,8 +142,11 @@ struct memory_tier {
   std::optional<staged_part> staged;
 
   group& pair(int from, int to, std::chrono::milliseconds timeout) {
-    auto it = pairs.find({from, to});
-    if (it == pairs.end()) it = pairs.emplace(std::pair(from, to), make_group({from, to}, {.timeout = timeout})).first;
+    const auto key = std::minmax(from, to);
+    auto it = pairs.find(key);
+    if (it == pairs.end()) {
+      it = pairs.emplace(key, make_group({key.first, key.second}, {.timeout = timeout})).first;
+    }
     return it->second;
   }
 };

@@ -382,23 +382,36 @@ TEST_CASE("a part copied over a group of two arrives exact, or is refused, named
     files.emplace_back(name, text.size(), jobkit::detail::crc32c(std::as_bytes(std::span(text.data(), text.size()))));
   }
   CHECK(jobkit::detail::check_part(from, files).empty());
-  auto copy = [&](const std::vector<jobkit::detail::part_file>& listed, std::uint64_t max_bytes) {
+  // The sender is the group's rank `sender` (the tier's pairs copy both ways over one group).
+  auto copy = [&](const std::vector<jobkit::detail::part_file>& listed, std::uint64_t max_bytes, int sender = 0) {
     const auto into = s.memory / "into";
     const auto outcomes = test_support::on_ranks(test_support::inprocess_groups(2, {0, 1}), [&](jobkit::group& g) {
       using namespace std::chrono_literals;
-      return g.rank() == 0 ? jobkit::detail::send_part(g, from, listed, 10s, 65536)
-                           : jobkit::detail::receive_part(g, into, max_bytes, 10s, nullptr, 65536);
+      return g.rank() == sender ? jobkit::detail::send_part(g, from, listed, 10s, 65536)
+                                : jobkit::detail::receive_part(g, into, max_bytes, 10s, nullptr, 65536);
     });
-    REQUIRE(outcomes[0].error.empty());
-    REQUIRE(outcomes[1].error.empty());
-    CHECK(outcomes[0].value->empty());
-    return std::pair(*outcomes[1].value, into);
+    const auto receiver = static_cast<std::size_t>(1 - sender);
+    REQUIRE(outcomes[static_cast<std::size_t>(sender)].error.empty());
+    REQUIRE(outcomes[receiver].error.empty());
+    CHECK(outcomes[static_cast<std::size_t>(sender)].value->empty());
+    return std::pair(*outcomes[receiver].value, into);
   };
   SECTION("whole") {
     const auto [problem, into] = copy(files, 1 << 20);
     CHECK(problem.empty());
     CHECK(read_text(into / "weights.bin") == big);
     CHECK(read_text(into / "sub" / "opt.bin") == "optimizer");
+  }
+  SECTION("whole, from the group's rank 1 to its rank 0") {
+    const auto [problem, into] = copy(files, 1 << 20, 1);
+    CHECK(problem.empty());
+    CHECK(read_text(into / "weights.bin") == big);
+  }
+  SECTION("a flipped byte, from the group's rank 1") {
+    big[77] ^= 1;
+    std::ofstream(from / "weights.bin") << big;
+    const auto [problem, into] = copy(files, 1 << 20, 1);
+    CHECK_THAT(problem, Catch::Contains("'weights.bin' arrived with CRC-32C"));
   }
   SECTION("a flipped byte") {
     big[1234] ^= 1;
@@ -454,6 +467,9 @@ TEST_CASE("the memory tier on one rank: saves, restores, falls back, refuses wha
     CHECK_THROWS_WITH(saved.commit(), Catch::Contains("does not fit in the memory tier") &&
                                           Catch::Contains("checkpoint_options::memory_limit=2"));
     CHECK_FALSE(fs::exists(s.root / "step-000000000003"));
+    for (const auto& entry : fs::directory_iterator(s.root)) {  // nothing of it left half-written
+      CHECK_FALSE(entry.path().filename().string().starts_with("step-000000000003"));
+    }
     CHECK(read_text(s.root / "step-000000000001" / "rank-0" / "weights.bin") == "one");
     saved.verify(1);
   }
