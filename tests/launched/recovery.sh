@@ -4,6 +4,8 @@
 # checkpoint every 10 steps), a fault is made, and the job must end with exactly the result of an
 # uninterrupted run.
 # usage: recovery.sh MODE JOBKIT TRAIN_REQUEUE WORK_DIR
+#   kill          2 nodes: rank 3 killed (kill -9) mid-run: a new step in the same job (Restarts=0)
+#                 resumes from the newest checkpoint; no node blamed (a first crash)
 #   lost-spare    3 nodes, SPARE_NODES=1: the step on c1,c2; c2's ranks frozen and its traffic
 #                 dropped but for the controller's (Slurm does not notice): the next step runs on
 #                 c1,c3 in the same job (Restarts=0), and c2 is recorded as bad
@@ -18,7 +20,7 @@
 #                 after NO_PROGRESS=1 restart (exit status 93), not requeued, no node blamed
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes lost-spare lost-requeue crash-node no-progress hang
+declare_modes kill lost-spare lost-requeue crash-node no-progress hang
 mode=$1
 jobkit=$(realpath "$2")
 train=$(realpath "$3")
@@ -100,7 +102,29 @@ EOF
 }
 ledger() { cat "$work/ckpt/jobkit-ledger-$job.jsonl" 2>/dev/null; }
 
+# measure: the fault's time against the ledger's failure and the restart's line.
+measure() {
+  local line failed
+  line=$(grep -m1 'jobkit run: restart 1:' <<<"$out")
+  failed=$(ledger | sed -n 's/.*"failed":\([0-9.]*\).*/\1/p' | head -1)
+  echo "measured: fault at $fault_ms ms, failure seen $(awk -v f="$failed" -v t="$fault_ms" 'BEGIN { printf "%.2f", f - t / 1000 }') s later; $line"
+}
+
 case $mode in
+  kill)
+    job=$(submit 2 0 -- --every 10) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 2
+    kill -KILL "$(cat "$work/result.pid.3")" || fail "cannot kill rank 3"
+    fault_ms=$(date +%s%3N)
+    wait_ended "$job"
+    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+    exact
+    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    grep -q 'jobkit run: restart 1: attempt 0: crash (status [0-9]*) on c2 (no node blamed), resuming from checkpoint [1-9]' <<<"$out" ||
+      fail "the restart did not name the crash on c2"
+    grep -q 'attempt 1: resuming from step [1-9]' <<<"$out" || fail "the next step did not resume from a checkpoint"
+    measure ;;
   lost-spare)
     job=$(submit 3 1 -- --every 10) || fail "sbatch failed"
     wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
@@ -117,9 +141,7 @@ case $mode in
     grep -q $'^c2\t[0-9]*\tlost' "$work/ckpt/.jobkit-run-$job/bad-nodes" || fail "c2 is not in the record of bad nodes"
     ledger | grep -q '"cause":"lost node","node":"c2","blamed":"c2"' || fail "the ledger has no lost-node restart"
     ledger | grep -q '"run":{.*"outcome":"finished"' || fail "the ledger has no finished run"
-    line=$(grep -m1 'jobkit run: restart 1:' <<<"$out")
-    failed=$(ledger | sed -n 's/.*"failed":\([0-9.]*\).*/\1/p' | head -1)
-    echo "measured: fault at $fault_ms ms, failure seen $(awk -v f="$failed" -v t="$fault_ms" 'BEGIN { printf "%.2f", f - t / 1000 }') s later; $line" ;;
+    measure ;;
   lost-requeue)
     job=$(submit 2 0 -- --every 10) || fail "sbatch failed"
     wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
