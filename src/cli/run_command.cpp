@@ -325,10 +325,10 @@ struct step_result {
   double failed = 0;  // the first evidence of its failure, Unix s
   double ended = 0;
   double started = 0;
-  double productive_from = 0;  // its first step done, else its world ready, else its start
-  std::string hang;            // the first hang event's line
-  std::set<std::string> hung_outside;  // nodes of ranks that said they hang outside any jobkit call
-  std::string stragglers;              // the last straggler event's stragglers (a JSON array)
+  double productive_from = 0;                  // its first step done, else its world ready, else its start
+  std::string hang;                            // the first hang event's line
+  std::set<std::string> hung_outside;          // nodes of ranks that said they hang outside any jobkit call
+  std::string stragglers;                      // the last straggler event's stragglers (a JSON array)
   std::map<std::string, int> straggler_nodes;  // how many straggler events named each node
   std::string step_id;
   double world_ready = 0, checkpoint_loaded = 0, first_step_done = 0;
@@ -427,8 +427,14 @@ class supervisor {
     std::vector<std::string> argv{args_.command.front()};
     if (args_.fold) argv.emplace_back("--label");
     argv.push_back("--kill-on-bad-exit=1");
-    argv.push_back(fmt::format("--nodes={}", nodes.size()));
-    argv.push_back("--nodelist=" + comma_list(nodes));
+    // On the whole allocation the step is placed as srun places it by itself; on part of it, its
+    // nodes are named, so that Slurm never hands a spare's place back to a bad node. (Slurm
+    // 24.11 refuses `--nodes=3 --nodelist=c1,c2,c3` in a job of `--nodes=3 --ntasks=7`:
+    // "Requested node configuration is not available", seen on the dev cluster.)
+    if (nodes != allocation_) {
+      argv.push_back(fmt::format("--nodes={}", nodes.size()));
+      argv.push_back("--nodelist=" + comma_list(nodes));
+    }
     // A step left on a lost node keeps its resources on every node until Slurm ends it (after
     // SlurmdTimeout): the next step shares them (docs/recovery.md, measured).
     if (after_failure) argv.emplace_back("--overlap");
@@ -532,7 +538,8 @@ class supervisor {
       if (run.status || ended_at) {
         // Ended by this command and still not gone: srun waits for a node that answers nothing.
         if (!run.status && ended_at && !srun_killed && clock::now() - *ended_at > std::chrono::milliseconds(1500)) {
-          say(fmt::format("job {} step attempt {}: srun has not returned 1.5 s after its step was ended (it waits for "
+          say(
+              fmt::format("job {} step attempt {}: srun has not returned 1.5 s after its step was ended (it waits for "
                           "a node that answers nothing): srun killed, its step left to Slurm",
                           job_, attempt));
           child.signal(SIGKILL);
@@ -586,8 +593,8 @@ class supervisor {
   /// Ends the step through Slurm (its tasks everywhere); srun itself is killed later if it does
   /// not return, or now when the step is not known.
   void end_this_step(const step_result& result, detail::child_process& child) {
-    auto scancel = result.step_id.empty() ? std::optional<detail::child_process>()
-                                          : start_ending_step(job_, result.step_id);
+    auto scancel =
+        result.step_id.empty() ? std::optional<detail::child_process>() : start_ending_step(job_, result.step_id);
     if (scancel) {
       ending_.push_back(std::move(*scancel));
     } else {
@@ -770,7 +777,7 @@ class supervisor {
   detail::signal_forwarder forwarding_{forwarded_signals, srun_lacks_it};
   detail::job_ledger ledger_;
   std::vector<std::int64_t> newest_at_failures_;
-  int attempt_ = -1;  // the last step's
+  int attempt_ = -1;                         // the last step's
   std::list<detail::child_process> ending_;  // scancels of ended steps, reaped as they end
   std::string stop_record_;
 };
@@ -804,10 +811,11 @@ int run_run(const std::vector<std::string_view>& args) {
   const auto& env = detail::process_environment();
   if ((parsed.spares > 0 || parsed.min_nodes) && !parsed.tasks_given && !parsed.per_node_given &&
       !env.get("SLURM_NTASKS_PER_NODE") && env.get("SLURM_NTASKS")) {
-    throw usage_error{fmt::format("run: --spare-nodes={} runs the step on fewer nodes than the allocation, and the job "
-                                  "gives its tasks as a total (SLURM_NTASKS={}) without --ntasks-per-node: give "
-                                  "--ntasks-per-node (to sbatch or to srun)",
-                                  parsed.spares, *env.get("SLURM_NTASKS"))};
+    throw usage_error{
+        fmt::format("run: --spare-nodes={} runs the step on fewer nodes than the allocation, and the job "
+                    "gives its tasks as a total (SLURM_NTASKS={}) without --ntasks-per-node: give "
+                    "--ntasks-per-node (to sbatch or to srun)",
+                    parsed.spares, *env.get("SLURM_NTASKS"))};
   }
   ::signal(SIGPIPE, SIG_IGN);
   const auto job = *env.get("SLURM_JOB_ID");

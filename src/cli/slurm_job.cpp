@@ -62,7 +62,8 @@ std::vector<std::pair<std::string, std::string>> slurm_bad_nodes(const std::vect
 std::optional<detail::child_process> start_ending_step(const std::string& job, const std::string& step) {
   detail::child_process scancel({"scancel", "--signal=KILL", fmt::format("{}.{}", job, step)}, {.null_stdin = true});
   if (scancel.started()) return scancel;
-  print_error_line(fmt::format("jobkit run: cannot run scancel to end step {}.{}: {}", job, step, scancel.start_error()));
+  print_error_line(
+      fmt::format("jobkit run: cannot run scancel to end step {}.{}: {}", job, step, scancel.start_error()));
   return std::nullopt;
 }
 

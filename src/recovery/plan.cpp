@@ -86,7 +86,8 @@ std::vector<blame> lost_nodes_of(const step_evidence& evidence) {
   };
   std::vector<blame> blamed;
   for (const auto& [node, accusers] : evidence.lost) {
-    if (std::any_of(accusers.begin(), accusers.end(), [&](const std::string& a) { return !evidence.lost.contains(a); })) {
+    if (std::any_of(accusers.begin(), accusers.end(),
+                    [&](const std::string& a) { return !evidence.lost.contains(a); })) {
       blamed.push_back({node, why(accusers)});
     }
   }

@@ -157,19 +157,20 @@ call_scope::~call_scope() {
   });
 }
 
-std::optional<record_view> read_own_record() {
-  const record_held h;
-  const auto* layout = layout_;
-  if (layout == nullptr) return std::nullopt;
+namespace {
+
+/// A record's view: its header and the oldest call in progress among `slots` (the record's own,
+/// or a reader's copy of them).
+record_view view_of(const record_layout& layout, const record_layout::call_slot (&slots)[record_layout::slot_count]) {
   record_view v;
-  v.pid = layout->pid;
-  v.rank = layout->rank;
-  v.calls = layout->calls;
-  v.last_ended_ns = layout->last_ended_ns;
-  v.last_call = text_of(layout->last_call);
-  v.last_site = text_of(layout->last_site);
+  v.pid = layout.pid;
+  v.rank = layout.rank;
+  v.calls = layout.calls;
+  v.last_ended_ns = layout.last_ended_ns;
+  v.last_call = text_of(layout.last_call);
+  v.last_site = text_of(layout.last_site);
   const record_layout::call_slot* oldest = nullptr;
-  for (const auto& s : layout->slots) {
+  for (const auto& s : slots) {
     if (s.in_call != 0 && (oldest == nullptr || s.since_ns < oldest->since_ns)) oldest = &s;
   }
   if (oldest != nullptr) {
@@ -180,6 +181,15 @@ std::optional<record_view> read_own_record() {
     v.site = text_of(oldest->site);
   }
   return v;
+}
+
+}  // namespace
+
+std::optional<record_view> read_own_record() {
+  const record_held h;
+  const auto* layout = layout_;
+  if (layout == nullptr) return std::nullopt;
+  return view_of(*layout, layout->slots);
 }
 
 std::optional<record_view> read_record(const std::string& path) {
@@ -200,28 +210,11 @@ std::optional<record_view> read_record(const std::string& path) {
     // A copy first, then the checks: the writer may change it meanwhile.
     record_layout::call_slot slots[record_layout::slot_count];
     std::memcpy(static_cast<void*>(slots), layout->slots, sizeof slots);
-    record_view v;
-    v.pid = layout->pid;
-    v.rank = layout->rank;
-    v.calls = layout->calls;
-    v.last_ended_ns = layout->last_ended_ns;
-    v.last_call = text_of(layout->last_call);
-    v.last_site = text_of(layout->last_site);
+    auto v = view_of(*layout, slots);
     fence(std::memory_order_acquire);
     if (layout->sequence.load(std::memory_order_relaxed) != before || layout->magic != record_layout::magic_value ||
         layout->version != record_layout::version_value) {
       continue;
-    }
-    const record_layout::call_slot* oldest = nullptr;
-    for (const auto& s : slots) {
-      if (s.in_call != 0 && (oldest == nullptr || s.since_ns < oldest->since_ns)) oldest = &s;
-    }
-    if (oldest != nullptr) {
-      v.in_call = true;
-      v.group_size = oldest->group_size;
-      v.since_ns = oldest->since_ns;
-      v.call = text_of(oldest->call);
-      v.site = text_of(oldest->site);
     }
     view = std::move(v);
   }

@@ -212,10 +212,10 @@ case $mode in
     ((named > 0)) || fail "no survivor named rank 3 and the call site" ;;
   crash-after-stop)
     # MAX_RESTARTS=1: attempt 0 is stopped (SIGUSR1) and requeued, attempt 1 crashes (rank 3 at
-    # the save of step 20): the first crash, restarted in the allocation although
-    # SLURM_RESTART_COUNT is already 1; attempt 2 resumes and finishes.
+    # its first save, whatever step it stopped at): the first crash, restarted in the allocation
+    # although SLURM_RESTART_COUNT is already 1; attempt 2 resumes and finishes.
     max_restarts=1
-    signalled -- 'scancel --signal=USR1 "$job"' --every 10 --crash-rank 3 --crash-step 20 --crash-attempt 1
+    signalled -- 'scancel --signal=USR1 "$job"' --every 10 --crash-rank 3 --crash-step -1 --crash-attempt 1
     grep -q 'INFO: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* requeued' <<<"$out" ||
       fail "attempt 0 was not stopped"
     grep -q 'jobkit run: restart 1: attempt 1: crash' <<<"$out" ||

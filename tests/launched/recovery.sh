@@ -101,6 +101,13 @@ EOF
   fault_ms=$(date +%s%3N)
 }
 ledger() { cat "$work/ckpt/jobkit-ledger-$job.jsonl" 2>/dev/null; }
+# finished_in_the_job JOB: waits for its end; it completed, with the exact result, never requeued.
+finished_in_the_job() {
+  wait_ended "$1"
+  [[ $(field "$1" JobState) == COMPLETED ]] || fail "the job did not complete"
+  exact
+  [[ $(field "$1" Restarts) == 0 ]] || fail "the job was requeued"
+}
 
 # measure: the fault's time against the ledger's failure and the restart's line.
 measure() {
@@ -117,10 +124,7 @@ case $mode in
     sleep 2
     kill -KILL "$(cat "$work/result.pid.3")" || fail "cannot kill rank 3"
     fault_ms=$(date +%s%3N)
-    wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
-    exact
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    finished_in_the_job "$job"
     grep -q 'jobkit run: restart 1: attempt 0: crash (status [0-9]*) on c2 (no node blamed), resuming from checkpoint [1-9]' <<<"$out" ||
       fail "the restart did not name the crash on c2"
     grep -q 'attempt 1: resuming from step [1-9]' <<<"$out" || fail "the next step did not resume from a checkpoint"
@@ -130,10 +134,7 @@ case $mode in
     wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
     sleep 2
     lose c2
-    wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
-    exact
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    finished_in_the_job "$job"
     grep -q 'jobkit run: restart 1: attempt 0: lost node on c2 (c2 blamed: lost' <<<"$out" ||
       fail "the restart did not blame c2 as lost"
     grep -q 'jobkit run: job [0-9]* step attempt 1 on c1,c3$' <<<"$out" || fail "the next step did not run on c1,c3"
@@ -160,10 +161,7 @@ case $mode in
       fail "the requeued job's step did not run on c1 and c3" ;;
   crash-node)
     job=$(submit 3 1 -- --every 10 --crash-node c2) || fail "sbatch failed"
-    wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
-    exact
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    finished_in_the_job "$job"
     grep -q 'restart 1: attempt 0: crash (status [0-9]*) on c2 (no node blamed)' <<<"$out" ||
       fail "the first crash on c2 was blamed, or not seen"
     grep -q 'restart 2: attempt 1: crash (status [0-9]*) on c2 (c2 blamed: crashed twice' <<<"$out" ||
@@ -173,10 +171,7 @@ case $mode in
     export JOBKIT_PROGRESS_FLOOR=1 JOBKIT_PROGRESS_FACTOR=3 JOBKIT_PROGRESS_FIRST_STEP=2 \
       JOBKIT_PROGRESS_CHECKPOINT_FLOOR=10
     job=$(submit 2 0 -- --every 10 --hang-rank 3 --hang-step 25) || fail "sbatch failed"
-    wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
-    exact
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    finished_in_the_job "$job"
     grep -q 'hanging on purpose at step 25' <<<"$out" || fail "rank 3 did not hang"
     grep -q 'jobkit run: job [0-9]* step attempt 0: rank [0-9]* on c[12] made no progress past its bound' <<<"$out" ||
       fail "jobkit run did not say the hang"

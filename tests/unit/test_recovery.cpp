@@ -145,7 +145,8 @@ TEST_CASE("events: settings from the environment, one line each, parsed back") {
   CHECK(e->host == "c2");
   CHECK(json_text_field(e->line, "step") == "4");
   CHECK(json_field(e->line, "idle_s") == "12.5");
-  const std::string straggler = R"({"event":"straggler","stragglers":[{"rank":4,"host":"c3","score":0.5}],"scores":[1.0,[2],"]"]})";
+  const std::string straggler =
+      R"({"event":"straggler","stragglers":[{"rank":4,"host":"c3","score":0.5}],"scores":[1.0,[2],"]"]})";
   CHECK(json_array_field(straggler, "stragglers") == R"([{"rank":4,"host":"c3","score":0.5}])");
   CHECK(json_array_field(straggler, "scores") == R"([1.0,[2],"]"])");
   CHECK(json_array_field(R"({"scores":[1.0,2)", "scores").empty());
