@@ -6,10 +6,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -183,9 +187,43 @@ void write_bound_file(const recovery_settings& recovery, const std::string& text
   if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) ::unlink(temporary.c_str());
 }
 
+/// The watcher thread's life: joined at the process's exit (an atexit handler, which runs
+/// before the destructors of the statics the watcher uses, made before it: the environment, the
+/// logger), never running while they are destroyed. Never destroyed itself; a forked child, which
+/// has no watcher, leaves it alone.
+struct watcher_life {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stop = false;
+  std::vector<std::thread> threads;  // this process's watchers (more than one only after a reset: tests)
+  pid_t owner = 0;
+};
+
+watcher_life& life() {
+  static auto* const l = new watcher_life;  // NOLINT(cppcoreguidelines-owning-memory): lives until exit
+  return *l;
+}
+
+void stop_watcher_at_exit() noexcept {
+  auto& l = life();
+  if (l.owner != ::getpid()) return;
+  {
+    const std::lock_guard lock(l.mutex);
+    l.stop = true;
+  }
+  l.wake.notify_all();
+  for (auto& thread : l.threads) {
+    if (thread.joinable()) thread.join();
+  }
+}
+
 void watch_loop(tracker* t) noexcept {
+  auto& l = life();
   for (;;) {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    {
+      std::unique_lock lock(l.mutex);
+      if (l.wake.wait_for(lock, std::chrono::seconds(1), [&] { return l.stop; })) return;
+    }
     try {
       std::optional<progress_view> hang;
       std::optional<std::string> bound_file;
@@ -221,7 +259,19 @@ void start_watching(tracker& t) {
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   try {
-    std::thread(watch_loop, &t).detach();
+    auto& l = life();
+    if (l.owner != ::getpid()) {
+      // A forked child's copy of its parent's watchers: no such thread runs here, so they are
+      // neither joined nor detached, only put where nothing destroys them.
+      new std::vector<std::thread>(std::move(l.threads));  // NOLINT(cppcoreguidelines-owning-memory)
+      l.threads.clear();
+      l.owner = ::getpid();
+    }
+    // An earlier tracker's watcher (after a reset: the tests) returns at its next wake, seeing
+    // another tracker; it is joined at exit with this one.
+    l.threads.emplace_back(watch_loop, &t);
+    static const bool registered = std::atexit(stop_watcher_at_exit) == 0;
+    (void)registered;
   } catch (const std::system_error&) {
     library_log(log_level::warning, "progress: no thread for the hang watcher; hangs are not reported");
   }

@@ -9,16 +9,13 @@
 #include <string_view>
 
 #include "core/environment.hpp"
+#include "finding.hpp"
 #include "identity/discovery.hpp"
 #include "jobkit/error.hpp"
 
 using namespace jobkit::detail;
 
 namespace {
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "%s\n", what);
-  std::abort();
-}
 
 constexpr const char* names[] = {"RANK",
                                  "LOCAL_RANK",

@@ -15,17 +15,13 @@
 #include <string_view>
 #include <vector>
 
+#include "finding.hpp"
 #include "fold/folder.hpp"
 #include "fold/labels.hpp"
 #include "fold/srun_options.hpp"
 #include "jobkit/error.hpp"
 
 namespace {
-
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "%s\n", what);
-  std::abort();
-}
 
 using by_rank = std::map<int, std::vector<std::string>>;
 

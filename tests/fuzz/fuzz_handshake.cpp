@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "finding.hpp"
 #include "jobkit/error.hpp"
 #include "network/addresses.hpp"
 #include "network/handshake.hpp"
@@ -18,13 +19,6 @@
 #include "transport/tree_node.hpp"
 
 using namespace jobkit::detail;
-
-namespace {
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "%s\n", what);
-  std::abort();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;

@@ -7,17 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "finding.hpp"
 #include "jobkit/error.hpp"
 #include "pmi2/wire.hpp"
 
 using namespace jobkit::detail;
-
-namespace {
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "%s\n", what);
-  std::abort();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;

@@ -9,17 +9,11 @@
 #include <string>
 #include <string_view>
 
+#include "finding.hpp"
 #include "progress/learner.hpp"
 #include "recovery/events.hpp"
 #include "recovery/ledger.hpp"
 #include "recovery/plan.hpp"
-
-namespace {
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "%s\n", what);
-  std::abort();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
@@ -64,8 +58,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       return 0;
     }
-    default:
-      (void)jobkit::detail::parse_bound_file(text);
-      return 0;
+    default: (void)jobkit::detail::parse_bound_file(text); return 0;
   }
 }

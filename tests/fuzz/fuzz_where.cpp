@@ -13,15 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "finding.hpp"
 #include "where/proc.hpp"
 #include "where/report.hpp"
-
-namespace {
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "%s\n", what);
-  std::abort();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
