@@ -195,7 +195,8 @@ struct watcher_life {
   std::mutex mutex;
   std::condition_variable wake;
   bool stop = false;
-  std::vector<std::thread> threads;  // this process's watchers (more than one only after a reset: tests)
+  std::vector<std::thread> threads;    // this process's watchers (more than one only after a reset: tests)
+  std::vector<std::thread> inherited;  // a forked child's copies of its parents' (no such threads)
   pid_t owner = 0;
 };
 
@@ -263,7 +264,7 @@ void start_watching(tracker& t) {
     if (l.owner != ::getpid()) {
       // A forked child's copy of its parent's watchers: no such thread runs here, so they are
       // neither joined nor detached, only put where nothing destroys them.
-      new std::vector<std::thread>(std::move(l.threads));  // NOLINT(cppcoreguidelines-owning-memory)
+      for (auto& thread : l.threads) l.inherited.push_back(std::move(thread));
       l.threads.clear();
       l.owner = ::getpid();
     }
