@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/json.hpp"
+#include "core/mutex_held.hpp"
 #include "core/parse.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
@@ -90,12 +91,8 @@ std::atomic<bool> active_{false};
 std::atomic<bool> off_{false};  // settled off: a mark returns at once
 std::atomic<std::int64_t> collective_ns_{0};
 
-class tracker_held {
- public:
-  tracker_held() noexcept { ::pthread_mutex_lock(&tracker_lock); }
-  ~tracker_held() { ::pthread_mutex_unlock(&tracker_lock); }
-  tracker_held(const tracker_held&) = delete;
-  tracker_held& operator=(const tracker_held&) = delete;
+struct tracker_held : detail::mutex_held {
+  tracker_held() noexcept : mutex_held(tracker_lock) {}
 };
 
 void before_fork() noexcept { ::pthread_mutex_lock(&tracker_lock); }

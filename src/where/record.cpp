@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/mutex_held.hpp"
 #include "where/settings.hpp"
 
 namespace jobkit::where {
@@ -103,12 +104,8 @@ void write_record(record_layout& layout, Change change) noexcept {
   layout.sequence.store(sequence + 2, std::memory_order_release);
 }
 
-class record_held {
- public:
-  record_held() noexcept { ::pthread_mutex_lock(&record_lock); }
-  ~record_held() { ::pthread_mutex_unlock(&record_lock); }
-  record_held(const record_held&) = delete;
-  record_held& operator=(const record_held&) = delete;
+struct record_held : detail::mutex_held {
+  record_held() noexcept : mutex_held(record_lock) {}
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "core/command.hpp"
 #include "core/environment.hpp"
+#include "core/mutex_held.hpp"
 #include "core/posix_io.hpp"
 
 extern char** environ;
@@ -35,12 +36,8 @@ watched_slot slots[slot_count];
 bool thread_started = false;
 std::uint64_t watch_generation = 1;
 
-class watch_held {
- public:
-  watch_held() noexcept { ::pthread_mutex_lock(&watch_lock); }
-  ~watch_held() { ::pthread_mutex_unlock(&watch_lock); }
-  watch_held(const watch_held&) = delete;
-  watch_held& operator=(const watch_held&) = delete;
+struct watch_held : detail::mutex_held {
+  watch_held() noexcept : mutex_held(watch_lock) {}
 };
 
 void watch_before_fork() noexcept { ::pthread_mutex_lock(&watch_lock); }
