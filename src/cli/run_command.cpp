@@ -502,16 +502,20 @@ class supervisor {
       if (!args_.fold)
         (void)detail::write_file_all(index == 0 ? STDOUT_FILENO : STDERR_FILENO, bytes.data(), bytes.size());
     };
+    // The ledger's phases of this step, from its events (while it runs, and once it ended).
+    const auto take_phase = [&](const detail::step_event& e) {
+      if (e.kind == "world_ready" && result.world_ready == 0) result.world_ready = e.time;
+      if (e.kind == "checkpoint_loaded" && result.checkpoint_loaded == 0) {
+        result.checkpoint_loaded = e.time;
+        result.source = detail::json_text_field(e.line, "source");
+      }
+      if (e.kind == "first_step_done" && result.first_step_done == 0) result.first_step_done = e.time;
+    };
     hooks.tick = [&] {
       events.read([&](const detail::step_event& e) {
         if (e.attempt != attempt) return;
         if (result.step_id.empty()) result.step_id = detail::json_text_field(e.line, "step");
-        if (e.kind == "world_ready" && result.world_ready == 0) result.world_ready = e.time;
-        if (e.kind == "checkpoint_loaded" && result.checkpoint_loaded == 0) {
-          result.checkpoint_loaded = e.time;
-          result.source = detail::json_text_field(e.line, "source");
-        }
-        if (e.kind == "first_step_done" && result.first_step_done == 0) result.first_step_done = e.time;
+        take_phase(e);
         if (e.kind == "straggler") {
           result.stragglers = std::string(detail::json_array_field(e.line, "stragglers"));
           std::set<std::string> named;
@@ -569,13 +573,7 @@ class supervisor {
       pump(streams, &run, &hooks);
     }
     events.read([&](const detail::step_event& e) {
-      if (e.attempt != attempt) return;
-      if (e.kind == "first_step_done" && result.first_step_done == 0) result.first_step_done = e.time;
-      if (e.kind == "world_ready" && result.world_ready == 0) result.world_ready = e.time;
-      if (e.kind == "checkpoint_loaded" && result.checkpoint_loaded == 0) {
-        result.checkpoint_loaded = e.time;
-        result.source = detail::json_text_field(e.line, "source");
-      }
+      if (e.attempt == attempt) take_phase(e);
     });
     result.status = *run.status;
     result.ended = unix_now();
