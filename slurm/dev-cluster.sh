@@ -90,6 +90,8 @@ Environment (the defaults in brackets are Debian 13's):
   JOBKIT_CLUSTER_DEBIAN_HOSTS  netns mode: 1 (default): the last node maps its own name to
                                127.0.1.1, as Debian does; 0: to its address, like the others
   JOBKIT_CLUSTER_GRACE_TIME    partition "low": seconds from SIGTERM to SIGKILL on pre-emption (10)
+  JOBKIT_CLUSTER_SLURMD_TIMEOUT seconds before slurmctld declares a silent node DOWN (30; Slurm's
+                               own default is 300)
   JOBKIT_CLUSTER_BIND          1: bind tasks to CPUs (task/affinity, real CPU counts); 0: no
                                binding, 8 CPUs per node (default 0)
 EOF
@@ -115,6 +117,7 @@ net_req=${JOBKIT_CLUSTER_NET:-auto}
 subnet=${JOBKIT_CLUSTER_SUBNET:-$default_subnet}
 bind=${JOBKIT_CLUSTER_BIND:-0}
 grace_time=${JOBKIT_CLUSTER_GRACE_TIME:-10}
+slurmd_timeout=${JOBKIT_CLUSTER_SLURMD_TIMEOUT:-30}
 debian_hosts=${JOBKIT_CLUSTER_DEBIAN_HOSTS:-1}
 host=$(hostname -s)
 
@@ -170,6 +173,8 @@ settings_check() {
     0 | 1) ;;
     *) die "JOBKIT_CLUSTER_DEBIAN_HOSTS must be 0 or 1, got '$debian_hosts'" ;;
   esac
+  [[ $slurmd_timeout =~ ^[1-9][0-9]{0,4}$ ]] || die "JOBKIT_CLUSTER_SLURMD_TIMEOUT must be a whole" \
+    "number of seconds from 1 to 99999, got '$slurmd_timeout'"
   if [[ -n ${JOBKIT_CLUSTER_DELAY_MS+set} ]]; then
     [[ $delay_ms =~ ^[0-9]{1,4}(\.[0-9]{1,3})?$ ]] || die "JOBKIT_CLUSTER_DELAY_MS must be a" \
       "number of milliseconds below 10000 (at most 3 decimals), got '$delay_ms'"
@@ -493,7 +498,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 ReturnToService=2
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=$slurmd_timeout
 MessageTimeout=10
 KillWait=5
 InactiveLimit=0

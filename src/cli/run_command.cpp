@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "cli.hpp"
@@ -230,6 +231,7 @@ class job_state {
     write_whole(dir_ / "bad-nodes", detail::format_bad_nodes(bad_));
   }
   int restarts() const { return restarts_; }
+  int attempts() const { return attempts_; }
   void count_restart() { set("restarts", ++restarts_); }
   /// The next step's attempt number (counted across requeues).
   int next_attempt() {
@@ -274,15 +276,19 @@ std::pair<std::int64_t, double> newest_checkpoint(const fs::path& root) {
 /// Reads the lines the step appends to events.jsonl since the last read.
 class event_reader {
  public:
+  /// From the file's end (the lines written from now on).
   explicit event_reader(fs::path path) : path_(std::move(path)) {
     std::error_code ec;
     offset_ = fs::exists(path_, ec) ? fs::file_size(path_, ec) : 0;
     if (ec) offset_ = 0;
   }
+  /// From `offset`.
+  event_reader(fs::path path, std::uintmax_t offset) : path_(std::move(path)), offset_(offset) {}
+  /// Reads what was appended since the last read (at most 64 KiB); returns the bytes read.
   template <class Each>
-  void read(Each each) {
+  std::size_t read(Each each) {
     std::ifstream in(path_, std::ios::binary);
-    if (!in) return;
+    if (!in) return 0;
     in.seekg(static_cast<std::streamoff>(offset_));
     std::string chunk(1 << 16, '\0');
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
@@ -294,6 +300,7 @@ class event_reader {
       partial_.erase(0, end + 1);
     }
     if (partial_.size() > detail::event_line_limit) partial_.clear();  // a line too long: not ours
+    return chunk.size();
   }
 
  private:
@@ -361,8 +368,11 @@ class supervisor {
       for (const auto& b : state_.bad()) names.push_back(b.node + " (" + b.why + ")");
       say(fmt::format("job {}: nodes blamed earlier, never used again: {}", job_, fmt::join(names, "; ")));
     }
-    std::optional<detail::restart_entry> pending;  // the restart whose new step is being watched
+    auto& pending = pending_;
+    pending = previous_supervisor();
     while (true) {
+      heartbeat();
+      keep_deputy();
       if (const auto signal = forwarding_.take()) return stop_by_signal(signal->number);
       for (const auto& [node, slurm_state] : slurm_bad_nodes(allocation_)) {
         state_.add_bad(node, "Slurm reports it " + slurm_state);
@@ -370,14 +380,30 @@ class supervisor {
       auto nodes = detail::choose_nodes(allocation_, state_.bad_set(), wanted);
       if (nodes.size() < wanted && (!args_.min_nodes || nodes.size() < static_cast<std::size_t>(*args_.min_nodes))) {
         const bool counted = pending.has_value();  // the failure that left too few, counted already
-        if (pending) {
-          ledger_.restarts.push_back(*pending);
-          print_entry(*pending);
-          pending.reset();
-        }
+        record_pending();
         return requeue(nodes.size(), wanted, counted);
       }
-      if (!args_.health_check.empty() && !healthy(nodes)) continue;  // blamed: choose again
+      // After a failure, the nodes of the next step reachable from here (a node lost at once with
+      // the one named, a spare lost while it waited: Slurm may not know yet).
+      if (pending) {
+        const auto unreachable = unreachable_nodes(nodes, std::chrono::seconds(2));
+        for (const auto& [node, why] : unreachable) {
+          state_.add_bad(node, "unreachable: " + why);
+          say(fmt::format("node {}: unreachable: {}: blamed", node, why));
+        }
+        if (!unreachable.empty()) continue;  // choose again
+      }
+      if (!args_.health_check.empty()) {
+        const bool fine = healthy(nodes);
+        // A signal or a pre-emption while the check ran: its tasks were signalled too, and what
+        // they said blames no node.
+        if (signal_in_check_ != 0) return stop_by_signal(signal_in_check_);
+        if (preempted_) return stop_for_preemption();
+        if (!fine) continue;  // blamed: choose again
+      }
+      // Slurm pre-empting the job (its GraceTime signals steps' tasks, not this script): no new
+      // step, which nothing would tell to stop.
+      if ((preempted_ = preempt_time(job_))) return stop_for_preemption();
       if (nodes.size() < wanted) {
         say(fmt::format("{} healthy nodes of the {} the step wants: a smaller step (--min-nodes {})", nodes.size(),
                         wanted, *args_.min_nodes));
@@ -385,6 +411,10 @@ class supervisor {
       const int attempt = state_.next_attempt();
       attempt_ = attempt;
       auto result = run_step(nodes, attempt, pending.has_value());
+      // A step that could not start everywhere did not recover anything: its ranks that started
+      // say nothing of the restart's phases.
+      if (!result.evidence.launch_failed.empty())
+        result.world_ready = result.checkpoint_loaded = result.first_step_done = 0;
       if (pending) {
         pending->nodes = nodes;
         finish_entry(*pending, result);
@@ -404,8 +434,9 @@ class supervisor {
                                state_.restarts(), args_.max_restarts),
                    result.status);
       }
-      newest_at_failures_.push_back(entry.checkpoint);
-      if (detail::no_progress(newest_at_failures_, args_.no_progress)) {
+      // A step that never started ran no part of the program: it says nothing of its progress.
+      if (entry.cause != "launch failed") newest_at_failures_.push_back(entry.checkpoint);
+      if (entry.cause != "launch failed" && detail::no_progress(newest_at_failures_, args_.no_progress)) {
         entry.number = state_.restarts() + 1;
         ledger_.restarts.push_back(entry);
         print_entry(entry);
@@ -512,6 +543,7 @@ class supervisor {
       if (e.kind == "first_step_done" && result.first_step_done == 0) result.first_step_done = e.time;
     };
     hooks.tick = [&] {
+      heartbeat();
       events.read([&](const detail::step_event& e) {
         if (e.attempt != attempt) return;
         if (result.step_id.empty()) result.step_id = detail::json_text_field(e.line, "step");
@@ -644,16 +676,20 @@ class supervisor {
       // hang is blamed on a node only where it repeats there.
       if (result.hung_outside.size() == 1) entry.where = *result.hung_outside.begin();
       blamed = record_crash_node(entry.where, "hung twice: two steps hung with a rank on this node");
-    } else if (const auto lost = detail::lost_nodes_of(result.evidence); !lost.empty()) {
-      entry.cause = lost.size() == 1 ? "lost node" : "lost nodes";
+    } else if (auto lost = detail::lost_nodes_of(result.evidence),
+               unlaunched = detail::unlaunched_nodes_of(result.evidence);
+               !lost.empty() || !unlaunched.empty()) {
+      // Nodes the evidence names for what they are (lost; no step starts there): blamed at once.
+      const auto& named = lost.empty() ? unlaunched : lost;
+      entry.cause = !lost.empty() ? (lost.size() == 1 ? "lost node" : "lost nodes") : "launch failed";
       std::vector<std::string> names;
-      for (const auto& b : lost) {
+      for (const auto& b : named) {
         names.push_back(b.node);
         if (std::find(nodes.begin(), nodes.end(), b.node) != nodes.end()) state_.add_bad(b.node, b.why);
       }
       entry.where = comma_list(names);
       entry.blamed = entry.where;
-      entry.blame_why = lost.front().why;
+      entry.blame_why = named.front().why;
       return entry;
     } else {
       entry.cause = fmt::format("crash (status {})", result.status);
@@ -666,6 +702,116 @@ class supervisor {
       state_.add_bad(blamed->node, blamed->why);
     }
     return entry;
+  }
+
+  /// The restart of an earlier start of this job whose `jobkit run` never ended (its record of
+  /// running is still there: its node was lost with the batch script, or it was killed): the nodes
+  /// that its steps' ranks named lost (their failure events) are blamed, and its own node when
+  /// Slurm reports it unusable. nullopt when the earlier run ended (or there was none). Then
+  /// records this one as running; the record is removed when it ends (supervisor's destructor).
+  std::optional<detail::restart_entry> previous_supervisor() {
+    const auto file = state_.dir() / "running";
+    const auto text = read_small_file(file, 4096);
+    host_ = detail::process_environment().get("SLURMD_NODENAME").value_or("");
+    if (host_.empty()) {
+      char name[256] = {};
+      if (::gethostname(name, sizeof name - 1) == 0) host_ = name;
+    }
+    write_whole(file, fmt::format("{}\t{}\t{}\n", host_, static_cast<std::int64_t>(unix_now()), state_.attempts()));
+    running_ = file;
+    if (text.empty()) return std::nullopt;
+    // "HOST<TAB>STARTED<TAB>FIRST_ATTEMPT"
+    std::istringstream in(text);
+    std::string host, started, first;
+    std::getline(in, host, '\t');
+    std::getline(in, started, '\t');
+    std::getline(in, first);
+    std::string_view rest = first;
+    const auto first_attempt = detail::take_decimal(rest).value_or(0);
+    detail::step_evidence evidence;
+    double failed = 0;
+    int last_attempt = first_attempt;
+    // The file's last 16 MiB (a long job's events; the earlier run's are its last).
+    const auto events_file = state_.dir() / "events.jsonl";
+    std::error_code ec;
+    const auto size = fs::file_size(events_file, ec);
+    constexpr std::uintmax_t tail = 16 << 20;
+    event_reader events(events_file, ec || size < tail ? 0 : size - tail);
+    for (std::uintmax_t read = 0; read < tail;) {
+      const auto n = events.read([&](const detail::step_event& e) {
+        if (e.attempt < first_attempt) return;
+        last_attempt = std::max(last_attempt, e.attempt);
+        if (e.kind != "failure") return;
+        if (failed == 0 || e.time < failed) failed = e.time;
+        evidence.add_line(detail::json_text_field(e.line, "message"));
+      });
+      if (n == 0) break;
+      read += n;
+    }
+    say(
+        fmt::format("job {}: the jobkit run of an earlier start of this job (on {}, attempt {}) never ended: its node "
+                    "was lost with the batch script, or it was killed",
+                    job_, host.empty() ? std::string("?") : host, last_attempt));
+    detail::restart_entry entry;
+    entry.attempt = last_attempt;
+    entry.at.failed = failed;
+    entry.cause = "lost batch host";
+    entry.where = host;
+    entry.checkpoint = newest_checkpoint(args_.checkpoints).first;
+    for (const auto& b : detail::lost_nodes_of(evidence)) {
+      const auto why = fmt::format("{}, in attempt {}, whose jobkit run never ended", b.why, last_attempt);
+      state_.add_bad(b.node, why);
+      if (entry.blamed.empty()) entry.blame_why = why;
+      entry.blamed += (entry.blamed.empty() ? "" : ",") + b.node;
+    }
+    if (!host.empty() && !state_.is_bad(host)) {
+      for (const auto& [node, slurm_state] : slurm_bad_nodes({host})) {
+        const auto why =
+            fmt::format("the batch host of attempt {}: its jobkit run never ended, and Slurm reports it {}",
+                        last_attempt, slurm_state);
+        state_.add_bad(node, why);
+        entry.blame_why = why;
+        entry.blamed += (entry.blamed.empty() ? "" : ",") + node;
+      }
+    }
+    if (!state_.is_bad(host)) entry.cause = "supervisor lost";
+    state_.count_restart();
+    entry.number = state_.restarts();
+    return entry;
+  }
+
+  /// Says that this command is alive: its record of running touched (at most once a second).
+  void heartbeat() {
+    const auto now = clock::now();
+    if (running_.empty() || now - last_heartbeat_ < std::chrono::seconds(1)) return;
+    last_heartbeat_ = now;
+    std::error_code ec;
+    fs::last_write_time(running_, fs::file_time_type::clock::now(), ec);
+  }
+
+  /// The deputy (docs/recovery.md, "A lost batch host"): a one-task step on another node of the
+  /// allocation that requeues the job, its batch host excluded, when this command falls silent
+  /// and the step's ranks named its node lost. Started again (at most 3 times) when it ended.
+  void keep_deputy() {
+    if (deputy_ && !deputy_->try_reap()) return;
+    if (deputy_starts_ >= 3) return;
+    std::string node;
+    for (const auto& n : allocation_) {
+      if (n != host_ && !state_.is_bad(n)) {
+        node = n;
+        break;
+      }
+    }
+    if (node.empty() || host_.empty()) return;
+    ++deputy_starts_;
+    // srun's own lines (and the deputy's task's) are not the step's: the deputy writes its
+    // record, deputy.log, beside the job's state.
+    deputy_.emplace(std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" </dev/null >/dev/null 2>&1",
+                                             args_.command.front(), "--overlap", "--mpi=none", "--nodes=1",
+                                             "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=0", self_program(),
+                                             "run", "--deputy", host_, "--checkpoints", args_.checkpoints.string()},
+                    detail::child_options{.null_stdin = true});
+    if (!deputy_->started()) deputy_.reset();
   }
 
   /// Records the node of this failure; the node blamed once the record says so.
@@ -720,7 +866,13 @@ class supervisor {
         {args_.command.front(), "--overlap", fmt::format("--nodes={}", nodes.size()), "--nodelist=" + comma_list(nodes),
          "--ntasks-per-node=1", "--kill-on-bad-exit=0", "sh", "-c", args_.health_check},
         std::chrono::seconds(120));
+    if (const auto signal = forwarding_.take()) {
+      signal_in_check_ = signal->number;
+      return false;
+    }
     if (result.status == 0) return true;
+    // A pre-emption ends the check's tasks (their step's), not the node's fault.
+    if ((preempted_ = preempt_time(job_))) return false;
     detail::step_evidence evidence;
     std::istringstream in(result.err);
     for (std::string line; std::getline(in, line);) evidence.add_line(line);
@@ -753,11 +905,31 @@ class supervisor {
     return end("requeued", 0);
   }
 
+  /// Pre-empted between steps: requeued (Slurm's requeue of a pre-emption comes only at the end
+  /// of its GraceTime, and a batch script that ends first would end the job); not a restart.
+  int stop_for_preemption() {
+    say(fmt::format("job {}: Slurm is pre-empting the job (PreemptTime {}): no new step; requeueing it", job_,
+                    *preempted_));
+    const auto problem = requeue_excluding(job_, state_.bad_set());
+    if (!problem.empty()) return end("pre-empted between steps; the requeue failed: " + problem, 1);
+    return end("pre-empted between steps: requeued", 0);
+  }
+
   int stop_by_signal(int number) {
     return end(fmt::format("signal {} between steps (a pre-emption, scancel): no new step", number), 128 + number);
   }
 
+  /// The restart whose next step never started (too few nodes, a signal, jobkit run's end): into
+  /// the ledger as it is known.
+  void record_pending() {
+    if (!pending_) return;
+    ledger_.restarts.push_back(*pending_);
+    print_entry(*pending_);
+    pending_.reset();
+  }
+
   int end(const std::string& outcome, int status) {
+    record_pending();
     ledger_.outcome = outcome;
     ledger_.ended = unix_now();
     say(attempt_ < 0 ? fmt::format("job {}: {}", job_, outcome)
@@ -778,11 +950,74 @@ class supervisor {
   int attempt_ = -1;                         // the last step's
   std::list<detail::child_process> ending_;  // scancels of ended steps, reaped as they end
   std::string stop_record_;
+  std::optional<detail::restart_entry> pending_;  // the restart whose next step is being started or watched
+  int signal_in_check_ = 0;                       // a signal that came while the health check ran
+  std::optional<std::string> preempted_;          // Slurm's PreemptTime, once seen
+  clock::time_point last_heartbeat_{};
+  std::optional<detail::child_process> deputy_;  // the deputy's srun
+  int deputy_starts_ = 0;
+  std::string host_;  // the node this command runs on (the batch host)
+  fs::path running_;  // its record of running, removed when it ends
+
+ public:
+  ~supervisor() {
+    std::error_code ec;
+    if (!running_.empty()) fs::remove(running_, ec);  // the deputy ends within a second of it
+    if (deputy_ && !deputy_->reaped()) deputy_->wait_until(clock::now() + std::chrono::seconds(3));
+  }
 };
 
 }  // namespace
 
+/// `jobkit run --deputy HOST --checkpoints DIR`, started by jobkit run as a step of one task on
+/// another node: while the record of running that jobkit run keeps on HOST is the one it found at
+/// its start, watches it and the step's failure events; when the record has been silent for 10 s
+/// and the ranks named HOST lost, blames HOST and requeues the job with its bad nodes excluded
+/// (Slurm keeps a --no-kill job whose batch host is lost allocated, without its script, until its
+/// time limit). Ends when the record goes (jobkit run ended) or changes.
+int run_deputy(const std::string& host, const fs::path& checkpoints) {
+  const auto job = detail::process_environment().get("SLURM_JOB_ID").value_or("");
+  if (job.empty() || host.empty()) throw usage_error{"run: --deputy needs SLURM_JOB_ID and the batch host"};
+  const auto dir = checkpoints / (".jobkit-run-" + job);
+  const auto running = dir / "running";
+  const auto record = read_small_file(running, 4096);
+  if (record.empty() || !record.starts_with(host + '\t')) return 0;
+  const auto log = [&](const std::string& line) { append_line(dir / "deputy.log", "jobkit run deputy: " + line); };
+  std::error_code ec;
+  event_reader events(dir / "events.jsonl");
+  detail::step_evidence evidence;
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (read_small_file(running, 4096) != record) return 0;  // ended, or another start's
+    events.read([&](const detail::step_event& e) {
+      if (e.kind == "failure") evidence.add_line(detail::json_text_field(e.line, "message"));
+    });
+    const auto touched = fs::last_write_time(running, ec);
+    if (ec) continue;
+    const auto silent = std::chrono::duration<double>(fs::file_time_type::clock::now() - touched).count();
+    if (silent < 10) continue;
+    const auto lost = detail::lost_nodes_of(evidence);
+    const auto named = std::find_if(lost.begin(), lost.end(), [&](const detail::blame& b) { return b.node == host; });
+    if (named == lost.end()) continue;
+    // The requeue signals every step of the job, this one too: its SIGTERM must not end it halfway.
+    ::signal(SIGTERM, SIG_IGN);
+    job_state state(checkpoints, job);
+    state.add_bad(host, fmt::format("{}; the batch host: its jobkit run silent for {:.0f} s", named->why, silent));
+    auto bad = state.bad_set();
+    log(
+        fmt::format("the batch host {} is lost ({}; jobkit run there silent for {:.0f} s): requeueing job {} with {} "
+                    "excluded",
+                    host, named->why, silent, job, comma_list({bad.begin(), bad.end()})));
+    const auto problem = requeue_excluding(job, bad);
+    log(problem.empty() ? std::string("requeued") : "the requeue failed: " + problem);
+    return problem.empty() ? 0 : 1;
+  }
+}
+
 int run_run(const std::vector<std::string_view>& args) {
+  if (args.size() == 4 && args[0] == "--deputy" && args[2] == "--checkpoints") {
+    return run_deputy(std::string(args[1]), std::string(args[3]));
+  }
   for (const auto arg : args) {
     if (arg == "--") break;
     if (arg == "--help" || arg == "-h") {

@@ -3,6 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
 #include <thread>
 
 #include "cli.hpp"
@@ -90,6 +99,105 @@ std::string requeue_excluding(const std::string& job, const std::set<std::string
   }
   if (auto why = step({"scontrol", "release", job}); !why.empty()) problem += (problem.empty() ? "" : "; ") + why;
   return problem;
+}
+
+std::optional<std::string> preempt_time(const std::string& job) {
+  const auto result = detail::run_bounded({"scontrol", "show", "job", "-o", job}, slurm_command_limit);
+  if (result.status != 0) return std::nullopt;
+  constexpr std::string_view key = " PreemptTime=";
+  const auto at = result.out.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const auto from = at + key.size();
+  auto value = result.out.substr(from, std::min(result.out.find_first_of(" \n", from), result.out.size()) - from);
+  if (value.empty() || value == "None" || value == "Unknown" || value.size() > 64) return std::nullopt;
+  return value;
+}
+
+std::vector<std::pair<std::string, std::string>> unreachable_nodes(const std::vector<std::string>& nodes,
+                                                                   std::chrono::milliseconds limit) {
+  std::vector<std::pair<std::string, std::string>> unreachable;
+  if (nodes.empty()) return unreachable;
+  const auto shown = detail::run_bounded({"scontrol", "show", "node", "-o", comma_list(nodes)}, slurm_command_limit);
+  if (shown.status != 0) return unreachable;
+  // One line per node: "NodeName=c2 ... NodeAddr=198.18.0.2 ... Port=6819 ...".
+  const auto field = [](std::string_view line, std::string_view key) {
+    const auto at = line.find(key);
+    if (at == std::string_view::npos || (at > 0 && line[at - 1] != ' ')) return std::string();
+    const auto from = at + key.size();
+    return std::string(line.substr(from, std::min(line.find(' ', from), line.size()) - from));
+  };
+  struct probe {
+    std::string node, where;
+    int fd = -1;
+  };
+  std::vector<probe> probes;
+  const auto close_all = [&] {
+    for (auto& p : probes) {
+      if (p.fd >= 0) ::close(p.fd);
+      p.fd = -1;
+    }
+  };
+  std::string_view rest = shown.out;
+  while (!rest.empty()) {
+    const auto end = std::min(rest.find('\n'), rest.size());
+    const auto line = rest.substr(0, end);
+    rest = rest.substr(std::min(end + 1, rest.size()));
+    const auto name = field(line, "NodeName="), addr = field(line, "NodeAddr="), port = field(line, "Port=");
+    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() || addr.empty() || port.empty()) continue;
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    probe p{name, addr + ":" + port};
+    if (::getaddrinfo(addr.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+      unreachable.emplace_back(name, fmt::format("its address {} does not resolve", addr));
+      continue;
+    }
+    p.fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, found->ai_protocol);
+    if (p.fd >= 0 && ::connect(p.fd, found->ai_addr, found->ai_addrlen) == 0) {
+      ::close(p.fd);  // connected at once
+      p.fd = -1;
+    } else if (p.fd >= 0 && errno != EINPROGRESS) {
+      unreachable.emplace_back(name,
+                               fmt::format("its slurmd at {} refused a connection: {}", p.where, std::strerror(errno)));
+      ::close(p.fd);
+      p.fd = -1;
+    }
+    ::freeaddrinfo(found);
+    if (p.fd >= 0) probes.push_back(std::move(p));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    std::vector<pollfd> waiting;
+    for (const auto& p : probes) {
+      if (p.fd >= 0) waiting.push_back({p.fd, POLLOUT, 0});
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (waiting.empty() || left <= 0) break;
+    if (::poll(waiting.data(), waiting.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
+    for (const auto& w : waiting) {
+      if (w.revents == 0) continue;
+      auto p = std::find_if(probes.begin(), probes.end(), [&](const probe& q) { return q.fd == w.fd; });
+      int error = 0;
+      socklen_t size = sizeof error;
+      if (::getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+      if (error != 0) {
+        unreachable.emplace_back(
+            p->node, fmt::format("its slurmd at {} refused a connection: {}", p->where, std::strerror(error)));
+      }
+      ::close(p->fd);
+      p->fd = -1;
+    }
+  }
+  for (const auto& p : probes) {
+    if (p.fd >= 0) {
+      unreachable.emplace_back(
+          p.node, fmt::format("its slurmd at {} took no connection from this node in {} ms", p.where, limit.count()));
+    }
+  }
+  close_all();
+  return unreachable;
 }
 
 std::string comma_list(const std::vector<std::string>& nodes) { return fmt::format("{}", fmt::join(nodes, ",")); }

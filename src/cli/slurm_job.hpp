@@ -35,6 +35,19 @@ std::optional<detail::child_process> start_ending_step(const std::string& job, c
 /// its SIGTERM (jobkit run's forwarder records it). Returns what went wrong, empty when all did.
 std::string requeue_excluding(const std::string& job, const std::set<std::string>& excluded);
 
+/// When Slurm started pre-empting this job (`scontrol show job`'s PreemptTime, "2026-12-02T06:08:00"),
+/// nullopt when it does not (None), or when scontrol cannot say. During the pre-emption's
+/// GraceTime Slurm signals the tasks of the job's steps, not its batch script: between steps
+/// jobkit run learns of it only here.
+std::optional<std::string> preempt_time(const std::string& job);
+
+/// The nodes among `nodes` whose slurmd takes no TCP connection from this node within `limit`
+/// (their NodeAddr and Port from `scontrol show node`), each with why: a node lost or cut off
+/// since Slurm last heard of it, before a step is started there (srun's own launch would wait
+/// MessageTimeout, 10 s by default, and fail). Nothing when scontrol cannot say.
+std::vector<std::pair<std::string, std::string>> unreachable_nodes(const std::vector<std::string>& nodes,
+                                                                   std::chrono::milliseconds limit);
+
 /// A comma-separated list ("c1,c3").
 std::string comma_list(const std::vector<std::string>& nodes);
 

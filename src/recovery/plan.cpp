@@ -47,6 +47,18 @@ void step_evidence::add_line(std::string_view line) {
     if (!node.empty() && (after.starts_with(": task ") || after.starts_with(": tasks ")) &&
         failed_tasks.size() < evidence_node_limit) {
       failed_tasks.emplace_back(node);
+      return;
+    }
+    // "srun: error: Task launch for StepId=7.1 failed on node c4: Communication connection failure"
+    constexpr std::string_view launch = "Task launch for ";
+    constexpr std::string_view on_node = " failed on node ";
+    if (rest.starts_with(launch)) {
+      const auto at = rest.find(on_node);
+      const auto node = at == std::string_view::npos ? std::string_view() : name_at(rest.substr(at + on_node.size()));
+      if (!node.empty() && rest.substr(at + on_node.size() + node.size()).starts_with(':') &&
+          launch_failed.size() < evidence_node_limit) {
+        launch_failed.emplace(node);
+      }
     }
     return;
   }
@@ -103,6 +115,14 @@ std::vector<blame> lost_nodes_of(const step_evidence& evidence) {
     }
   }
   if (best != nullptr && !tie) blamed.push_back({best->first, why(best->second)});
+  return blamed;
+}
+
+std::vector<blame> unlaunched_nodes_of(const step_evidence& evidence) {
+  std::vector<blame> blamed;
+  for (const auto& node : evidence.launch_failed) {
+    blamed.push_back({node, "the step could not start there (srun: task launch failed on the node)"});
+  }
   return blamed;
 }
 

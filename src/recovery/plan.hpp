@@ -31,6 +31,9 @@ struct step_evidence {
   /// Nodes where srun reports a task that failed ("srun: error: c2: task 3: Exited with exit code
   /// 9", "...: tasks 2-3: Killed"), in the order srun said it: the first one failed first.
   std::vector<std::string> failed_tasks;
+  /// Nodes where srun could not start the step's tasks ("srun: error: Task launch for StepId=7.1
+  /// failed on node c4: Communication connection failure": its slurmd answers srun nothing).
+  std::set<std::string> launch_failed;
 
   /// Reads one line of the step's output (srun's label, if any, is skipped).
   void add_line(std::string_view line);
@@ -48,6 +51,10 @@ struct blame {
 /// side wins; a tie blames none). Empty when no node was named lost (a crash is blamed only when it
 /// repeats on a node: crash_node, repeated_crash).
 std::vector<blame> lost_nodes_of(const step_evidence& evidence);
+
+/// The nodes where the step could not start (launch_failed), each blamed at once: a node whose
+/// slurmd does not take a step from the batch host is no place for the next one.
+std::vector<blame> unlaunched_nodes_of(const step_evidence& evidence);
 
 /// The node where the step's first failure was: the node whose dead ranks jobkit's survivors named
 /// most, else srun's first failed task's node; empty when neither says.

@@ -11,7 +11,9 @@
 #include <algorithm>
 
 #include "core/failure.hpp"
+#include "core/json.hpp"
 #include "core/posix_io.hpp"
+#include "recovery/events.hpp"
 #include "transport/frame.hpp"
 #include "transport/routes.hpp"
 #include "transport/tree_layout.hpp"
@@ -112,11 +114,25 @@ void tcp_tree::settle_after_first_exchange(tcp_fabric& fabric) {
   if (!fabric.settled()) settling_ = &fabric;
 }
 
+void tcp_tree::record_failure(const std::string& message) const noexcept {
+  // For jobkit run (recovery/events.hpp): what broke this group, in the job's recovery directory,
+  // which outlives the batch host (its srun and the step's output may be lost with it).
+  try {
+    if (!recovery_settings_of_process()) return;
+    const auto g = static_cast<std::size_t>(context_.rank);
+    if (g >= context_.members.size() || g >= context_.hosts.size()) return;
+    record_event("failure", context_.members[g], context_.hosts[g],
+                 "\"message\":" + json_string(std::string_view(message).substr(0, event_line_limit / 2)));
+  } catch (...) {
+  }
+}
+
 void tcp_tree::spread_abort(const std::string& given, int origin, errc code) noexcept {
   const std::string message = given.empty() ? "aborted (no reason given)" : given;
   if (context_.broken.empty()) {
     context_.broken = message;
     context_.broken_code = code;
+    record_failure(message);
   }
   failed_->store(true, std::memory_order_release);
   if (node_) node_->post_abort(origin, code, message);

@@ -61,6 +61,8 @@ class tcp_tree final : public transport, private abort_spreader {
   void begin_exchange(const exchange& ex);
   /// Marks the tree unusable and tells every member, on both media.
   void spread_abort(const std::string& message, int origin, errc code) noexcept override;
+  /// The group's first failure, recorded as a "failure" event for jobkit run, when it supervises.
+  void record_failure(const std::string& message) const noexcept;
 
   /// run() without settling.
   std::vector<rank_bytes> run_exchange(const exchange& ex);

@@ -18,9 +18,30 @@
 #                 `jobkit where`'s report, ends the step and starts a new one, which finishes
 #   no-progress   a crash at the save of step 20 in every step, on c1 then c2: the job stops
 #                 after NO_PROGRESS=1 restart (exit status 93), not requeued, no node blamed
+#   batch-host    2 nodes: c1, the batch host, lost whole (every process of the node frozen, its
+#                 slurmd's too, every packet dropped). Slurm (after SlurmdTimeout) would keep the
+#                 --no-kill job allocated without its batch script: jobkit run's deputy on c2
+#                 requeues it with c1 excluded once c2's ranks named c1 lost; the next start runs
+#                 on c2,c3, blames c1 from the failure events that c2's ranks recorded, finishes
+#   preempt-restart 2 nodes, partition low, a health check (HEALTH_CHECK) that takes 8 s once:
+#                 rank 3 killed; while the restart's health check runs, a job of partition high
+#                 pre-empts the job (Slurm signals the check's tasks, not the batch script): jobkit
+#                 run sees the job's PreemptTime, blames no node, starts no new step and requeues
+#                 the job; the pre-emption does not count as a restart; the next start finishes
+#   nodes5        a cluster of its own, 5 nodes, at Slurm's default SlurmdTimeout of 300 s, steps of
+#                 3 nodes x 2 ranks with SPARE_NODES=2 and the memory tier of checkpoints on:
+#                   two lost   c2 and c3 lost at once (partners in the memory tier): both blamed
+#                              (the survivors name one, or both; a node they did not name takes
+#                              no connection from the batch host), the next step on c1,c4,c5
+#                              loads the root's checkpoint, finishes
+#                   dead spare c3 lost, and the spare c4's slurmd stopped (it still takes
+#                              connections): the step on c1,c2,c4 cannot start on c4 (srun's task
+#                              launch fails), c4 is blamed, the step on c1,c2,c5 restores from
+#                              memory and c3's partner's copy with the root's checkpoints moved
+#                              away, finishes
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes kill lost-spare lost-requeue crash-node no-progress hang
+declare_modes kill lost-spare lost-requeue crash-node no-progress hang batch-host preempt-restart nodes5
 mode=$1
 jobkit=$(realpath "$2")
 train=$(realpath "$3")
@@ -30,6 +51,19 @@ need_cluster
   skip "the dev cluster runs without network namespaces: no node can be cut off alone"
 command -v nft >/dev/null || skip "nft not installed (apt-get install nftables)"
 eval "$("$repo/slurm/dev-cluster.sh" settings)"
+own_cluster=
+if [[ $mode == nodes5 ]]; then
+  # A cluster of its own beside the suite's (the next port block but one, the next subnet but
+  # one: tests/launched/cpu_binding.sh takes the next), at Slurm's default SlurmdTimeout.
+  export JOBKIT_CLUSTER_DIR=$cluster_dir-5 JOBKIT_CLUSTER_PORT=$((cluster_port + 200))
+  export JOBKIT_CLUSTER_SUBNET=${cluster_subnet%.*}.$((${cluster_subnet##*.} + 2))
+  export JOBKIT_CLUSTER_NET=netns JOBKIT_CLUSTER_SLURMD_TIMEOUT=300
+  own_cluster=$repo/slurm/dev-cluster.sh
+  "$own_cluster" start 5 || fail "could not start the 5-node cluster"
+  eval "$("$own_cluster" env)"
+  eval "$("$own_cluster" settings)"
+  grep -q '^SlurmdTimeout=300$' "$SLURM_CONF" || fail "the 5-node cluster does not run at SlurmdTimeout=300"
+fi
 rm -rf "$work" && mkdir -p "$work"
 export SBATCH_JOB_NAME=jobkit-recovery-test
 
@@ -39,13 +73,20 @@ ranks=4  # every step of these jobs runs on 2 nodes
 expected=$((ranks * (ranks + 1) / 2 * steps * (steps + 1) / 2))
 
 frozen=()
-cut_node=
+cut_nodes=()
+whole_node=
+whole_pids=()
+stopped_slurmd=
 cleanup() {
-  [[ -z $cut_node ]] || ip netns exec "jk$cluster_port-$cut_node" nft delete table inet jobkit_lost_node 2>/dev/null
-  ((${#frozen[@]} == 0)) || kill -KILL "${frozen[@]}" 2>/dev/null
+  cleanup_faults
+  [[ -z $stopped_slurmd ]] || kill -CONT "$stopped_slurmd"
+  [[ -z $whole_node ]] || give_back "$whole_node"
   scancel --name=jobkit-recovery-test 2>/dev/null
+  if [[ -n $own_cluster ]]; then "$own_cluster" stop >/dev/null 2>&1 || "$own_cluster" stop; fi
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # submit NODES SPARES [SBATCH OPTIONS...] -- [PROGRAM ARGS...]: prints the job id.
 submit() {
@@ -54,7 +95,7 @@ submit() {
   while (($#)) && [[ $1 != -- ]]; do options+=("$1"); shift; done
   shift
   env JOBKIT="$jobkit" PROGRAM="$train" CHECKPOINTS="$work/ckpt" MAX_RESTARTS=4 SPARE_NODES="$spares" \
-    NO_PROGRESS="${no_progress:-3}" JOBKIT_LOG_RANKS=all \
+    NO_PROGRESS="${no_progress:-3}" HEALTH_CHECK="${health_check:-}" JOBKIT_LOG_RANKS=all \
     JOBKIT_LOST_NODE_TIMEOUT=2 sbatch --parsable --chdir="$work" --output="$work/job-%j.out" --nodes="$nodes" \
     --ntasks-per-node=$per_node --time=10 "${options[@]}" "$repo/slurm/train-requeue.sbatch" --steps "$steps" \
     --step-ms 100 --result "$work/result" "$@"
@@ -71,8 +112,9 @@ wait_ended() {
   echo "$out"
   echo "job $job: $state after $(field "$job" Restarts) requeues"
 }
+# wait_for PATTERN FILE [SECONDS]: until a line of FILE matches (60 s at most by default).
 wait_for() {
-  local deadline=$((SECONDS + 60))
+  local deadline=$((SECONDS + ${3:-60}))
   until grep -q -- "$1" "$2" 2>/dev/null; do
     ((SECONDS < deadline)) || { cat "$2"; fail "'$1' never appeared in $2"; }
     sleep 0.2
@@ -82,23 +124,73 @@ exact() {
   [[ $(cat "$work/result" 2>/dev/null) == "$expected" ]] ||
     fail "result '$(cat "$work/result" 2>/dev/null)', expected $expected (an uninterrupted run)"
 }
-# lose NODE: its ranks (pids in result.pid.RANK: ranks 2 and 3 run on the step's second node)
-# frozen, every packet of its namespace dropped but those with the controller's address.
+# cut NODE [all]: every packet of its namespace dropped but those with the controller's address
+# (Slurm does not notice), or every one (all).
+cut() {
+  local keep="ip saddr != $cluster_subnet.254" keep_out="ip daddr != $cluster_subnet.254"
+  [[ ${2:-} != all ]] || keep= keep_out=
+  cut_nodes+=("$1")
+  ip netns exec "jk$cluster_port-$1" nft -f - <<EOF || fail "nft could not cut $1 off"
+table inet jobkit_lost_node {
+  chain in { type filter hook input priority 0; iifname "eth0" $keep drop; }
+  chain out { type filter hook output priority 0; oifname "eth0" $keep_out drop; }
+}
+EOF
+}
+# lose NODE [RANKS...]: its ranks (pids in result.pid.RANK; default 2 and 3, the step's second
+# node) frozen, and the node cut off from all but the controller.
 lose() {
-  cut_node=$1
-  local pid
-  for r in 2 3; do
+  local node=$1 pid r
+  shift
+  (($#)) || set -- 2 3
+  for r in "$@"; do
     pid=$(cat "$work/result.pid.$r") || fail "no pid of rank $r"
     frozen+=("$pid")
   done
-  ip netns exec "jk$cluster_port-$cut_node" nft -f - <<EOF || fail "nft could not cut $cut_node off"
-table inet jobkit_lost_node {
-  chain in { type filter hook input priority 0; iifname "eth0" ip saddr != $cluster_subnet.254 drop; }
-  chain out { type filter hook output priority 0; oifname "eth0" ip daddr != $cluster_subnet.254 drop; }
-}
-EOF
+  cut "$node"
   kill -STOP "${frozen[@]}"
   fault_ms=$(date +%s%3N)
+}
+# node_pids NODE: every process of the node (those in its slurmd's UTS namespace).
+node_pids() {
+  local slurmd ns p
+  slurmd=$(cat "$cluster_dir/run/slurmd-$1.pid") || fail "no slurmd pid for $1"
+  ns=$(stat -L -c %i "/proc/$slurmd/ns/uts") || fail "no namespace of $1's slurmd"
+  for p in /proc/[0-9]*; do
+    [[ $(stat -L -c %i "$p/ns/uts" 2>/dev/null) == "$ns" ]] && echo "${p#/proc/}"
+  done
+}
+# lose_whole NODE: the node lost as when it loses power: every process of it frozen (its slurmd
+# too), every packet dropped; Slurm notices after SlurmdTimeout.
+lose_whole() {
+  whole_node=$1
+  mapfile -t whole_pids < <(node_pids "$1")
+  ((${#whole_pids[@]} > 1)) || fail "no processes found on $1"
+  cut "$1" all
+  kill -STOP "${whole_pids[@]}"
+  fault_ms=$(date +%s%3N)
+}
+# give_back NODE: the lost node's processes killed but its slurmd, which goes on: the node
+# registers again and is back in the cluster (ReturnToService=2), idle within 90 s.
+give_back() {
+  local slurmd p deadline=$((SECONDS + 90))
+  slurmd=$(cat "$cluster_dir/run/slurmd-$1.pid")
+  for p in "${whole_pids[@]}"; do [[ $p == "$slurmd" ]] || kill -KILL "$p" 2>/dev/null; done
+  ip netns exec "jk$cluster_port-$1" nft delete table inet jobkit_lost_node 2>/dev/null
+  kill -CONT "$slurmd"
+  whole_node=
+  until [[ $(sinfo -h -n "$1" -p dev -o %t) == idle ]]; do
+    ((SECONDS < deadline)) || { sinfo -N; echo "node $1 is not idle again"; return 1; }
+    scontrol update nodename="$1" state=resume 2>/dev/null
+    sleep 1
+  done
+}
+# cleanup_faults: the frozen ranks killed, every cut node given its network back.
+cleanup_faults() {
+  local n
+  for n in "${cut_nodes[@]}"; do ip netns exec "jk$cluster_port-$n" nft delete table inet jobkit_lost_node 2>/dev/null; done
+  ((${#frozen[@]} == 0)) || kill -KILL "${frozen[@]}" 2>/dev/null
+  cut_nodes=() frozen=()
 }
 ledger() { cat "$work/ckpt/jobkit-ledger-$job.jsonl" 2>/dev/null; }
 # finished_in_the_job JOB: waits for its end; it completed, with the exact result, never requeued.
@@ -191,5 +283,108 @@ case $mode in
     grep -q 'no progress: the newest checkpoint (10) did not advance in 1 restart(s) in a row' <<<"$out" ||
       fail "jobkit run did not say why it stopped"
     [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued" ;;
+  batch-host)
+    job=$(submit 2 0 --requeue -- --every 10) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 2
+    lose_whole c1
+    # The deputy requeues the job; the requeue completes once Slurm declared c1 down, after
+    # SlurmdTimeout (30 s here); the job starts again cred_expire (5 s) later, on c2,c3.
+    wait_for 'requeueing job [0-9]* with c1 excluded' "$work/ckpt/.jobkit-run-$job/deputy.log" 30
+    echo "measured: the deputy requeued the job $((($(date +%s%3N) - fault_ms) / 1000)) s after c1 was lost"
+    cat "$work/ckpt/.jobkit-run-$job/deputy.log"
+    wait_for 'attempt 1: resuming from step' "$work/job-$job.out" 150
+    echo "measured: the next start resumed $((($(date +%s%3N) - fault_ms) / 1000)) s after c1 was lost"
+    wait_ended "$job"
+    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+    exact
+    [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once"
+    [[ $(field "$job" ExcNodeList) == c1 ]] || fail "the job's excluded nodes are '$(field "$job" ExcNodeList)', not c1"
+    grep -q 'the jobkit run of an earlier start of this job (on c1, attempt 0) never ended' <<<"$out" ||
+      fail "the next start did not say that the batch host's jobkit run never ended"
+    grep -q "jobkit run: restart 1: attempt 0: lost batch host on c1 (c1 blamed: lost: jobkit's lost-node verdict (named by c2)" <<<"$out" ||
+      fail "the next start did not blame c1 from c2's failure events"
+    grep -q 'jobkit run: job [0-9]* step attempt 1 on c2,c3$' <<<"$out" || fail "the next start's step did not run on c2,c3"
+    grep -q $'^c1\t[0-9]*\tlost' "$work/ckpt/.jobkit-run-$job/bad-nodes" || fail "c1 is not in the record of bad nodes"
+    ledger | grep -q '"cause":"lost batch host","node":"c1","blamed":"c1"' || fail "the ledger has no lost batch host"
+    give_back c1 || fail "c1 did not come back" ;;
+  preempt-restart)
+    # The health check takes 8 s once (one of its tasks), in the first check after a checkpoint:
+    # the restart's.
+    health_check="if ls -d $work/ckpt/step-* >/dev/null 2>&1 && mkdir $work/slept 2>/dev/null; then touch $work/in-check; sleep 8; fi"
+    job=$(submit 2 0 --partition=low --requeue -- --every 10) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 2
+    kill -KILL "$(cat "$work/result.pid.3")" || fail "cannot kill rank 3"
+    deadline=$((SECONDS + 30))
+    until [[ -e $work/in-check ]]; do
+      ((SECONDS < deadline)) || fail "the restart's health check never ran"
+      sleep 0.2
+    done
+    # A job of partition high needs every CPU of the job's last node: Slurm pre-empts the job.
+    node=$(scontrol show hostnames "$(field "$job" NodeList)" | tail -1)
+    sbatch --parsable --partition=high --nodes=1 --ntasks=8 --nodelist="$node" --output=/dev/null --wrap='sleep 2' >/dev/null ||
+      fail "the pre-empting job was not submitted"
+    wait_for 'attempt 1: resuming from step' "$work/job-$job.out" 90
+    wait_ended "$job"
+    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+    exact
+    [[ $(field "$job" Restarts) -ge 1 ]] || fail "the job was not requeued by the pre-emption"
+    grep -q 'jobkit run: job [0-9]*: Slurm is pre-empting the job (PreemptTime [0-9T:-]*): no new step; requeueing it' <<<"$out" ||
+      fail "jobkit run did not stop for the pre-emption in its restart"
+    grep -q 'jobkit run: job [0-9]* attempt 0: pre-empted between steps: requeued' <<<"$out" ||
+      fail "jobkit run did not say that it requeued the pre-empted job"
+    ! grep -q 'health check .* failed' <<<"$out" || fail "the pre-empted health check blamed a node"
+    [[ ! -s $work/ckpt/.jobkit-run-$job/bad-nodes ]] || fail "a node was blamed: $(cat "$work/ckpt/.jobkit-run-$job/bad-nodes")"
+    [[ $(cat "$work/ckpt/.jobkit-run-$job/restarts") == 1 ]] ||
+      fail "restarts counted: $(cat "$work/ckpt/.jobkit-run-$job/restarts"), expected 1 (the crash; not the pre-emption)"
+    ledger | grep -q '"number":1,"attempt":0,"cause":"crash' || fail "the ledger lacks the crash's restart" ;;
+  nodes5)
+    ranks=6
+    expected=$((ranks * (ranks + 1) / 2 * steps * (steps + 1) / 2))
+    export JOBKIT_CHECKPOINT_MEMORY=/dev/shm/jobkit
+    events() { grep "\"event\":\"checkpoint_loaded\",\"attempt\":$1," "$work/ckpt/.jobkit-run-$job/events.jsonl"; }
+    # two lost: c2 (ranks 2-3) and c3 (ranks 4-5), neighbours in the memory tier's order.
+    job=$(submit 5 2 -- --every 10) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 2
+    lose c2 2 3
+    lose c3 4 5
+    finished_in_the_job "$job"
+    grep -q 'jobkit run: restart 1: attempt 0: lost nodes\? on c[23]\(,c[23]\)\? (c[23]\(,c[23]\)\? blamed: lost' <<<"$out" ||
+      fail "the restart did not blame a lost node"
+    for n in c2 c3; do
+      grep -q $'^'$n$'\t[0-9]*\t\(lost\|unreachable\)' "$work/ckpt/.jobkit-run-$job/bad-nodes" || fail "$n is not in the record of bad nodes"
+    done
+    grep -q 'jobkit run: job [0-9]* step attempt 1 on c1,c4,c5$' <<<"$out" || fail "the next step did not run on c1,c4,c5"
+    ! grep -q 'Task launch for' <<<"$out" || fail "a step was started on a lost node"
+    echo "event: $(events 1)"
+    events 1 | grep -q '"memory":"none","partner":"none","shared":"0-5"' ||
+      fail "the step after two partners were lost did not load every part from the root"
+    measure
+    cleanup_faults
+    # dead spare: c3 lost, and the spare c4 cut off too (Slurm sees neither).
+    rm -rf "$work/ckpt" "$work"/result*
+    job=$(submit 5 2 -- --every 10) || fail "sbatch failed"
+    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+    sleep 2
+    lose c3 4 5
+    stopped_slurmd=$(cat "$cluster_dir/run/slurmd-c4.pid") && kill -STOP "$stopped_slurmd" || fail "cannot stop c4's slurmd"
+    # The root's whole steps moved away: the restore must come from memory.
+    mkdir -p "$work/moved"
+    for d in "$work"/ckpt/step-*; do [[ $d == *.partial* || ! -d $d ]] || mv "$d" "$work/moved/"; done
+    # c4's slurmd goes on once the step is elsewhere (the job's end waits for every node's).
+    wait_for 'jobkit run: job [0-9]* step attempt 2 on' "$work/job-$job.out" 90
+    kill -CONT "$stopped_slurmd" && stopped_slurmd=
+    finished_in_the_job "$job"
+    grep -q 'jobkit run: restart 1: attempt 0: lost node on c3 (c3 blamed: lost' <<<"$out" || fail "c3 was not blamed"
+    grep -q 'jobkit run: job [0-9]* step attempt 1 on c1,c2,c4$' <<<"$out" || fail "the second step did not take the spare c4"
+    grep -q 'jobkit run: restart 2: attempt 1: launch failed on c4 (c4 blamed: the step could not start there' <<<"$out" ||
+      fail "the failed launch on c4 did not blame it"
+    grep -q 'jobkit run: job [0-9]* step attempt 2 on c1,c2,c5$' <<<"$out" || fail "the third step did not run on c1,c2,c5"
+    echo "event: $(events 2)"
+    events 2 | grep -q '"memory":"0-3","partner":"4-5","shared":"none"' ||
+      fail "the step on c1,c2,c5 did not restore from memory and c3's partner's copy"
+    ledger | grep -q '"cause":"launch failed","node":"c4","blamed":"c4"' || fail "the ledger has no failed launch" ;;
 esac
 echo "PASS: $mode"

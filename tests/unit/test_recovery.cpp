@@ -1,5 +1,6 @@
 // jobkit run's decisions (src/recovery/plan) and ledger (src/recovery/ledger), and the events a
 // step writes for it (src/recovery/events), on the lines jobkit and srun really print.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,27 @@ TEST_CASE("evidence: a dead rank's node, from the survivors, else from srun's fi
   nothing.add_line("srun: error: Unable to create step for job 7: Requested node configuration is not available");
   CHECK(crash_node(nothing).empty());
   CHECK(nothing.failed_tasks.empty());
+}
+
+TEST_CASE("evidence: a node where srun could not start the step is blamed at once") {
+  step_evidence e;
+  e.add_line("srun: error: Task launch for StepId=2.0 failed on node c3: Communication connection failure");
+  e.add_line("srun: error: Application launch failed: Communication connection failure");
+  e.add_line("srun: Job step aborted");
+  CHECK(e.launch_failed == std::set<std::string>{"c3"});
+  CHECK(e.failed_tasks.empty());
+  const auto b = unlaunched_nodes_of(e);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].node == "c3");
+  CHECK(b[0].why.find("could not start") != std::string::npos);
+  step_evidence labelled;
+  labelled.add_line("  0: srun: error: Task launch for StepId=9.3 failed on node node-17: Zero Bytes were transmitted");
+  CHECK(labelled.launch_failed == std::set<std::string>{"node-17"});
+  step_evidence broken;
+  broken.add_line("srun: error: Task launch for StepId=2.0 failed on node : x");
+  broken.add_line("srun: error: Task launch for StepId=2.0 failed");
+  CHECK(broken.launch_failed.empty());
+  CHECK(unlaunched_nodes_of(broken).empty());
 }
 
 TEST_CASE("evidence: hostile lines stay bounded") {
