@@ -9,6 +9,10 @@
 
 namespace jobkit::cli {
 
+/// The step name of jobkit run's deputy (docs/recovery.md), which runs no ranks: jobkit where
+/// leaves it out.
+inline constexpr std::string_view deputy_step_name = "jobkit-run-deputy";
+
 /// Bad input or a bad environment: one line on stderr, exit status 2.
 struct usage_error {
   std::string message;

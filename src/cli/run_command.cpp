@@ -807,9 +807,10 @@ class supervisor {
     // srun's own lines (and the deputy's task's) are not the step's: the deputy writes its
     // record, deputy.log, beside the job's state.
     deputy_.emplace(std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" </dev/null >/dev/null 2>&1",
-                                             args_.command.front(), "--overlap", "--mpi=none", "--nodes=1",
-                                             "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=0", self_program(),
-                                             "run", "--deputy", host_, "--checkpoints", args_.checkpoints.string()},
+                                             args_.command.front(), "--overlap", "--mpi=none",
+                                             "--job-name=" + std::string(deputy_step_name), "--nodes=1", "--ntasks=1",
+                                             "--nodelist=" + node, "--kill-on-bad-exit=0", self_program(), "run",
+                                             "--deputy", host_, "--checkpoints", args_.checkpoints.string()},
                     detail::child_options{.null_stdin = true});
     if (!deputy_->started()) deputy_.reset();
   }

@@ -184,7 +184,7 @@ struct step_place {
 };
 
 int run_front(std::string job, std::optional<std::string> only_step, std::chrono::milliseconds limit) {
-  const auto squeue = detail::run_bounded({"squeue", "-h", "-s", "-j", job, "-o", "%i|%N"}, limit);
+  const auto squeue = detail::run_bounded({"squeue", "-h", "-s", "-j", job, "-o", "%i|%N|%j"}, limit);
   if (squeue.status != 0) {
     throw usage_error{"where: squeue -s -j " + job + " failed (" + std::to_string(squeue.status) +
                       "): " + detail::first_line(squeue.err)};
@@ -194,7 +194,11 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
   for (std::string line; std::getline(lines, line);) {
     const auto bar = line.find('|');
     if (bar == std::string::npos) continue;
-    step_place s{line.substr(0, bar), line.substr(bar + 1)};
+    const auto bar2 = line.find('|', bar + 1);
+    if (bar2 == std::string::npos) continue;
+    // jobkit run's deputy (docs/recovery.md) runs no ranks.
+    if (line.substr(bar2 + 1) == deputy_step_name) continue;
+    step_place s{line.substr(0, bar), line.substr(bar + 1, bar2 - bar - 1)};
     const auto dot = s.id.find('.');
     if (dot == std::string::npos) continue;
     const auto step = s.id.substr(dot + 1);
@@ -221,10 +225,10 @@ int run_front(std::string job, std::optional<std::string> only_step, std::chrono
     if (hosts.status != 0 || nodes.empty()) {
       throw usage_error{"where: scontrol show hostnames " + s.nodes + " failed: " + detail::first_line(hosts.err)};
     }
-    const auto agents = detail::run_bounded(
-        {"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()), "--ntasks-per-node=1", "-w",
-         s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
-        limit);
+    const auto agents = detail::run_bounded({"srun", "--overlap", "--jobid=" + job, "-N", std::to_string(nodes.size()),
+                                             "--ntasks=" + std::to_string(nodes.size()), "--ntasks-per-node=1", "-w",
+                                             s.nodes, "--quiet", "--mpi=none", jobkit, "where", "--agent", job, step},
+                                            limit);
     if (agents.out.empty() && agents.status != 0 && agents.status != 124) {
       // Nothing reached any node: Slurm refused the overlapping step (not the caller's job, or a
       // job that ended meanwhile).
