@@ -372,7 +372,6 @@ class supervisor {
     pending = previous_supervisor();
     while (true) {
       heartbeat();
-      keep_deputy();
       if (const auto signal = forwarding_.take()) return stop_by_signal(signal->number);
       for (const auto& [node, slurm_state] : slurm_bad_nodes(allocation_)) {
         state_.add_bad(node, "Slurm reports it " + slurm_state);
@@ -485,6 +484,7 @@ class supervisor {
     detail::child_process child(argv, {.capture_output = true});
     if (!child.started()) throw usage_error{"run: cannot run '" + argv.front() + "': " + child.start_error()};
     say(fmt::format("job {} step attempt {} on {}", job_, attempt, comma_list(nodes)));
+    start_deputy(nodes);
 
     const auto size = [&] {
       const std::vector<std::string_view> srun_args(argv.begin() + 1, argv.end());
@@ -608,6 +608,7 @@ class supervisor {
       if (e.attempt == attempt) take_phase(e);
     });
     result.status = *run.status;
+    stop_deputy();
     result.ended = unix_now();
     // The scancels that ended steps: those done are reaped; one still waiting for a lost node
     // goes on (killed, if still running, when jobkit run ends).
@@ -774,7 +775,9 @@ class supervisor {
         entry.blamed += (entry.blamed.empty() ? "" : ",") + node;
       }
     }
-    if (!state_.is_bad(host)) entry.cause = "supervisor lost";
+    // Killed on a node that is fine (a requeue's or a pre-emption's SIGKILL after KillWait): no
+    // fault of the job's, no restart.
+    if (entry.blamed.empty()) return std::nullopt;
     state_.count_restart();
     entry.number = state_.restarts();
     return entry;
@@ -789,21 +792,19 @@ class supervisor {
     fs::last_write_time(running_, fs::file_time_type::clock::now(), ec);
   }
 
-  /// The deputy (docs/recovery.md, "A lost batch host"): a one-task step on another node of the
-  /// allocation that requeues the job, its batch host excluded, when this command falls silent
-  /// and the step's ranks named its node lost. Started again (at most 3 times) when it ended.
-  void keep_deputy() {
-    if (deputy_ && !deputy_->try_reap()) return;
-    if (deputy_starts_ >= 3) return;
+  /// The deputy (docs/recovery.md, "A lost batch host"): while a step runs, a one-task step on
+  /// another node (of the step's, else of the allocation's) that requeues the job, its batch host
+  /// excluded, when this command falls silent and the step's ranks named its node lost. Only
+  /// beside a step: a signal that Slurm sends the job's steps once (`--signal=USR1@T`) must reach
+  /// a step of the program's.
+  void start_deputy(const std::vector<std::string>& step_nodes) {
     std::string node;
-    for (const auto& n : allocation_) {
-      if (n != host_ && !state_.is_bad(n)) {
-        node = n;
-        break;
+    for (const auto* list : {&step_nodes, &allocation_}) {
+      for (const auto& n : *list) {
+        if (node.empty() && n != host_ && !state_.is_bad(n)) node = n;
       }
     }
     if (node.empty() || host_.empty()) return;
-    ++deputy_starts_;
     // srun's own lines (and the deputy's task's) are not the step's: the deputy writes its
     // record, deputy.log, beside the job's state.
     deputy_.emplace(std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" </dev/null >/dev/null 2>&1",
@@ -813,6 +814,15 @@ class supervisor {
                                              "--deputy", host_, "--checkpoints", args_.checkpoints.string()},
                     detail::child_options{.null_stdin = true});
     if (!deputy_->started()) deputy_.reset();
+  }
+
+  /// Ends the step's deputy, not waited for (reaped with the scancels).
+  void stop_deputy() {
+    if (!deputy_) return;
+    deputy_->signal(SIGTERM);  // srun passes it to the deputy, which ends at once
+    std::erase_if(old_deputies_, [](detail::child_process& c) { return c.try_reap().has_value(); });
+    old_deputies_.push_back(std::move(*deputy_));
+    deputy_.reset();
   }
 
   /// Records the node of this failure; the node blamed once the record says so.
@@ -955,16 +965,20 @@ class supervisor {
   int signal_in_check_ = 0;                       // a signal that came while the health check ran
   std::optional<std::string> preempted_;          // Slurm's PreemptTime, once seen
   clock::time_point last_heartbeat_{};
-  std::optional<detail::child_process> deputy_;  // the deputy's srun
-  int deputy_starts_ = 0;
-  std::string host_;  // the node this command runs on (the batch host)
-  fs::path running_;  // its record of running, removed when it ends
+  std::optional<detail::child_process> deputy_;    // the running step's deputy's srun
+  std::list<detail::child_process> old_deputies_;  // ended steps' deputies, reaped as they end
+  std::string host_;                               // the node this command runs on (the batch host)
+  fs::path running_;                               // its record of running, removed when it ends
 
  public:
   ~supervisor() {
     std::error_code ec;
-    if (!running_.empty()) fs::remove(running_, ec);  // the deputy ends within a second of it
-    if (deputy_ && !deputy_->reaped()) deputy_->wait_until(clock::now() + std::chrono::seconds(3));
+    if (!running_.empty()) fs::remove(running_, ec);  // a deputy that outlives its srun ends within a second
+    stop_deputy();
+    const auto until = clock::now() + std::chrono::seconds(2);
+    for (auto& c : old_deputies_) {
+      if (!c.reaped()) c.wait_until(until);
+    }
   }
 };
 
@@ -984,6 +998,9 @@ int run_deputy(const std::string& host, const fs::path& checkpoints) {
   const auto record = read_small_file(running, 4096);
   if (record.empty() || !record.starts_with(host + '\t')) return 0;
   const auto log = [&](const std::string& line) { append_line(dir / "deputy.log", "jobkit run deputy: " + line); };
+  // Signals Slurm sends every step of the job (--signal, scancel --signal) are the program's;
+  // SIGTERM (jobkit run's end, a pre-emption, a requeue) ends the deputy.
+  for (const int number : {SIGUSR1, SIGUSR2, SIGHUP, SIGINT, SIGQUIT}) ::signal(number, SIG_IGN);
   std::error_code ec;
   event_reader events(dir / "events.jsonl");
   detail::step_evidence evidence;
