@@ -10,7 +10,8 @@
 # Environment: ROUNDS (default 3), ITERS (default 1000 for jobkit_loop, 300 for jobkit bench),
 # LARGE_BYTES and LARGE_ITERS (default 0: none; jobkit_loop's broadcast_into and all_gather_into of
 # that many bytes, that many times: the buffer tree),
-# LOOP_LAYOUTS (default "1x4"), GROWTH_TOP (default 1), WITH_MPI (default 0), PIN (none, cyclic or
+# LOOP_LAYOUTS (default "1x4"), LOOP_WORDS (jobkit_loop's words for both jobkit sides, e.g. "steps":
+# stop_requested and jobkit::progress), GROWTH_TOP (default 1), WITH_MPI (default 0), PIN (none, cyclic or
 # block: bench/pin.sh binds every task of every side to one CPU), BASE_ENV and NEW_ENV ("NAME=value
 # ..." for that side's steps: one build against itself with a setting changed, e.g.
 # BASE_ENV=JOBKIT_WHERE=0 for the cost of `jobkit where`'s record).
@@ -69,11 +70,12 @@ for round in $(seq "${ROUNDS:-3}"); do
     for side in "${sides[@]}"; do
       loop=$base/bench/jobkit_loop
       [[ $side == new ]] && loop=$new/bench/jobkit_loop
-      [[ $side == mpi ]] && loop=$new/bench/peers/mpi_bench
+      read -ra words <<<"${LOOP_WORDS:-}"
+      [[ $side == mpi ]] && loop=$new/bench/peers/mpi_bench && words=()
       echo "collectives_ab: round $round, $layout, $side" >&2
       # Open MPI now and then crashes in its shared-memory setup on the dev cluster: that round
       # then has no mpi line, and says so.
-      OMPI_MCA_mpi_yield_when_idle=1 side_step "$side" -N"${layout%x*}" -n"${layout#*x}" "$loop" "${ITERS:-1000}" 100 "${LARGE_BYTES:-0}" "${LARGE_ITERS:-0}" |
+      OMPI_MCA_mpi_yield_when_idle=1 side_step "$side" -N"${layout%x*}" -n"${layout#*x}" "$loop" "${ITERS:-1000}" 100 "${LARGE_BYTES:-0}" "${LARGE_ITERS:-0}" "${words[@]}" |
         grep -v '"init"' | record "$side" "$round" ||
         { [[ $side == mpi ]] && echo "collectives_ab: $side failed in round $round on $layout" >&2; } || exit 1
     done

@@ -1,8 +1,9 @@
 // jobkit's collectives timed with bench/peers/mpi_bench.c's loop, line for line, so that the two
 // are compared by one method and one statistic (bench/compare.sh runs both in one allocation).
 //
-//   usage: jobkit_loop [ITERS [WARMUP [LARGE_BYTES [LARGE_ITERS [values]]]]]
-//          (defaults: 2000, 100, 64 MiB, 5; "values" adds bcast_value and allgather_value)
+//   usage: jobkit_loop [ITERS [WARMUP [LARGE_BYTES [LARGE_ITERS [WORD...]]]]]
+//          (defaults: 2000, 100, 64 MiB, 5; the word "values" adds bcast_value and allgather_value,
+//          "steps" adds stop_requested and progress)
 //   launch: srun --mpi=pmix -N3 -n24 build-dev/bench/jobkit_loop
 //
 // Ops, each: WARMUP untimed iterations (1 for large payloads), then ITERS timed ones, on the world:
@@ -11,6 +12,9 @@
 //   timed iterations) into buffers allocated once, as mpi_bench does (broadcast_into,
 //   all_gather_into); with "values", the same through the value forms, whose results are new
 //   allocations. Rooted and large ops put an untimed barrier between iterations.
+// With "steps" (the step boundaries of progress tracking, docs/progress.md): stop_requested, a
+// stop_guard's agreement in every call (check_every 1: a collective), and progress,
+// jobkit::progress() (a local mark: its median is the clock's resolution, loop_avg_us its cost).
 // Every op's loop starts right after a barrier. Every rank times each iteration; iteration i's
 // time is the MAX over ranks; median_us / p99_us are over those maxima, rank0_median_us is rank
 // 0's own median, loop_avg_us the slowest rank's loop time over ITERS, cpu_pct the highest share
@@ -110,7 +114,12 @@ int main(int argc, char** argv) {
   const long warmup = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 100;
   const long large = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 64L << 20;
   const long large_iters = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 5;
-  const bool with_values = argc > 5 && std::string(argv[5]) == "values";
+  bool with_values = false;
+  bool with_steps = false;
+  for (int a = 5; a < argc; ++a) {
+    with_values = with_values || std::string(argv[a]) == "values";
+    with_steps = with_steps || std::string(argv[a]) == "steps";
+  }
   try {
     const double t_start = now_us();
     const auto& id = jobkit::current_identity();
@@ -178,6 +187,14 @@ int main(int argc, char** argv) {
     for (int r = 0; r < n; ++r) {
       if (all[static_cast<std::size_t>(r)] != std::to_string(1000003L * r))
         throw std::runtime_error("allgather delivered a wrong value");
+    }
+
+    if (with_steps) {
+      jobkit::stop_guard guard;
+      bool stop = false;
+      report("stop_requested", 0, timed(iters, warmup, false, [&] { stop = guard.stop_requested() || stop; }), false);
+      if (stop) throw std::runtime_error("stop_requested: a stop nobody asked for");
+      report("progress", 0, timed(iters, warmup, false, [] { jobkit::progress(); }), false);
     }
 
     if (large > 0) {

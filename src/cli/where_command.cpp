@@ -43,6 +43,7 @@ constexpr std::string_view where_usage =
     "process without jobkit; one report folded by rank set:\n"
     "  [rank: 0-4,6] in barrier at train.py:31 for 42 s, waiting for rank 5 (c2)\n"
     "  [rank: 5] not in jobkit: load_shard data.py:12 <- train_step train.py:27\n"
+    "With progress tracking on (docs/progress.md), each rank's straggler score follows, by node.\n"
     "It reaches each node of the step through an overlapping step (srun --overlap); no rank is\n"
     "stopped, slowed beyond a Python stack's dump, or changed. Run it in the batch script or a shell\n"
     "inside the allocation. JOBID defaults to SLURM_JOB_ID; without STEP, every running step.\n"
@@ -170,6 +171,7 @@ int run_agent(const std::string& job, const std::string& step) {
   for (const auto& r : seen) {
     const auto stack = r.stack >= 0 ? stacks[static_cast<std::size_t>(r.stack)] : std::nullopt;
     out += where::format_answer(where::describe(r.rank, host, r.record, stack, r.state, now_ns, r.no_stack));
+    if (r.record) out += where::format_score(r.rank, host, *r.record);
   }
   out += "#node " + host + " " + std::to_string(by_rank.size()) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -71,7 +71,7 @@ void exchange_progress(group& members, long agreement, const std::source_locatio
   if (!detail::progress_exchange_due(agreement)) return;
   if (members.size() != detail::identity_in_use().world_size) return;
   const auto shares = members.all_gather(detail::progress_share_of_rank(), {}, site);
-  detail::progress_take_shares(shares, members.rank());
+  detail::progress_take_shares(shares, members.rank(), agreement);
 }
 
 }  // namespace

@@ -352,7 +352,7 @@ progress_share progress_share_of_rank() {
   return {l.median_compute().value_or(-1.0), l.learned().longest_step, l.learned().longest_checkpoint, host};
 }
 
-void progress_take_shares(const std::vector<progress_share>& shares, int rank) {
+void progress_take_shares(const std::vector<progress_share>& shares, int rank, long agreement) {
   std::vector<std::optional<double>> medians;
   learned_progress merged;
   for (const auto& [median, step, checkpoint, host] : shares) {
@@ -369,8 +369,11 @@ void progress_take_shares(const std::vector<progress_share>& shares, int rank) {
     threshold = tracker_->settings.straggler_threshold;
     steps = tracker_->learner.steps();
   }
-  if (rank != 0) return;
   const auto scores = straggler_scores(medians);
+  if (rank >= 0 && static_cast<std::size_t>(rank) < scores.size()) {
+    where::record_score(scores[static_cast<std::size_t>(rank)], threshold, agreement);
+  }
+  if (rank != 0) return;
   {
     const tracker_held h;
     if (state_ == tracking::on) tracker_->last_scores = scores;

@@ -52,9 +52,11 @@ using progress_share = std::tuple<double, double, double, std::string>;
 /// (the same environment).
 bool progress_exchange_due(long agreement) noexcept;
 progress_share progress_share_of_rank();
-/// Takes every rank's share (index: world rank): each rank merges the learned bounds (their
-/// maximum); rank 0 scores the ranks, logs the stragglers and records a `straggler` event.
-void progress_take_shares(const std::vector<progress_share>& shares, int rank);
+/// Takes every rank's share (index: world rank) of the `agreement`-th stop agreement: each rank
+/// merges the learned bounds (their maximum), scores the ranks and keeps its own score in its
+/// `jobkit where` record (where::record_score); rank 0 logs the stragglers and records a
+/// `straggler` event.
+void progress_take_shares(const std::vector<progress_share>& shares, int rank, long agreement);
 
 /// The last scores rank 0 computed (empty before the first exchange, and on other ranks).
 std::vector<double> progress_last_scores();

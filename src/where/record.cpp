@@ -16,7 +16,7 @@
 namespace jobkit::where {
 namespace {
 
-static_assert(sizeof(record_layout) == 1608, "docs/cli.md gives the record's size");
+static_assert(sizeof(record_layout) == 1632, "docs/cli.md gives the record's size");
 
 std::int64_t now_ns() noexcept {
   timespec t{};
@@ -87,6 +87,7 @@ record_layout* open_record() noexcept {
   auto* layout = new (mapped) record_layout{};
   layout->pid = ::getpid();
   layout->rank = -1;
+  layout->score = -1;
   layout->version = record_layout::version_value;
   layout->magic = record_layout::magic_value;
   fd_ = fd;  // kept open: /proc/PID/fd is how a reader finds it
@@ -154,6 +155,17 @@ call_scope::~call_scope() {
   });
 }
 
+void record_score(double score, double threshold, std::int64_t agreement) noexcept {
+  const record_held h;
+  auto* layout = layout_;
+  if (layout == nullptr) return;
+  write_record(*layout, [&] {
+    layout->score = score;
+    layout->score_threshold = threshold;
+    layout->score_agreement = agreement;
+  });
+}
+
 namespace {
 
 /// A record's view: its header and the oldest call in progress among `slots` (the record's own,
@@ -166,6 +178,11 @@ record_view view_of(const record_layout& layout, const record_layout::call_slot 
   v.last_ended_ns = layout.last_ended_ns;
   v.last_call = text_of(layout.last_call);
   v.last_site = text_of(layout.last_site);
+  if (layout.score >= 0) {
+    v.score = layout.score;
+    v.score_threshold = layout.score_threshold;
+    v.score_agreement = layout.score_agreement;
+  }
   const record_layout::call_slot* oldest = nullptr;
   for (const auto& s : slots) {
     if (s.in_call != 0 && (oldest == nullptr || s.since_ns < oldest->since_ns)) oldest = &s;

@@ -26,7 +26,7 @@ inline constexpr const char* record_name = "jobkit-where";
 
 struct record_layout {
   static constexpr std::uint32_t magic_value = 0x6a6b7768;  // "jkwh"
-  static constexpr std::uint32_t version_value = 3;
+  static constexpr std::uint32_t version_value = 4;
   static constexpr int slot_count = 8;
   struct call_slot {
     std::int32_t in_call;  // 1 while the slot's call is in progress
@@ -46,6 +46,12 @@ struct record_layout {
   std::int64_t last_ended_ns;  // when the last call ended
   char last_call[32];
   char last_site[128];
+  // This rank's straggler score (docs/progress.md) at the last exchange of the progress tracker:
+  // negative before the first (and where tracking is off); the threshold below which it is a
+  // straggler, and the stop agreement (1, 2, ...) it was computed at.
+  double score;
+  double score_threshold;
+  std::int64_t score_agreement;
 };
 
 /// What a reader saw (read_record): the oldest call in progress (the one that has waited longest),
@@ -62,6 +68,9 @@ struct record_view {
   std::string site;
   std::string last_call;
   std::string last_site;
+  std::optional<double> score;  // the straggler score; nullopt before the first exchange
+  double score_threshold = 0;
+  std::int64_t score_agreement = 0;
 };
 
 /// A call: its name ("barrier"), the caller's call site ("train.py:31"), this process's rank in the
@@ -89,6 +98,11 @@ class call_scope {
 /// Reads a record (a /proc/PID/fd/N path); nullopt when it is not one (another size or magic) or
 /// kept changing.
 std::optional<record_view> read_record(const std::string& path);
+
+/// Records this rank's straggler score of an exchange (src/progress/tracker.hpp) in the record,
+/// where this process has one (made at its first recorded call: the exchange is a collective);
+/// nothing otherwise. Never fails.
+void record_score(double score, double threshold, std::int64_t agreement) noexcept;
 
 /// This process's own record, read in place (no /proc): nullopt before its first recorded call or
 /// where nothing is recorded. For the progress watcher (src/progress/tracker.hpp), which names the

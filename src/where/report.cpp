@@ -1,6 +1,9 @@
 #include "where/report.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -124,6 +127,111 @@ std::optional<rank_answer> parse_answer(std::string_view line) {
   return answer;
 }
 
+std::string format_score(int rank, std::string_view host, const record_view& record) {
+  if (!record.score) return {};
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, " %.3f %.3f %lld\n", *record.score, record.score_threshold,
+                static_cast<long long>(record.score_agreement));
+  return "#score " + std::to_string(rank) + ' ' + flat(host) + numbers;
+}
+
+namespace {
+
+struct rank_score {
+  std::string host;
+  double score = 0;
+  double threshold = 0;
+  long long agreement = 0;
+};
+
+/// "#score RANK HOST SCORE THRESHOLD AGREEMENT" (the part after "#score "); nullopt when malformed.
+std::optional<std::pair<int, rank_score>> parse_score(std::string_view rest) {
+  std::vector<std::string> fields;
+  while (!rest.empty() && fields.size() < 6) {
+    const auto blank = rest.find(' ');
+    fields.emplace_back(rest.substr(0, blank));
+    rest = blank == std::string_view::npos ? std::string_view() : rest.substr(blank + 1);
+  }
+  if (fields.size() != 5 || !rest.empty() || fields[1].empty()) return std::nullopt;
+  std::string_view rank_text = fields[0];
+  std::string_view agreement_text = fields[4];
+  const auto rank = detail::take_decimal(rank_text);
+  const auto agreement = detail::take_decimal(agreement_text);
+  const auto number = [](const std::string& text) -> std::optional<double> {
+    char* end = nullptr;
+    const double n = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(n) || n < 0) return std::nullopt;
+    return n;
+  };
+  const auto score = number(fields[2]);
+  const auto threshold = number(fields[3]);
+  if (!rank || !rank_text.empty() || *rank > largest_rank || !agreement || !agreement_text.empty() || !score ||
+      !threshold) {
+    return std::nullopt;
+  }
+  return std::pair<int, rank_score>(*rank, rank_score{fields[1], *score, *threshold, *agreement});
+}
+
+std::string two_places(double n) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.2f", n);
+  return text;
+}
+
+/// The block of straggler scores (fold_report); "" when no rank has one.
+std::string score_block(const std::map<int, rank_score>& scores) {
+  if (scores.empty()) return {};
+  constexpr std::size_t listed_in_full = 64;
+  const double threshold = scores.begin()->second.threshold;
+  long long low = scores.begin()->second.agreement;
+  long long high = low;
+  for (const auto& [rank, s] : scores) {
+    low = std::min(low, s.agreement);
+    high = std::max(high, s.agreement);
+  }
+  std::string block =
+      "straggler scores (a rank's median compute time per step against the median of all ranks'; "
+      "below " +
+      two_places(threshold) + ": a straggler), at stop agreement " + std::to_string(low) +
+      (high != low ? "-" + std::to_string(high) : "") + ":\n";
+  const auto marked = [](const rank_score& s) { return s.score < s.threshold ? " (straggler)" : ""; };
+  if (scores.size() <= listed_in_full) {
+    std::vector<std::pair<int, std::string>> lines;  // (first rank, line) per node
+    std::map<std::string, std::size_t> line_of;
+    for (const auto& [rank, s] : scores) {
+      auto it = line_of.find(s.host);
+      if (it == line_of.end()) {
+        it = line_of.emplace(s.host, lines.size()).first;
+        lines.emplace_back(rank, "  " + s.host + ":");
+      } else {
+        lines[it->second].second += ',';
+      }
+      lines[it->second].second += " rank " + std::to_string(rank) + ' ' + two_places(s.score) + marked(s);
+    }
+    for (const auto& [first, line] : lines) block += line + "\n";
+    return block;
+  }
+  detail::rank_set others;
+  double least = 0;
+  double most = 0;
+  for (const auto& [rank, s] : scores) {
+    if (s.score < s.threshold) {
+      block += "  rank " + std::to_string(rank) + " (" + s.host + ") " + two_places(s.score) + marked(s) + "\n";
+      continue;
+    }
+    least = others.size() == 0 ? s.score : std::min(least, s.score);
+    most = others.size() == 0 ? s.score : std::max(most, s.score);
+    others.insert(rank);
+  }
+  if (others.size() > 0) {
+    block += "  ranks " + others.to_string() + ": " + two_places(least) +
+             (two_places(most) != two_places(least) ? "-" + two_places(most) : "") + "\n";
+  }
+  return block;
+}
+
+}  // namespace
+
 std::string fold_report(std::string_view agents_output, const std::vector<std::string>& nodes) {
   struct folded {
     detail::rank_set ranks;
@@ -134,12 +242,19 @@ std::string fold_report(std::string_view agents_output, const std::vector<std::s
   std::map<std::string, folded> by_text;
   std::map<int, std::string> host_of;
   std::set<std::string> answered;
+  std::map<int, rank_score> scores;
   int world = 0;
   for (std::size_t start = 0; start < agents_output.size();) {
     auto end = agents_output.find('\n', start);
     if (end == std::string_view::npos) end = agents_output.size();
     const auto line = agents_output.substr(start, end - start);
     start = end + 1;
+    if (line.starts_with("#score ")) {
+      if (auto score = parse_score(line.substr(7)); score && !scores.contains(score->first)) {
+        scores.insert(std::move(*score));
+      }
+      continue;
+    }
     if (line.starts_with("#node ")) {
       const auto rest = line.substr(6);
       answered.insert(std::string(rest.substr(0, rest.find(' '))));
@@ -184,6 +299,7 @@ std::string fold_report(std::string_view agents_output, const std::vector<std::s
   for (const auto& node : nodes) {
     if (!answered.contains(node)) report += "[node: " + node + "] not answering\n";
   }
+  report += score_block(scores);
   return report;
 }
 

@@ -35,10 +35,17 @@ rank_answer describe(int rank, std::string host, const std::optional<record_view
 std::string format_answer(const rank_answer& answer);
 std::optional<rank_answer> parse_answer(std::string_view line);
 
+/// A rank's straggler score from its record, as an agent writes it (one line; "" when the record
+/// has none): "#score RANK HOST SCORE THRESHOLD AGREEMENT".
+std::string format_score(int rank, std::string_view host, const record_view& record);
+
 /// The agents' output folded: one line per distinct answer, under its ranks, in the order of their
 /// first rank: "[rank: 0-4,6] in barrier at train.py:31 for 41-42 s, waiting for rank 5 (c2)". A
 /// world call names the ranks not in it. Each of nodes whose agent said nothing ("#node HOST N")
-/// is named as not answering.
+/// is named as not answering. Where ranks have straggler scores (progress tracking's exchange), a
+/// block follows: one line per node, in the order of its first rank, each rank with its score, a
+/// straggler marked ("  c3: rank 4 0.48 (straggler), rank 5 1.00"); past 64 scored ranks, one line
+/// per straggler ("  rank 4 (c3) 0.48 (straggler)") and one for the others' range.
 std::string fold_report(std::string_view agents_output, const std::vector<std::string>& nodes);
 
 }  // namespace jobkit::where

@@ -5,17 +5,20 @@
 #           a save 5 times a step make no `hang`; rank 4, twice as slow, is named as the straggler
 #           within 20 steps and the others score within 10 % of 1. Then rank 3 stopped (SIGSTOP)
 #           and rank 2 stuck in a Python function: `hang` events from every rank but 3 within
-#           their bound, rank 2's outside any jobkit call, the others' in the stop agreement
+#           their bound, rank 2's outside any jobkit call, the others' in the stop agreement;
+#           meanwhile `jobkit where` shows every rank's straggler score by node, rank 4 (c3)
+#           marked as the straggler, the others within 10 % of 1
 #   all     every rank stuck in its own code: every rank reports, outside any jobkit call
 #   bad     JOBKIT_PROGRESS_FACTOR=fast: the step fails naming the variable and its value
-# usage: progress.sh MODE PYTHON PYTHONPATH WORK_DIR
+# usage: progress.sh MODE JOBKIT PYTHON PYTHONPATH WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 declare_modes faults all bad
 mode=$1
-python=$2
-export PYTHONPATH=$3
-work=$(realpath -m "$4/$mode.$$")
+jobkit=$(realpath "$2")
+python=$3
+export PYTHONPATH=$4
+work=$(realpath -m "$5/$mode.$$")
 need_cluster
 rm -rf "$work" && mkdir -p "$work"
 recovery=$(mktemp -d /var/tmp/jobkit-progress-XXXXXX)
@@ -63,6 +66,8 @@ sleep 2 # a second report of one hang would come within a second or two
 cp "$events" "$events.before" 2>/dev/null
 events=$events.before
 job=$(squeue -h -n "jobkit-progress-$mode" -o %i | head -1)
+# The hung step's `jobkit where` report, before it is ended: the scores of the last exchange.
+[[ -n $job ]] && timeout 60 "$jobkit" where "$job" >"$work/where.txt" 2>&1
 [[ -n $job ]] && scancel -s KILL "$job"
 wait "$srun_pid"
 cat "$work/step.out"
@@ -98,7 +103,28 @@ if '$mode' == 'faults':
     assert all(abs(x - 1) <= 0.1 for r, x in enumerate(scores) if r != 4), f'others not within 10 % of 1: {scores}'
 print('events: as expected')
 " || fail "events.jsonl is not as expected"
+echo "--- jobkit where"
+cat "$work/where.txt"
 if [[ $mode == faults ]]; then
+  "$python" - "$work/where.txt" <<'PY' || fail "jobkit where does not show the straggler scores as expected"
+import re, sys
+text = open(sys.argv[1]).read()
+assert "straggler scores (" in text, "no block of straggler scores"
+block = text[text.index("straggler scores ("):].splitlines()[1:]
+scores = {}
+for line in block:
+    m = re.fullmatch(r"  (c[0-9]+): (.*)", line)
+    assert m, f"not a node's line of scores: {line!r}"
+    for rank, score, marked in re.findall(r"rank ([0-9]+) ([0-9.]+)( \(straggler\))?", m.group(2)):
+        scores[int(rank)] = (m.group(1), float(score), bool(marked))
+assert sorted(scores) == list(range(6)), f"scores of ranks {sorted(scores)}, not 0-5"
+assert scores[4][0] == "c3" and scores[4][1] < 0.75 and scores[4][2], f"rank 4 not the straggler on c3: {scores[4]}"
+for r, (node, score, marked) in scores.items():
+    assert node == f"c{r // 2 + 1}", f"rank {r} on {node}"
+    if r != 4:
+        assert abs(score - 1) <= 0.1 and not marked, f"rank {r}: {score}, not within 10 % of 1"
+print("jobkit where: the scores as expected")
+PY
   grep -q 'straggler: rank 4 (c3) scored' "$work/step.out" || fail "no straggler line naming rank 4 and its node"
   [[ -s $recovery/progress-bound.json ]] || fail "no progress-bound.json"
   cat "$recovery/progress-bound.json"

@@ -19,6 +19,7 @@
 #include "jobkit/progress.hpp"
 #include "progress/learner.hpp"
 #include "progress/tracker.hpp"
+#include "where/record.hpp"
 
 using namespace jobkit::detail;
 
@@ -313,5 +314,30 @@ TEST_CASE("the process's tracker: one hang event per hang, naming the place; a c
   CHECK(learned->longest_step > 0.015);
   CHECK(learned->longest_step < 1);
   CHECK(progress_last_scores().empty());
+
+  // An exchange's shares: every rank keeps its own score in its `jobkit where` record (made at
+  // its first recorded call, in a Slurm step); rank 0 also keeps all and records the event.
+  ::setenv("SLURM_JOB_ID", "990002", 1);
+  ::setenv("SLURM_STEP_ID", "0", 1);
+  { const jobkit::where::call_scope call({.call = "all_gather", .site = "t.cpp:1", .rank = 2, .group_size = 4}); }
+  REQUIRE(jobkit::where::read_own_record());
+  CHECK_FALSE(jobkit::where::read_own_record()->score);
+  const std::vector<progress_share> shares{
+      {0.2, 0.3, 0, "c1"}, {0.2, 0.3, 0, "c1"}, {0.4, 0.5, 0, "c2"}, {-1, 0, 0, "c2"}};
+  progress_take_shares(shares, 2, 40);
+  const auto mine = jobkit::where::read_own_record();
+  REQUIRE(mine);
+  REQUIRE(mine->score);
+  CHECK(near(*mine->score, 0.5));
+  CHECK(near(mine->score_threshold, 0.75));
+  CHECK(mine->score_agreement == 40);
+  CHECK(progress_last_scores().empty());  // not rank 0
+  progress_take_shares(shares, 0, 60);
+  CHECK(near(*jobkit::where::read_own_record()->score, 1.0));
+  CHECK(jobkit::where::read_own_record()->score_agreement == 60);
+  CHECK(progress_last_scores().size() == 4);
+  CHECK(count(events(), "\"event\":\"straggler\"") == 1);
+  CHECK(events().find(R"("stragglers":[{"rank":2,"host":"c2","score":0.500}],"scores":[1.000,1.000,0.500,1.000])") !=
+        std::string::npos);
   fs::remove_all(dir);
 }

@@ -90,6 +90,18 @@ TEST_CASE("a process's record: the call in progress, then the last one that ende
   REQUIRE(none);
   CHECK(none->calls == 0);
   CHECK_FALSE(none->in_call);
+  // A straggler score (progress tracking's exchange): none until one is recorded, then the last.
+  CHECK_FALSE(none->score);
+  CHECK(format_score(3, "c1", *none).empty());
+  record_score(0.483, 0.75, 20);
+  record_score(0.5, 0.75, 40);
+  const auto scored = read_record(path);
+  REQUIRE(scored);
+  REQUIRE(scored->score);
+  CHECK(*scored->score == 0.5);
+  CHECK(scored->score_threshold == 0.75);
+  CHECK(scored->score_agreement == 40);
+  CHECK(format_score(3, "c1", *scored) == "#score 3 c1 0.500 0.750 40\n");
   CHECK_FALSE(read_record("/proc/self/fd/999999"));
   CHECK(find_files(::getpid()).stack.empty());  // no Python here
   CHECK(find_files(999999999).record.empty());
@@ -171,6 +183,37 @@ TEST_CASE("the folded report: ranks by answer, whom a world call waits for, node
         "[rank: 5] not in jobkit: load_shard hang.py:5 <- train_step hang.py:9\n"
         "[node: c3] not answering\n"
         "[node: c4] not answering\n");
+  // Straggler scores: a block after the ranks' lines, one line per node in the order of its first
+  // rank; a malformed score line and a second one for a rank are ignored.
+  std::string scored = "0\tc1\t2\t4\tin barrier at x.py:3\n#score 0 c1 1.000 0.750 40\n";
+  scored += "2\tc2\t2\t4\tin barrier at x.py:3\n#score 2 c2 0.483 0.750 40\n#score 2 c2 1.000 0.750 40\n";
+  scored += "1\tc1\t2\t4\tin barrier at x.py:3\n#score 1 c1 0.998 0.750 40\n#node c1 2\n";
+  scored += "3\tc2\t2\t4\tin barrier at x.py:3\n#score 3 c2 1.02 0.750 60\n#score 4 c2 x 0.75 1\n";
+  scored += "#score 4 c2 -1 0.75 1\n#score 4 c2 1 0.75\n#node c2 2\n";
+  CHECK(fold_report(scored, {"c1", "c2"}) ==
+        "[rank: 0-3] in barrier at x.py:3 for 2 s\n"
+        "straggler scores (a rank's median compute time per step against the median of all ranks'; below 0.75: a "
+        "straggler), at stop agreement 40-60:\n"
+        "  c1: rank 0 1.00, rank 1 1.00\n"
+        "  c2: rank 2 0.48 (straggler), rank 3 1.02\n");
+  // Past 64 scored ranks: the stragglers one by one, the others as one range.
+  std::string many;
+  for (int r = 0; r < 100; ++r) {
+    const auto host = "c" + std::to_string(1 + r / 50);
+    many += std::to_string(r) + "\t" + host + "\t1\t100\tin barrier at x.py:3\n#score " + std::to_string(r) + " " +
+            host +
+            (r == 70  ? " 0.400"
+             : r == 3 ? " 0.970"
+                      : " 1.010") +
+            " 0.750 20\n";
+  }
+  many += "#node c1 50\n#node c2 50\n";
+  CHECK(fold_report(many, {"c1", "c2"}) ==
+        "[rank: 0-99] in barrier at x.py:3 for 1 s\n"
+        "straggler scores (a rank's median compute time per step against the median of all ranks'; below 0.75: a "
+        "straggler), at stop agreement 20:\n"
+        "  rank 70 (c2) 0.40 (straggler)\n"
+        "  ranks 0-69,71-99: 0.97-1.01\n");
   // A group smaller than the world: no one is named as awaited.
   CHECK(fold_report("0\tc1\t3\t2\tin all_reduce at x.cpp:9\n1\tc1\t3\t2\tin all_reduce at x.cpp:9\n"
                     "2\tc1\t5\t4\tin barrier at x.cpp:5\n3\tc1\t5\t4\tin barrier at x.cpp:5\n#node c1 4\n",
