@@ -475,6 +475,23 @@ class supervisor {
       ::unsetenv("SLURM_NTASKS");
       ::unsetenv("SLURM_NPROCS");
     }
+    // A step that is not on the allocation's first nodes in their order: Slurm's mpi/pmix
+    // (22.05 to 26.05) takes a node's place in the step for its place in the job when it routes
+    // a direct get and when it chooses which stepd connects to which, so that gets and, now and
+    // then, fences never complete (src/pmix/facts.hpp; bench/RESULTS.md, 2026-12-02). With the
+    // job's node list set to the step's in srun's environment the stepds count as the step does
+    // (measured: 70 of 70 steps on c2,c3 of c1-c3). The ranks see the step's nodes there.
+    const bool first_nodes =
+        std::equal(nodes.begin(), nodes.end(), allocation_.begin(),
+                   allocation_.begin() + static_cast<std::ptrdiff_t>(std::min(nodes.size(), allocation_.size())));
+    std::optional<std::string> job_list, node_list;
+    if (!first_nodes) {
+      const auto& env = detail::process_environment();
+      job_list = env.get("SLURM_JOB_NODELIST");
+      node_list = env.get("SLURM_NODELIST");
+      ::setenv("SLURM_JOB_NODELIST", comma_list(nodes).c_str(), 1);
+      ::setenv("SLURM_NODELIST", comma_list(nodes).c_str(), 1);
+    }
     ::setenv("JOBKIT_RECOVERY_DIR", state_.dir().c_str(), 1);
     ::setenv("JOBKIT_RECOVERY_ATTEMPT", std::to_string(attempt).c_str(), 1);
 
@@ -482,6 +499,15 @@ class supervisor {
     result.started = unix_now();
     event_reader events(state_.dir() / "events.jsonl");
     detail::child_process child(argv, {.capture_output = true});
+    if (!first_nodes) {  // this command's own view of the job stays the allocation's
+      for (const auto& [name, value] : {std::pair{"SLURM_JOB_NODELIST", job_list}, {"SLURM_NODELIST", node_list}}) {
+        if (value) {
+          ::setenv(name, value->c_str(), 1);
+        } else {
+          ::unsetenv(name);
+        }
+      }
+    }
     if (!child.started()) throw usage_error{"run: cannot run '" + argv.front() + "': " + child.start_error()};
     say(fmt::format("job {} step attempt {} on {}", job_, attempt, comma_list(nodes)));
     start_deputy(nodes);
@@ -799,7 +825,8 @@ class supervisor {
   /// a step of the program's.
   void start_deputy(const std::vector<std::string>& step_nodes) {
     std::string node;
-    for (const auto* list : {&step_nodes, &allocation_}) {
+    const std::vector<std::string>* const lists[] = {&step_nodes, &allocation_};
+    for (const auto* list : lists) {
       for (const auto& n : *list) {
         if (node.empty() && n != host_ && !state_.is_bad(n)) node = n;
       }
