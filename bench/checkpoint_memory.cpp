@@ -11,7 +11,7 @@
 //     summary line: {"op":"save_summary","mib":..,"plain_median_s":..,"tier_median_s":..,
 //     "added_median_s":..,"plain_write_median_s":..}
 //   restore ROOT MEMORY|none LABEL
-//     latest(), then every rank reads its part's files (part(step)) into memory and checks the
+//     latest() (and verify(step) when LABEL ends in -verify), then every rank reads its part's files (part(step)) into memory and checks the
 //     bytes are the ones its save wrote; timed from before latest() to the last byte read, the
 //     slowest rank's time. /proc/self/io's read_bytes (bytes this process made the kernel read
 //     from a block device: the root's disk here; tmpfs and sockets count nothing) is summed over
@@ -154,6 +154,9 @@ int run_restore(const std::string& root, const std::string& memory, const std::s
   const auto t0 = clock_type::now();
   const auto step = saved.latest();
   if (!step) throw jobkit::error(jobkit::errc::io, fmt::format("no checkpoint under {}", root));
+  // "...-verify": the root's part checked (sizes, CRC-32C) before it is read, as the memory tier
+  // checks every byte it restores.
+  if (label.ends_with("-verify")) saved.verify(*step);
   const auto part = saved.part(*step);
   const auto file = part / "data";
   const auto size = fs::file_size(file);

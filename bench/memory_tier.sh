@@ -9,6 +9,8 @@
 #                   2-3 fetch the copies c1 keeps for c2's ranks over the data path
 #     root-cold     on c1,c2 with the tier off, the page cache dropped first
 #     root-warm     the same right after, the root's files in the page cache
+#     root-cold-verify  as root-cold, with verify(step) before the read: every byte's CRC-32C
+#                   checked, as the memory tier checks what it restores
 #   Before memory-own and partner the page cache is dropped too, so that their disk_read_bytes
 #   (/proc/self/io read_bytes, summed over the ranks) are the bytes they read from the root's disk.
 # usage: bench/memory_tier.sh BUILD_DIR WORK_DIR [MIB...]   (default: 1 64 512; root: dropping the
@@ -44,7 +46,9 @@ step() {  # NODES ARGS...: one step of 2 x 2 ranks; its rank 0's JSON lines, wit
     sed "s/}\$/,\"load\":$l,\"nodes\":\"$nodes\"}/"
 }
 
-echo "{\"op\":\"memory\",\"free_mib\":$(free -m | awk '/^Mem:/ {print $7}'),\"shm_mib_per_node\":$(df -m --output=size /dev/shm | tail -1)}"
+# Each node's /dev/shm is a tmpfs of its own, all of them drawing on this machine's memory.
+shm=$(srun --overlap -w c1 -N1 -n1 df -m --output=size /dev/shm | tail -1 | tr -d ' ')
+echo "{\"op\":\"memory\",\"available_mib\":$(free -m | awk '/^Mem:/ {print $7}'),\"node_shm_size_mib\":$shm}"
 for mib in "${sizes[@]}"; do
   saves=20
   ((mib >= 64)) && saves=10
@@ -62,6 +66,8 @@ for mib in "${sizes[@]}"; do
     drop_caches
     step c1,c2 restore "$work/$mib/tier" none root-cold
     step c1,c2 restore "$work/$mib/tier" none root-warm
+    drop_caches
+    step c1,c2 restore "$work/$mib/tier" none root-cold-verify
   done
   clear_memory c1,c2,c3
   rm -rf "${work:?}/$mib"

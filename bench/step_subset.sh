@@ -36,7 +36,7 @@ done
 # (2) jobkit, two processes per rank, JOBKIT_TIMEOUT=15. A failed step is "crossed" when both
 # slurmstepds' dump of the pending ring fence (slurmd logs) says each contributed and forwarded
 # but received nothing (loc=1/prev=0/fwd=1): their direct connection never made; else "other".
-logs=$("$(dirname "$0")/../slurm/dev-cluster.sh" settings | sed -n 's/^cluster_dir=//p')/log
+logs=$("$(dirname "$0")/../slurm/dev-cluster.sh" settings | sed -n 's/^cluster_dir=\([^ ]*\).*/\1/p')/log
 trial() {  # LABEL NODES SRUN_ENV TASK_ENV
   local ok=0 crossed=0 other=0 id
   for ((i = 0; i < trials; i++)); do
