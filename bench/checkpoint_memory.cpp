@@ -11,8 +11,8 @@
 //     summary line: {"op":"save_summary","mib":..,"plain_median_s":..,"tier_median_s":..,
 //     "added_median_s":..,"plain_write_median_s":..}
 //   restore ROOT MEMORY|none LABEL
-//     latest() (and verify(step) when LABEL ends in -verify), then every rank reads its part's files (part(step)) into memory and checks the
-//     bytes are the ones its save wrote; timed from before latest() to the last byte read, the
+//     latest() (and verify(step) when LABEL ends in -verify), then every rank reads its part's files (part(step)) into
+//     memory and checks the bytes are the ones its save wrote; timed from before latest() to the last byte read, the
 //     slowest rank's time. /proc/self/io's read_bytes (bytes this process made the kernel read
 //     from a block device: the root's disk here; tmpfs and sockets count nothing) is summed over
 //     the ranks. With MEMORY the tier is on, with none off (the root only). Rank 0 prints:

@@ -16,6 +16,7 @@
 # usage: bench/memory_tier.sh BUILD_DIR WORK_DIR [MIB...]   (default: 1 64 512; root: dropping the
 #        page cache needs it). The "shared" root is WORK_DIR (on this machine's disk). One JSON
 #        line per save and restore on stdout, with the load average before each step.
+#        JOBKIT_MEMORY_BENCH_REPS: the restores of each kind per size (default 3).
 set -uo pipefail
 build=$(realpath "$1")
 work=$(realpath -m "$2")
