@@ -3,6 +3,7 @@
 // What the PMIx server reports for this process, and where this node is among the job's nodes:
 // PMIx-free, for identity discovery (src/identity) and its tests.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,5 +40,17 @@ struct node_position {
 /// dense and in node id order.
 /// @throws jobkit::error (pmix) when the hostname is not in the list exactly once
 node_position place_in_node_list(std::string_view node_list, std::string_view hostname);
+
+/// Why Slurm's mpi/pmix cannot serve a direct modex (a PMIx_Get of another rank's key with no
+/// fence) in this step, or nullopt where it can. Its slurmstepd sends the request for a rank on the
+/// step's k-th node to the job's k-th node (pmixp_dmdx_get takes the step's node index for the
+/// job's, Slurm 22.05 to 26.05), so such a get is answered only when the step runs on the job's
+/// first nodes in their order: in a step on c2,c3 of the allocation c1-c3 it never is (nor is
+/// PMIX_TIMEOUT kept: bench/RESULTS.md, 2026-12-02). A collecting fence is routed right. Reads
+/// the two lists the slurmstepd reads: `step_nodes` (SLURM_STEP_NODELIST) and `job_nodes`
+/// (SLURM_JOB_NODELIST, else SLURM_NODELIST); nullopt when either is absent (not a Slurm step),
+/// the reason when a list cannot be read.
+std::optional<std::string> slurm_direct_modex_misrouted(std::optional<std::string_view> step_nodes,
+                                                        std::optional<std::string_view> job_nodes);
 
 }  // namespace jobkit::detail

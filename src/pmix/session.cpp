@@ -17,6 +17,7 @@
 
 #include "core/backoff.hpp"
 #include "core/bounded_call.hpp"
+#include "core/environment.hpp"
 #include "core/timeout.hpp"
 #include "jobkit/error.hpp"
 #include "jobkit/log.hpp"
@@ -470,6 +471,17 @@ void pmix_session::commit() {
 }
 
 std::optional<job_placement> pmix_session::placement() {
+  // Under Slurm, a direct get is answered only in a step on the job's first nodes (facts.hpp);
+  // elsewhere the endpoints go through one collecting fence, which Slurm routes right.
+  const auto& env = process_environment();
+  auto job_nodes = env.get("SLURM_JOB_NODELIST");
+  if (!job_nodes) job_nodes = env.get("SLURM_NODELIST");
+  const auto step_nodes = env.get("SLURM_STEP_NODELIST");
+  if (const auto why = slurm_direct_modex_misrouted(step_nodes, job_nodes)) {
+    detail::library_log(log_level::debug, "data path: endpoints through a collecting fence, not read on demand: {}",
+                        *why);
+    return std::nullopt;
+  }
   const pmix_proc_t job = proc_of(self_.nspace, PMIX_RANK_WILDCARD);
   pmix_status_t status = PMIX_SUCCESS;
   const auto size_value = get_value(job, PMIX_JOB_SIZE, true, &status);

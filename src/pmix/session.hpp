@@ -48,7 +48,9 @@ class pmix_session final : public rendezvous {
   /// From the job data (PMIx_Resolve_nodes, then PMIx_Resolve_peers of each node): no traffic
   /// under Slurm and under mpirun's PRRTE (which answers the query it asks first with a line on
   /// its stderr, "Query for unrecognized attribute", then serves it from the job data). Empty,
-  /// logged at debug level, when the answer is not one node for every rank.
+  /// logged at debug level, when the answer is not one node for every rank, and in a Slurm step
+  /// whose nodes are not the job's first nodes (slurm_direct_modex_misrouted: its direct gets would
+  /// never be answered).
   std::optional<job_placement> placement() override;
   /// PMIx_Commit: this rank's puts become readable through direct gets.
   void commit() override;

@@ -31,7 +31,8 @@ class rendezvous {
   virtual ~rendezvous() = default;
   /// Every rank's node and local rank, when this rendezvous serves await() (PMIx: from the job
   /// data, PMIx_Resolve_nodes and PMIx_Resolve_peers, no traffic); empty where only a fence makes
-  /// values visible (PMI-2), or where the launcher's answer is incomplete.
+  /// values visible (PMI-2), where the launcher's answer is incomplete, or where it would not answer
+  /// a direct get (Slurm: a step not on the job's first nodes, pmix/facts.hpp).
   virtual std::optional<job_placement> placement() { return std::nullopt; }
   /// Makes this rank's puts readable by await() on every rank, without a fence (PMIx_Commit).
   virtual void commit();

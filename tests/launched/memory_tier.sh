@@ -16,8 +16,8 @@
 #                       root, once (no loop); it saves step 40
 #            both-lost  rank 2's part of step 40 removed from c2 (its own) and c1 (its partner's
 #                       copy), a step on c1,c2: both named, every rank loads the root's step 40
-#            (No step runs on c2,c3: under Slurm 22.05's PMIx server a step on c2,c3 of the
-#            allocation c1-c3 cannot read a rank's endpoint on c2; jobkit's data path does not start.)
+#            (No step runs on c2,c3 here; that layout's data path is step_subset.sh's, which
+#            Slurm's misrouted direct modex kept from starting before jobkit fenced there.)
 #   limit    JOBKIT_CHECKPOINT_MEMORY_LIMIT smaller than a part: the save of step 30 fails on every
 #            rank naming the limit; neither the root nor any node's memory holds anything of step
 #            30, and the root's steps 10 and 20 verify whole (jobkit checkpoint verify)

@@ -453,6 +453,29 @@ TEST_CASE("a requeued array task knows its restart count and array ids", "[ident
   CHECK(contains(error_of(env, nullptr), "SLURM_ARRAY_JOB_ID='40' is set but SLURM_ARRAY_TASK_ID is not"));
 }
 
+TEST_CASE("Slurm's direct modex is used only in a step on the job's first nodes, in their order", "[identity]") {
+  using jobkit::detail::slurm_direct_modex_misrouted;
+  // Slurm sends the request for a rank on the step's k-th node to the job's k-th node.
+  CHECK_FALSE(slurm_direct_modex_misrouted("c[1-3]", "c[1-3]"));
+  CHECK_FALSE(slurm_direct_modex_misrouted("c[1-2]", "c[1-3]"));
+  CHECK_FALSE(slurm_direct_modex_misrouted("c1", "c[1-3]"));
+  CHECK_FALSE(slurm_direct_modex_misrouted("gpu[08-09]", "gpu[08-10],cpu1"));
+  CHECK_FALSE(slurm_direct_modex_misrouted(std::nullopt, "c[1-3]"));  // not a Slurm step
+  CHECK_FALSE(slurm_direct_modex_misrouted("c[2-3]", std::nullopt));
+  const auto c2c3 = slurm_direct_modex_misrouted("c[2-3]", "c[1-3]");
+  REQUIRE(c2c3);
+  CHECK(contains(*c2c3,
+                 "node 0 of the step (SLURM_STEP_NODELIST=c[2-3]) is c2, node 0 of the job "
+                 "(SLURM_JOB_NODELIST=c[1-3]) is c1"));
+  const auto c1c3 = slurm_direct_modex_misrouted("c[1,3]", "c[1-3]");
+  REQUIRE(c1c3);
+  CHECK(contains(*c1c3, "node 1 of the step (SLURM_STEP_NODELIST=c[1,3]) is c3"));
+  CHECK(slurm_direct_modex_misrouted("c3", "c[1-3]"));
+  CHECK(slurm_direct_modex_misrouted("c[1-4]", "c[1-3]"));  // a step past the job's nodes: "none"
+  CHECK(contains(*slurm_direct_modex_misrouted("c[1-4]", "c[1-3]"), "is none"));
+  CHECK(contains(*slurm_direct_modex_misrouted("c[1-", "c[1-3]"), "cannot be read"));
+}
+
 TEST_CASE("a node's rank under PMIx is its position in the job's node list", "[identity]") {
   using jobkit::detail::place_in_node_list;
   // Slurm: the step's nodes in node id order; PRRTE: the nodes that run ranks, whatever their ids
