@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads one trial of bench/recovery_peers.sh, or sums up its results.
 
-    recovery_peers.py torch OUTPUT FAULT_S       a torchrun or ft_launcher job's output: one JSON object
+    recovery_peers.py torch OUTPUT FAULT_S [LEDGER]  a torchrun or ft_launcher job's output, or jobkit run's
+                                                 with its ledger (the same script under jobkit exec): one JSON object
     recovery_peers.py requeue STAMPED FAULT_S    240736d's requeue path: its output, each line prefixed by
                                                  the wall clock it was seen at
     recovery_peers.py stamp FILE OUT STOP         copies FILE's lines to OUT as they come (polled every 20 ms),
@@ -44,7 +45,7 @@ def _times(text: str) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"(started|torch imported|world ready|checkpoint loaded|first step done) at (\d+\.\d+)", text)}
 
 
-def torch_trial(path: str, fault: float) -> dict:
+def torch_trial(path: str, fault: float, ledger: str | None = None) -> dict:
     year = datetime.datetime.fromtimestamp(fault).year
     lines = open(path, errors="replace").read().splitlines()
     row: dict = {"detected_s": None, "rendezvous_s": None, "workers_started_s": None, "torch_imported_s": None,
@@ -53,7 +54,9 @@ def torch_trial(path: str, fault: float) -> dict:
     for line in lines:
         t = _line_time(line, year)
         if t is not None and t >= fault:
-            failed = "failed (exitcode" in line or "Worker group FAILED" in line or "WorkerState.FAILED" in line
+            # The agent's first word of the fault: its worker's exit, or (a lost node) the
+            # rendezvous's change of members once the lost agent's heartbeats expired.
+            failed = any(s in line for s in ("failed (exitcode", "Worker group FAILED", "will restart worker group"))
             if failed and row["detected_s"] is None:
                 row["detected_s"] = round(t - fault, 3)
             if "Worker group FAILED" in line or "will restart worker group" in line:
@@ -80,6 +83,16 @@ def torch_trial(path: str, fault: float) -> dict:
     totals = re.findall(r"finished \d+ steps: total (\d+)", "\n".join(lines))
     row["total"] = int(totals[-1]) if totals else None
     row["mttr_s"] = row["first_step_done_s"]
+    if ledger:
+        # jobkit run's ledger: the failure seen, and the old step's end and the new one's start from it.
+        for line in open(ledger):
+            restart = json.loads(line).get("restart")
+            if restart:
+                phases = restart["phases_s"]
+                row["detected_s"] = round(restart["failed"] - fault, 3)
+                row["step_ended_s"] = round(row["detected_s"] + phases["failure_to_step_ended"], 3)
+                row["step_started_s"] = round(row["step_ended_s"] + phases["step_ended_to_step_started"], 3)
+                break
     return row
 
 
@@ -136,33 +149,40 @@ def stamp(path: str, out: str, stop: str) -> None:
                     time.sleep(0.02)
 
 
+def _recovered(row: dict) -> bool:
+    """A first step done after the fault, and the run's result exact (a trial whose restarted
+    workers ran a step and then failed did not recover)."""
+    return row.get("mttr_s") is not None and row.get("exact", True) is not False
+
+
 def summary(path: str) -> None:
     rows = [json.loads(line) for line in open(path) if line.strip()]
     kinds: dict[str, list[dict]] = {}
     for r in rows:
         kinds.setdefault(r["kind"], []).append(r)
     base = {}
-    for fault, ref in (("kill", "jobkit-kill"), ("lost", "jobkit-lost-spare")):
-        v = [r["mttr_s"] for r in kinds.get(ref, []) if r.get("mttr_s") is not None]
+    for fault, ref in (("kill", "jobkit-kill"), ("lost", "jobkit-lost-spare"), ("kill-torch", "jobkit-kill-torch")):
+        v = [r["mttr_s"] for r in kinds.get(ref, []) if _recovered(r)]
         if v:
             base[fault] = statistics.median(v)
     for kind, rs in kinds.items():
-        ok = [r for r in rs if r.get("mttr_s") is not None]
-        print(f"{kind}: {len(rs)} trials, {len(ok)} recovered")
+        ok = [r for r in rs if _recovered(r)]
+        print(f"{kind}: {len(rs)} trials, {len(ok)} recovered (a first step done after the fault, and the exact result)")
         keys = [k for k in rs[0] if k.endswith("_s")]
         for key in keys:
-            v = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
+            v = [r[key] for r in (ok or rs) if isinstance(r.get(key), (int, float))]
             if v:
                 print(f"  {key:22} median {statistics.median(v):7.2f}  min {min(v):7.2f}  max {max(v):7.2f}  (n={len(v)})")
         fault = "lost" if "lost" in kind else "kill"
-        if ok and fault in base and base[fault] > 0:
-            print(f"  MTTR / jobkit run's ({fault}, medians): {statistics.median(r['mttr_s'] for r in ok) / base[fault]:.1f}")
+        for ref in (fault, "kill-torch") if fault == "kill" else (fault,):
+            if ok and ref in base and base[ref] > 0:
+                print(f"  MTTR / jobkit run's ({ref}, medians): {statistics.median(r['mttr_s'] for r in ok) / base[ref]:.2f}")
 
 
 def main() -> int:
     what = sys.argv[1]
     if what == "torch":
-        print(json.dumps(torch_trial(sys.argv[2], float(sys.argv[3]))))
+        print(json.dumps(torch_trial(sys.argv[2], float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)))
     elif what == "requeue":
         print(json.dumps(requeue_trial(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else 0.1)))
     elif what == "stamp":

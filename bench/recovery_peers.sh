@@ -5,6 +5,9 @@
 #                        (2 nodes x 2 ranks, 100 ms steps, a checkpoint every 10)
 #   jobkit-lost-spare    tests/launched/recovery.sh lost-spare: c2's ranks frozen and its traffic dropped
 #                        but the controller's, one spare, JOBKIT_LOST_NODE_TIMEOUT=2
+#   jobkit-kill-torch    jobkit run with bench/recovery_torchrun.py (the torch script below) under
+#                        slurm/train-python.sbatch (jobkit exec, env://, gloo), rank 3 killed with
+#                        kill -9: the same program as torchrun's and ft_launcher's
 #   torchrun-kill        torchrun --max-restarts=3, c10d rendezvous on the allocation's first node, one
 #                        torchrun per node (srun), gloo, bench/recovery_torchrun.py (the same step in
 #                        torch), rank 3 killed with kill -9; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (see
@@ -34,7 +37,7 @@ build=$(realpath "${2:-$repo/build-test}")
 old_build=$(realpath "${3:-/work/wt-old240/build-test}")
 old_src=$(git -C "$old_build/.." rev-parse --show-toplevel 2>/dev/null || dirname "$old_build")
 python=${PEERS_PYTHON:-/var/tmp/jobkit-benchrec/venv/bin/python}
-kinds=${KINDS:-jobkit-kill jobkit-lost-spare torchrun-kill torchrun-kill-default ft-kill requeue240-kill torchrun-lost ft-lost}
+kinds=${KINDS:-jobkit-kill jobkit-lost-spare jobkit-kill-torch torchrun-kill torchrun-kill-default ft-kill requeue240-kill torchrun-lost ft-lost}
 trials_default=${TRIALS_DEFAULT:-3}
 trials_lost=${TRIALS_LOST:-2}
 lost_bound=${LOST_BOUND_S:-120}
@@ -175,6 +178,31 @@ EOF
 }
 cut_pid() { local p h; read -r p h <"$1"; echo "$p"; }
 
+jobkit_torch_trial() { # KIND TRIAL
+  local kind=$1 t=$2 w=$work/$1-$2 job fault pid host line
+  rm -rf "$w" && mkdir -p "$w"
+  job=$(env JOBKIT="$build/src/cli/jobkit" PYTHON="$python" SCRIPT="$script" CHECKPOINTS="$w/jk" MAX_RESTARTS=4 \
+    FOLD=0 PYTHONUNBUFFERED=1 sbatch --parsable --chdir="$w" --output="$w/job.out" --nodes=2 --ntasks-per-node=2 \
+    --cpus-per-task=1 --time=10 "$repo/slurm/train-python.sbatch" --ckpt "$w/ckpt" --result "$w/result") ||
+    { record "$kind" "$t" '{"failed":true,"why":"sbatch"}'; return; }
+  if ! wait_line 'attempt 0: no checkpoint' "$w/job.out" 120; then
+    scancel "$job"
+    record "$kind" "$t" '{"failed":true,"why":"never started"}'
+    return
+  fi
+  sleep 2
+  read -r pid host <"$w/result.pid.3"
+  kill -KILL "$pid"
+  fault=$(date +%s.%N)
+  wait_gone "$job" 150 || echo "$kind trial $t: job $job cancelled after 150 s"
+  line=$("$python" "$parse" torch "$w/job.out" "$fault" "$w/jk/jobkit-ledger-$job.jsonl")
+  line=${line%\}}
+  line+=",\"exact\":$([[ $(cat "$w/result" 2>/dev/null) == 8200 ]] && echo true || echo false)"
+  line+=",\"node\":\"$host\",\"job\":$job}"
+  record "$kind" "$t" "$line"
+  [[ $line == *'"mttr_s": '[0-9]* ]] || cut -c1-400 "$w/job.out" >"$logs/$kind-$t.log"
+}
+
 requeue_trial() { # KIND TRIAL
   local kind=$1 t=$2 w=$work/$1-$2 job fault
   rm -rf "$w" && mkdir -p "$w"
@@ -215,6 +243,7 @@ for ((t = 1; t <= trials; t++)); do
     case $kind in
       jobkit-kill) jobkit_trial kill "$kind" "$t" ;;
       jobkit-lost-spare) jobkit_trial lost-spare "$kind" "$t" ;;
+      jobkit-kill-torch) jobkit_torch_trial "$kind" "$t" ;;
       torchrun-* | ft-*) torch_trial "$kind" "$t" ;;
       requeue240-kill) requeue_trial "$kind" "$t" ;;
       *) echo "unknown kind $kind"; exit 2 ;;

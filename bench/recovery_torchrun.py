@@ -10,9 +10,10 @@ ones are kept. A restarted worker resumes from the newest whole checkpoint of it
 Rank 0 prints one line per phase with the wall clock (``time.time()``, seconds): ``started``
 (the worker's interpreter ran this file), ``world ready`` (``init_process_group`` returned),
 ``checkpoint loaded`` and ``first step done`` (the first step of this worker after the load), each
-with torchelastic's restart count (``TORCHELASTIC_RESTART_COUNT``) as the attempt.
+with torchelastic's restart count (``TORCHELASTIC_RESTART_COUNT``), else jobkit run's
+(``JOBKIT_RECOVERY_ATTEMPT``), as the attempt.
 
-Run as a worker (under torchrun or ft_launcher):
+Run as a worker (under torchrun or ft_launcher, or under jobkit run and jobkit exec: slurm/train-python.sbatch):
     recovery_torchrun.py --ckpt DIR [--steps N] [--step-ms MS] [--every K] [--result FILE]
                          [--pg-timeout S]
 Run as torchrun itself, its log lines given the wall clock (the agent's failure and restart times):
@@ -92,7 +93,8 @@ def _worker(args: argparse.Namespace) -> int:
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # torchelastic's count of restarts; under jobkit run (slurm/train-python.sbatch), its count of steps.
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", os.environ.get("JOBKIT_RECOVERY_ATTEMPT", "0")))
     if args.result:
         Path(f"{args.result}.pid.{rank}").write_text(f"{os.getpid()} {socket.gethostname()}\n")
     _say(rank, f"attempt {attempt}: started at {started:.3f}, torch imported at {time.time():.3f} (torch {torch.__version__}, world {world})")
