@@ -49,6 +49,7 @@ parse=$repo/bench/recovery_peers.py
 mkdir -p "$logs"
 : >"$results"
 eval "$("$repo/slurm/dev-cluster.sh" env)"
+cluster_port='' cluster_subnet=''
 eval "$("$repo/slurm/dev-cluster.sh" settings)"
 work=$(mktemp -d /var/tmp/jobkit-recovery-peers.XXXXXX)
 frozen=() cut_node=
@@ -121,7 +122,7 @@ print(json.dumps({"detected_s": d, "step_ended_s": round(d + v[0], 3), "step_sta
 }
 
 torch_trial() { # KIND TRIAL
-  local kind=$1 t=$2 w=$work/$1-$2 agent=--agent nodes=2 job fault pid host extra=() line bound=150
+  local kind=$1 t=$2 w=$work/$1-$2 agent=--agent nodes=2 job fault pid host line bound=150
   rm -rf "$w" && mkdir -p "$w"
   [[ $kind == ft-* ]] && agent=--ft-agent
   [[ $kind == *-lost ]] && nodes=3
@@ -176,7 +177,7 @@ EOF
       cut -c1-400 >"$logs/$kind-$t.log"
   fi
 }
-cut_pid() { local p h; read -r p h <"$1"; echo "$p"; }
+cut_pid() { local p; read -r p _ <"$1"; echo "$p"; }
 
 jobkit_torch_trial() { # KIND TRIAL
   local kind=$1 t=$2 w=$work/$1-$2 job fault pid host line
