@@ -24,8 +24,12 @@
 # usage: bench/recovery_peers.sh [TRIALS] [BUILD_DIR] [OLD_BUILD_DIR]   (10, build-test, /work/wt-old240/build-test)
 #   KINDS="..." the kinds to run (default: all above); TRIALS_DEFAULT (3): trials of
 #   torchrun-kill-default; TRIALS_LOST (2): of torchrun-lost and ft-lost;
-#   RESULTS_TAG: a suffix of the results file names (a partial rerun); PEERS_PYTHON: a Python with torch and nvidia-resiliency-ext (default
-#   /var/tmp/jobkit-benchrec/venv/bin/python; see bench/RESULTS.md for how it was made).
+#   RESULTS_TAG: a suffix of the results file names (a partial rerun); PEERS_PYTHON: a Python with
+#   torch and nvidia-resiliency-ext, on a path every node sees (default
+#   /var/tmp/jobkit-benchrec/venv/bin/python), made as bench/RESULTS.md's figures were:
+#     PY=$(bash -c 'source tests/launched/lib.sh; find_python'); tests/launched/venv.sh --fetch
+#     "$PY" -m venv V && V/bin/pip install --no-index --find-links WHEELHOUSE torch==2.15.0
+#     V/bin/pip install nvidia-resiliency-ext        # (WHEELHOUSE: the path venv.sh --fetch prints)
 # Needs the dev cluster (3 nodes, netns mode) in SLURM_CONF / JOBKIT_CLUSTER_*. Writes
 # bench/results/recovery-peers-<commit>.jsonl (one line per trial), the agents' logs of the
 # lost-node trials beside it, and prints each kind's phases (median, min, max) and its MTTR's ratio
@@ -46,6 +50,7 @@ results=$repo/bench/results/recovery-peers-$rev${RESULTS_TAG:+-$RESULTS_TAG}.jso
 logs=$repo/bench/results/recovery-peers-$rev${RESULTS_TAG:+-$RESULTS_TAG}-logs
 script=$repo/bench/recovery_torchrun.py
 parse=$repo/bench/recovery_peers.py
+"$python" -c 'import torch' 2>/dev/null || { echo "PEERS_PYTHON '$python' cannot import torch"; exit 1; }
 mkdir -p "$logs"
 : >"$results"
 eval "$("$repo/slurm/dev-cluster.sh" env)"
