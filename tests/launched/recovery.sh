@@ -201,6 +201,18 @@ finished_in_the_job() {
   [[ $(field "$1" Restarts) == 0 ]] || fail "the job was requeued"
 }
 
+# requeued_once_without NODE SECONDS: the job's next start resumes within SECONDS of the fault,
+# and the job completes with the exact result, requeued once, NODE excluded.
+requeued_once_without() {
+  wait_for 'attempt 1: resuming from step' "$work/job-$job.out" "$2"
+  echo "measured: the next start resumed $((($(date +%s%3N) - fault_ms) / 1000)) s after the fault"
+  wait_ended "$job"
+  [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+  exact
+  [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once"
+  [[ $(field "$job" ExcNodeList) == "$1" ]] || fail "the job's excluded nodes are '$(field "$job" ExcNodeList)', not $1"
+}
+
 # measure: the fault's time against the ledger's failure and the restart's line.
 measure() {
   local line failed
@@ -241,12 +253,7 @@ case $mode in
     sleep 2
     lose c2
     # The first attempt requeues the job; the second starts once the first has ended.
-    wait_for 'attempt 1: resuming from step' "$work/job-$job.out"
-    wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
-    exact
-    [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once"
-    [[ $(field "$job" ExcNodeList) == c2 ]] || fail "the job's excluded nodes are '$(field "$job" ExcNodeList)', not c2"
+    requeued_once_without c2 60
     grep -q 'healthy nodes of the 2 the step needs: requeueing the job with c2 excluded' <<<"$out" ||
       fail "jobkit run did not requeue with c2 excluded"
     grep -q 'jobkit run: job [0-9]* step attempt 1 on c[13],c[13]$' <<<"$out" ||
@@ -293,13 +300,7 @@ case $mode in
     wait_for 'requeueing job [0-9]* with c1 excluded' "$work/ckpt/.jobkit-run-$job/deputy.log" 30
     echo "measured: the deputy requeued the job $((($(date +%s%3N) - fault_ms) / 1000)) s after c1 was lost"
     cat "$work/ckpt/.jobkit-run-$job/deputy.log"
-    wait_for 'attempt 1: resuming from step' "$work/job-$job.out" 150
-    echo "measured: the next start resumed $((($(date +%s%3N) - fault_ms) / 1000)) s after c1 was lost"
-    wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
-    exact
-    [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once"
-    [[ $(field "$job" ExcNodeList) == c1 ]] || fail "the job's excluded nodes are '$(field "$job" ExcNodeList)', not c1"
+    requeued_once_without c1 150
     grep -q 'the jobkit run of an earlier start of this job (on c1, attempt 0) never ended' <<<"$out" ||
       fail "the next start did not say that the batch host's jobkit run never ended"
     grep -q "jobkit run: restart 1: attempt 0: lost batch host on c1 (c1 blamed: lost: jobkit's lost-node verdict (named by c2)" <<<"$out" ||
