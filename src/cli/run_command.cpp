@@ -804,6 +804,7 @@ class supervisor {
     // Killed on a node that is fine (a requeue's or a pre-emption's SIGKILL after KillWait): no
     // fault of the job's, no restart.
     if (entry.blamed.empty()) return std::nullopt;
+    if (!state_.is_bad(host)) entry.cause = "lost node";  // its ranks named another node, not the batch host
     state_.count_restart();
     entry.number = state_.restarts();
     return entry;
