@@ -309,6 +309,14 @@ class event_reader {
   std::string partial_;
 };
 
+/// A rank's `failure` event (src/transport/tree.cpp: a group's first failure, its message) read as
+/// a line of the step's output would be; false for another event.
+bool add_failure(detail::step_evidence& evidence, const detail::step_event& e) {
+  if (e.kind != "failure") return false;
+  evidence.add_line(detail::json_text_field(e.line, "message"));
+  return true;
+}
+
 /// Splits each stream's bytes into lines for the evidence (bounded per line).
 struct line_splitter {
   std::string held;
@@ -768,9 +776,8 @@ class supervisor {
       const auto n = events.read([&](const detail::step_event& e) {
         if (e.attempt < first_attempt) return;
         last_attempt = std::max(last_attempt, e.attempt);
-        if (e.kind != "failure") return;
+        if (!add_failure(evidence, e)) return;
         if (failed == 0 || e.time < failed) failed = e.time;
-        evidence.add_line(detail::json_text_field(e.line, "message"));
       });
       if (n == 0) break;
       read += n;
@@ -844,7 +851,8 @@ class supervisor {
     if (!deputy_->started()) deputy_.reset();
   }
 
-  /// Ends the step's deputy, not waited for (reaped with the scancels).
+  /// Ends the step's deputy, not waited for (reaped at the next step's end, or waited for at this
+  /// command's end).
   void stop_deputy() {
     if (!deputy_) return;
     deputy_->signal(SIGTERM);  // srun passes it to the deputy, which ends at once
@@ -1035,9 +1043,7 @@ int run_deputy(const std::string& host, const fs::path& checkpoints) {
   while (true) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     if (read_small_file(running, 4096) != record) return 0;  // ended, or another start's
-    events.read([&](const detail::step_event& e) {
-      if (e.kind == "failure") evidence.add_line(detail::json_text_field(e.line, "message"));
-    });
+    events.read([&](const detail::step_event& e) { add_failure(evidence, e); });
     const auto touched = fs::last_write_time(running, ec);
     if (ec) continue;
     const auto silent = std::chrono::duration<double>(fs::file_time_type::clock::now() - touched).count();

@@ -3,28 +3,52 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-#include <map>
 #include <thread>
 
 #include "cli.hpp"
 #include "core/command.hpp"
 #include "core/environment.hpp"
 #include "core/host_list.hpp"
+#include "core/parse.hpp"
+#include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
+#include "network/dial.hpp"
 #include "recovery/plan.hpp"
 
 namespace jobkit::cli {
 namespace {
 
 constexpr auto slurm_command_limit = std::chrono::seconds(30);
+
+/// The value of `name` in a line of Slurm's "KEY=VALUE KEY=VALUE" output (`scontrol show ... -o`),
+/// empty when absent.
+std::string field_of(std::string_view line, std::string_view name) {
+  for (auto at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
+    const auto from = at + name.size();
+    if ((at > 0 && line[at - 1] != ' ') || from >= line.size() || line[from] != '=') continue;
+    const auto value = line.substr(from + 1);
+    return std::string(value.substr(0, std::min(value.find_first_of(" \n"), value.size())));
+  }
+  return {};
+}
+
+/// A node address as a numeric one (a NodeAddr may be a host name), nullopt when it does not resolve.
+std::optional<std::string> numeric_address(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(address.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return std::nullopt;
+  char numeric[NI_MAXHOST] = {};
+  const int rc = ::getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
+  ::freeaddrinfo(found);
+  if (rc != 0) return std::nullopt;
+  return std::string(numeric);
+}
 
 }  // namespace
 
@@ -104,11 +128,7 @@ std::string requeue_excluding(const std::string& job, const std::set<std::string
 std::optional<std::string> preempt_time(const std::string& job) {
   const auto result = detail::run_bounded({"scontrol", "show", "job", "-o", job}, slurm_command_limit);
   if (result.status != 0) return std::nullopt;
-  constexpr std::string_view key = " PreemptTime=";
-  const auto at = result.out.find(key);
-  if (at == std::string::npos) return std::nullopt;
-  const auto from = at + key.size();
-  auto value = result.out.substr(from, std::min(result.out.find_first_of(" \n", from), result.out.size()) - from);
+  const auto value = field_of(result.out, "PreemptTime");
   if (value.empty() || value == "None" || value == "Unknown" || value.size() > 64) return std::nullopt;
   return value;
 }
@@ -119,52 +139,39 @@ std::vector<std::pair<std::string, std::string>> unreachable_nodes(const std::ve
   if (nodes.empty()) return unreachable;
   const auto shown = detail::run_bounded({"scontrol", "show", "node", "-o", comma_list(nodes)}, slurm_command_limit);
   if (shown.status != 0) return unreachable;
-  // One line per node: "NodeName=c2 ... NodeAddr=198.18.0.2 ... Port=6819 ...".
-  const auto field = [](std::string_view line, std::string_view key) {
-    const auto at = line.find(key);
-    if (at == std::string_view::npos || (at > 0 && line[at - 1] != ' ')) return std::string();
-    const auto from = at + key.size();
-    return std::string(line.substr(from, std::min(line.find(' ', from), line.size()) - from));
-  };
   struct probe {
     std::string node, where;
     int fd = -1;
   };
   std::vector<probe> probes;
-  const auto close_all = [&] {
-    for (auto& p : probes) {
-      if (p.fd >= 0) ::close(p.fd);
-      p.fd = -1;
-    }
-  };
+  // One line per node: "NodeName=c2 ... NodeAddr=198.18.0.2 ... Port=6819 ...".
   std::string_view rest = shown.out;
   while (!rest.empty()) {
     const auto end = std::min(rest.find('\n'), rest.size());
     const auto line = rest.substr(0, end);
     rest = rest.substr(std::min(end + 1, rest.size()));
-    const auto name = field(line, "NodeName="), addr = field(line, "NodeAddr="), port = field(line, "Port=");
-    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() || addr.empty() || port.empty()) continue;
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    probe p{name, addr + ":" + port};
-    if (::getaddrinfo(addr.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    const auto name = field_of(line, "NodeName"), addr = field_of(line, "NodeAddr");
+    const auto port_field = field_of(line, "Port");
+    std::string_view port_text = port_field;
+    const auto port = detail::take_decimal(port_text);
+    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() || addr.empty() || !port || !port_text.empty()) {
+      continue;
+    }
+    const auto address = numeric_address(addr);
+    if (!address) {
       unreachable.emplace_back(name, fmt::format("its address {} does not resolve", addr));
       continue;
     }
-    p.fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, found->ai_protocol);
-    if (p.fd >= 0 && ::connect(p.fd, found->ai_addr, found->ai_addrlen) == 0) {
-      ::close(p.fd);  // connected at once
-      p.fd = -1;
-    } else if (p.fd >= 0 && errno != EINPROGRESS) {
-      unreachable.emplace_back(name,
-                               fmt::format("its slurmd at {} refused a connection: {}", p.where, std::strerror(errno)));
-      ::close(p.fd);
-      p.fd = -1;
+    // The data path's own dial (network/dial.hpp): begun without waiting, bounded here.
+    const auto where = addr + ":" + std::to_string(*port);
+    auto d = detail::begin_dial(*address, *port, limit);
+    if (d.fd < 0) {
+      unreachable.emplace_back(name, fmt::format("its slurmd at {} refused a connection: {}", where, d.why));
+    } else if (d.connected) {
+      ::close(d.fd);
+    } else {
+      probes.push_back({name, where, d.fd});
     }
-    ::freeaddrinfo(found);
-    if (p.fd >= 0) probes.push_back(std::move(p));
   }
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (true) {
@@ -179,24 +186,20 @@ std::vector<std::pair<std::string, std::string>> unreachable_nodes(const std::ve
     for (const auto& w : waiting) {
       if (w.revents == 0) continue;
       auto p = std::find_if(probes.begin(), probes.end(), [&](const probe& q) { return q.fd == w.fd; });
-      int error = 0;
-      socklen_t size = sizeof error;
-      if (::getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
-      if (error != 0) {
+      if (const int error = detail::dial_outcome(p->fd); error != 0) {
         unreachable.emplace_back(
-            p->node, fmt::format("its slurmd at {} refused a connection: {}", p->where, std::strerror(error)));
+            p->node, fmt::format("its slurmd at {} refused a connection: {}", p->where, detail::errno_text(error)));
       }
       ::close(p->fd);
       p->fd = -1;
     }
   }
-  for (const auto& p : probes) {
-    if (p.fd >= 0) {
-      unreachable.emplace_back(
-          p.node, fmt::format("its slurmd at {} took no connection from this node in {} ms", p.where, limit.count()));
-    }
+  for (auto& p : probes) {
+    if (p.fd < 0) continue;
+    unreachable.emplace_back(
+        p.node, fmt::format("its slurmd at {} took no connection from this node in {} ms", p.where, limit.count()));
+    ::close(p.fd);
   }
-  close_all();
   return unreachable;
 }
 
