@@ -1,6 +1,11 @@
 #include "checkpoints/crc32c.hpp"
 
 #include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 namespace jobkit::detail {
 namespace {
@@ -23,9 +28,34 @@ constexpr auto make_tables() {
 
 constexpr auto tables = make_tables();
 
+#if defined(__x86_64__)
+// SSE 4.2's crc32 instruction computes this very CRC (the Castagnoli polynomial, reflected), 8
+// bytes at a time. One stream: the instruction's latency bounds it (3 cycles per 8 bytes), about
+// ten times the table code.
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std::byte> data,
+                                                            std::uint32_t crc) noexcept {
+  std::uint64_t state = ~crc;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  std::size_t n = data.size();
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, sizeof word);
+    state = _mm_crc32_u64(state, word);
+  }
+  auto low = static_cast<std::uint32_t>(state);
+  for (; n > 0; ++p, --n) low = _mm_crc32_u8(low, *p);
+  return ~low;
+}
+
+bool has_sse42() noexcept {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
 }  // namespace
 
-std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) noexcept {
+std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc) noexcept {
   crc = ~crc;
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::size_t n = data.size();
@@ -39,6 +69,21 @@ std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) noexcep
   }
   while (n-- > 0) crc = (crc >> 8) ^ tables[0][(crc ^ *p++) & 0xFF];
   return ~crc;
+}
+
+bool crc32c_uses_instruction() noexcept {
+#if defined(__x86_64__)
+  return has_sse42();
+#else
+  return false;
+#endif
+}
+
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) noexcept {
+#if defined(__x86_64__)
+  if (has_sse42()) return crc32c_sse42(data, crc);
+#endif
+  return crc32c_portable(data, crc);
 }
 
 }  // namespace jobkit::detail

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <memory>
 #include <set>
 
 #include "checkpoints/crc32c.hpp"
@@ -49,6 +51,13 @@ std::tuple<std::uint64_t, std::uint32_t, std::string> sum_file(const fs::path& f
   });
   if (code != 0) return {size, crc, fmt::format("cannot read '{}': {}", file.string(), errno_text(code))};
   return {size, crc, ""};
+}
+
+/// The buffer a copy of `files` needs: `chunk` bytes, or its largest file's size when smaller.
+std::size_t chunk_for(const std::vector<part_file>& files, std::size_t chunk) {
+  std::uint64_t largest = 0;
+  for (const auto& file : files) largest = std::max(largest, std::get<1>(file));
+  return static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(largest, 1), chunk));
 }
 
 std::string differs(const fs::path& file, std::uint64_t size, std::uint32_t crc, std::uint64_t want_size,
@@ -164,17 +173,16 @@ std::string send_part(group& pair, const fs::path& part, const std::vector<part_
   const auto refused = pair.broadcast(std::string(), rooted_options{.root = 1 - pair.rank(), .timeout = timeout});
   if (!refused.empty()) return "";  // the receiver names it
   std::vector<std::string> problems;
-  std::vector<std::byte> buffer;
+  const auto buffer = std::make_unique_for_overwrite<std::byte[]>(chunk_for(files, chunk));
   for (const auto& [name, size, crc] : files) {
     const auto file = part / name;
     descriptor fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     int code = fd.get() < 0 ? errno : 0;
     for (std::uint64_t offset = 0; offset < size;) {
       const auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - offset));
-      buffer.assign(piece, std::byte{0});
-      if (code == 0) code = pread_file_all(fd.get(), buffer.data(), piece, static_cast<off_t>(offset));
-      if (code != 0) std::fill(buffer.begin(), buffer.end(), std::byte{0});
-      pair.broadcast_into(std::span<std::byte>(buffer), from_me);
+      if (code == 0) code = pread_file_all(fd.get(), buffer.get(), piece, static_cast<off_t>(offset));
+      if (code != 0) std::memset(buffer.get(), 0, piece);
+      pair.broadcast_into(std::span<std::byte>(buffer.get(), piece), from_me);
       offset += piece;
     }
     if (code != 0) problems.push_back(fmt::format("cannot read '{}': {}", file.string(), errno_text(code)));
@@ -205,7 +213,7 @@ std::string receive_part(group& pair, const fs::path& into, std::uint64_t max_by
   if (!refused.empty()) return refused;
 
   std::vector<std::string> problems;
-  std::vector<std::byte> buffer;
+  const auto buffer = std::make_unique_for_overwrite<std::byte[]>(chunk_for(files, chunk));
   for (const auto& [name, size, want_crc] : files) {
     const auto file = into / name;
     fs::create_directories(file.parent_path(), ec);
@@ -213,12 +221,12 @@ std::string receive_part(group& pair, const fs::path& into, std::uint64_t max_by
     int code = fd.get() < 0 ? errno : 0;
     std::uint32_t crc = 0;
     for (std::uint64_t offset = 0; offset < size;) {
-      const auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - offset));
-      buffer.resize(piece);
-      pair.broadcast_into(std::span<std::byte>(buffer), from_sender);
-      crc = crc32c(buffer, crc);
-      if (code == 0) code = write_file_all(fd.get(), buffer.data(), buffer.size());
-      offset += piece;
+      const auto piece = std::span<std::byte>(
+          buffer.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - offset)));
+      pair.broadcast_into(piece, from_sender);
+      crc = crc32c(piece, crc);
+      if (code == 0) code = write_file_all(fd.get(), piece.data(), piece.size());
+      offset += piece.size();
     }
     if (code != 0) {
       problems.push_back(fmt::format("cannot write '{}': {}", file.string(), errno_text(code)));

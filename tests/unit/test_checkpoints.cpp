@@ -57,6 +57,34 @@ TEST_CASE("CRC-32C matches the published check value") {
   const auto bytes = std::as_bytes(std::span(check));
   CHECK(jobkit::detail::crc32c(bytes.subspan(4), jobkit::detail::crc32c(bytes.first(4))) == 0xE3069283u);
   CHECK(jobkit::detail::crc32c({}) == 0u);
+  CHECK(jobkit::detail::crc32c_portable(std::as_bytes(std::span(check))) == 0xE3069283u);
+}
+
+TEST_CASE("CRC-32C by the instruction equals the table code at every length, alignment and start") {
+  INFO("the instruction used: " << jobkit::detail::crc32c_uses_instruction());
+  std::vector<std::byte> data(4096 + 64);
+  std::uint32_t x = 0x9E3779B9u;
+  for (auto& b : data) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<std::byte>(x >> 24);
+  }
+  const auto bytes = std::span<const std::byte>(data);
+  for (std::size_t offset = 0; offset < 16; ++offset) {
+    for (const std::size_t length : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4095, 4096}) {
+      const auto piece = bytes.subspan(offset, length);
+      for (const std::uint32_t start : {0u, 0xFFFFFFFFu, 0x12345678u}) {
+        INFO("offset " << offset << ", length " << length << ", start " << start);
+        REQUIRE(jobkit::detail::crc32c(piece, start) == jobkit::detail::crc32c_portable(piece, start));
+      }
+    }
+  }
+  // In pieces of every split, the whole's CRC.
+  const auto whole = jobkit::detail::crc32c_portable(bytes.first(100));
+  for (std::size_t split = 0; split <= 100; ++split) {
+    INFO("split " << split);
+    CHECK(jobkit::detail::crc32c(bytes.subspan(split, 100 - split), jobkit::detail::crc32c(bytes.first(split))) ==
+          whole);
+  }
 }
 
 TEST_CASE("step directory names are exact") {
