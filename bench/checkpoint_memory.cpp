@@ -8,8 +8,12 @@
 //     the file, commit(); it is timed on every rank from before begin() to after commit()
 //     (commit is collective), and the slowest rank's time counts. The write alone (begin, the
 //     file written, not yet flushed) is timed too. Rank 0 prints one JSON line per save and one
-//     summary line: {"op":"save_summary","mib":..,"plain_median_s":..,"tier_median_s":..,
-//     "added_median_s":..,"plain_write_median_s":..}
+//     summary line: {"op":"save_summary","mib":..,"shared_every":1,"plain_median_s":..,
+//     "tier_median_s":..,"added_median_s":..,"plain_write_median_s":..}
+//   save-memory-only MIB SAVES ROOT_PLAIN ROOT_TIER MEMORY
+//     The same, the tier's side with shared_every past the last save: after one untimed first
+//     save (which goes to the root), every save goes to the memory only, as the saves between
+//     two of the root's do; its "tier_median_s" is the time of such a save.
 //   restore ROOT MEMORY|none LABEL
 //     latest() (and verify(step) when LABEL ends in -verify), then every rank reads its part's files (part(step)) into
 //     memory and checks the bytes are the ones its save wrote; timed from before latest() to the last byte read, the
@@ -91,23 +95,30 @@ std::uint64_t disk_read_bytes() {
   return 0;
 }
 
-jobkit::checkpoint_options options_for(const std::string& memory) {
+jobkit::checkpoint_options options_for(const std::string& memory, int shared_every = 1) {
   jobkit::checkpoint_options o{.keep = 1};
   if (memory != "none") {
     o.memory = memory;
-    o.shared_every = 1;
+    o.shared_every = shared_every;
     o.memory_keep = 1;
   }
   return o;
 }
 
 int run_save(std::size_t mib, int saves, const std::string& root_plain, const std::string& root_tier,
-             const std::string& memory) {
+             const std::string& memory, bool memory_only) {
   const auto& me = jobkit::current_identity();
   auto& world = jobkit::world();
   std::vector<std::uint64_t> words(mib * (std::size_t{1} << 20) / sizeof(std::uint64_t));
   jobkit::checkpoints plain(root_plain, options_for("none"));
-  jobkit::checkpoints tier(root_tier, options_for(memory));
+  const int shared_every = memory_only ? saves + 1 : 1;
+  jobkit::checkpoints tier(root_tier, options_for(memory, shared_every));
+  if (memory_only) {  // the object's first save goes to the root: untimed
+    fill(words, me.rank, 0);
+    const auto part = tier.begin(0);
+    write_all(part / "data", words.data(), words.size() * sizeof(std::uint64_t));
+    tier.commit();
+  }
   std::vector<double> plain_s, tier_s, plain_write_s, tier_write_s;
   for (int i = 0; i < saves; ++i) {
     for (const bool with_tier : {false, true}) {
@@ -137,10 +148,11 @@ int run_save(std::size_t mib, int saves, const std::string& root_plain, const st
     std::vector<double> added;
     for (std::size_t i = 0; i < plain_s.size(); ++i) added.push_back(tier_s[i] - plain_s[i]);
     std::printf(
-        "{\"op\":\"save_summary\",\"mib\":%zu,\"ranks\":%d,\"saves\":%d,\"plain_median_s\":%.6f,\"tier_median_s\":"
-        "%.6f,\"added_median_s\":%.6f,\"added_of_pairs_median_s\":%.6f,\"plain_write_median_s\":%.6f,"
+        "{\"op\":\"save_summary\",\"mib\":%zu,\"ranks\":%d,\"saves\":%d,\"shared_every\":%d,\"plain_median_s\":%.6f,"
+        "\"tier_median_s\":%.6f,\"added_median_s\":%.6f,\"added_of_pairs_median_s\":%.6f,\"plain_write_median_s\":%.6f,"
         "\"tier_write_median_s\":%.6f}\n",
-        mib, me.world_size, saves, p, t, t - p, median(added), median(plain_write_s), median(tier_write_s));
+        mib, me.world_size, saves, shared_every, p, t, t - p, median(added), median(plain_write_s),
+        median(tier_write_s));
   }
   return 0;
 }
@@ -200,12 +212,12 @@ int run_restore(const std::string& root, const std::string& memory, const std::s
 int main(int argc, char** argv) {
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.size() == 6 && args[0] == "save") {
-      return run_save(std::stoull(args[1]), std::stoi(args[2]), args[3], args[4], args[5]);
+    if (args.size() == 6 && (args[0] == "save" || args[0] == "save-memory-only")) {
+      return run_save(std::stoull(args[1]), std::stoi(args[2]), args[3], args[4], args[5], args[0] != "save");
     }
     if (args.size() == 4 && args[0] == "restore") return run_restore(args[1], args[2], args[3]);
     std::fprintf(stderr,
-                 "usage: checkpoint_memory save MIB SAVES ROOT_PLAIN ROOT_TIER MEMORY\n"
+                 "usage: checkpoint_memory save|save-memory-only MIB SAVES ROOT_PLAIN ROOT_TIER MEMORY\n"
                  "       checkpoint_memory restore ROOT MEMORY|none LABEL\n");
     return 2;
   } catch (const std::exception& e) {

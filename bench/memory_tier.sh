@@ -2,7 +2,9 @@
 # The memory tier of checkpoints (docs/checkpoints-memory.md, issue 63) on the dev cluster, in one
 # allocation of c1-c3, steps of 2 nodes x 2 ranks, bench/checkpoint_memory:
 #   save: per part size, SAVES saves of one file per rank to a root without the tier and the same
-#         to a root with it (every save to the root too), in turn, in one step on c1,c2;
+#         to a root with it, in turn, in one step on c1,c2: first with the tier's saves to memory
+#         only (save-memory-only: the saves between two of the root's), then with every save to
+#         the root too;
 #   restore, REPS times each, a new step each time, timed from latest() to its last byte read:
 #     memory-own    on c1,c2, every rank's part in its node's memory
 #     partner       on c1,c3 with c3's memory emptied first: ranks 0-1 from c1's memory, ranks
@@ -55,6 +57,9 @@ for mib in "${sizes[@]}"; do
   ((mib >= 64)) && saves=10
   ((mib >= 512)) && saves=5
   rm -rf "$work/$mib" && mkdir -p "$work/$mib"
+  clear_memory c1,c2,c3
+  step c1,c2 save-memory-only "$mib" "$saves" "$work/$mib/plain" "$work/$mib/memory-only" "$memory"
+  rm -rf "$work/$mib/plain" "$work/$mib/memory-only"
   clear_memory c1,c2,c3
   step c1,c2 save "$mib" "$saves" "$work/$mib/plain" "$work/$mib/tier" "$memory"
   rm -rf "$work/$mib/plain"

@@ -61,7 +61,7 @@ std::vector<std::size_t> copies_of(int rank, const std::vector<std::pair<int, in
 /// what went wrong on this side ("" when nothing): a file that cannot be read is sent as zeros,
 /// which the receiver's check then refuses.
 std::string send_part(group& pair, const std::filesystem::path& part, const std::vector<part_file>& files,
-                      std::chrono::milliseconds timeout, std::size_t chunk = std::size_t{64} << 20);
+                      std::chrono::milliseconds timeout, std::size_t chunk = std::size_t{4} << 20);
 /// Receives a part from send_part over `pair` (the sender its other rank) into the new directory
 /// `into`, checking what arrives from outside: the list's length (at most 1,000,000 files),
 /// every name (relative, inside the part), the total size (at most `max_bytes`) and every file's
@@ -69,7 +69,7 @@ std::string send_part(group& pair, const std::filesystem::path& part, const std:
 /// wrong (the directory is then removed).
 std::string receive_part(group& pair, const std::filesystem::path& into, std::uint64_t max_bytes,
                          std::chrono::milliseconds timeout, std::vector<part_file>* received = nullptr,
-                         std::size_t chunk = std::size_t{64} << 20);
+                         std::size_t chunk = std::size_t{4} << 20);
 
 /// "" when every listed file of `part` has its size and CRC-32C, else what differs.
 std::string check_part(const std::filesystem::path& part, const std::vector<part_file>& files);
