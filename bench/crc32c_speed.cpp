@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
     fast.push_back(static_cast<double>(data.size()) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
     table.push_back(static_cast<double>(data.size()) / std::chrono::duration<double>(t2 - t1).count() / 1e9);
   }
-  std::printf("{\"op\":\"crc32c\",\"mib\":%zu,\"reps\":%d,\"instruction\":%s,\"crc32c_gbps\":%.2f,"
-              "\"table_gbps\":%.2f,\"same\":%s}\n",
-              mib, reps, jobkit::detail::crc32c_uses_instruction() ? "true" : "false", median(fast), median(table),
-              same ? "true" : "false");
+  std::printf(
+      "{\"op\":\"crc32c\",\"mib\":%zu,\"reps\":%d,\"instruction\":%s,\"crc32c_gbps\":%.2f,"
+      "\"table_gbps\":%.2f,\"same\":%s}\n",
+      mib, reps, jobkit::detail::crc32c_uses_instruction() ? "true" : "false", median(fast), median(table),
+      same ? "true" : "false");
   return same ? 0 : 1;
 }

@@ -33,7 +33,7 @@ constexpr auto tables = make_tables();
 // bytes at a time. One stream: the instruction's latency bounds it (3 cycles per 8 bytes), about
 // ten times the table code.
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std::byte> data,
-                                                            std::uint32_t crc) noexcept {
+                                                             std::uint32_t crc) noexcept {
   std::uint64_t state = ~crc;
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::size_t n = data.size();

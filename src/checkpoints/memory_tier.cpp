@@ -221,8 +221,8 @@ std::string receive_part(group& pair, const fs::path& into, std::uint64_t max_by
     int code = fd.get() < 0 ? errno : 0;
     std::uint32_t crc = 0;
     for (std::uint64_t offset = 0; offset < size;) {
-      const auto piece = std::span<std::byte>(
-          buffer.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - offset)));
+      const auto piece =
+          std::span<std::byte>(buffer.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - offset)));
       pair.broadcast_into(piece, from_sender);
       crc = crc32c(piece, crc);
       if (code == 0) code = write_file_all(fd.get(), piece.data(), piece.size());
