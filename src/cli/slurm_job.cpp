@@ -14,7 +14,6 @@
 #include "core/command.hpp"
 #include "core/environment.hpp"
 #include "core/host_list.hpp"
-#include "core/parse.hpp"
 #include "core/posix_io.hpp"
 #include "jobkit/error.hpp"
 #include "network/dial.hpp"
@@ -24,18 +23,6 @@ namespace jobkit::cli {
 namespace {
 
 constexpr auto slurm_command_limit = std::chrono::seconds(30);
-
-/// The value of `name` in a line of Slurm's "KEY=VALUE KEY=VALUE" output (`scontrol show ... -o`),
-/// empty when absent.
-std::string field_of(std::string_view line, std::string_view name) {
-  for (auto at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
-    const auto from = at + name.size();
-    if ((at > 0 && line[at - 1] != ' ') || from >= line.size() || line[from] != '=') continue;
-    const auto value = line.substr(from + 1);
-    return std::string(value.substr(0, std::min(value.find_first_of(" \n"), value.size())));
-  }
-  return {};
-}
 
 /// A node address as a numeric one (a NodeAddr may be a host name), nullopt when it does not resolve.
 std::optional<std::string> numeric_address(const std::string& address) {
@@ -128,9 +115,7 @@ std::string requeue_excluding(const std::string& job, const std::set<std::string
 std::optional<std::string> preempt_time(const std::string& job) {
   const auto result = detail::run_bounded({"scontrol", "show", "job", "-o", job}, slurm_command_limit);
   if (result.status != 0) return std::nullopt;
-  const auto value = field_of(result.out, "PreemptTime");
-  if (value.empty() || value == "None" || value == "Unknown" || value.size() > 64) return std::nullopt;
-  return value;
+  return detail::preempt_time_of(result.out);
 }
 
 std::vector<std::pair<std::string, std::string>> unreachable_nodes(const std::vector<std::string>& nodes,
@@ -145,26 +130,16 @@ std::vector<std::pair<std::string, std::string>> unreachable_nodes(const std::ve
   };
   std::vector<probe> probes;
   // One line per node: "NodeName=c2 ... NodeAddr=198.18.0.2 ... Port=6819 ...".
-  std::string_view rest = shown.out;
-  while (!rest.empty()) {
-    const auto end = std::min(rest.find('\n'), rest.size());
-    const auto line = rest.substr(0, end);
-    rest = rest.substr(std::min(end + 1, rest.size()));
-    const auto name = field_of(line, "NodeName"), addr = field_of(line, "NodeAddr");
-    const auto port_field = field_of(line, "Port");
-    std::string_view port_text = port_field;
-    const auto port = detail::take_decimal(port_text);
-    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() || addr.empty() || !port || !port_text.empty()) {
-      continue;
-    }
+  for (const auto& [name, addr, port] : detail::slurmd_addresses(shown.out)) {
+    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end()) continue;
     const auto address = numeric_address(addr);
     if (!address) {
       unreachable.emplace_back(name, fmt::format("its address {} does not resolve", addr));
       continue;
     }
     // The data path's own dial (network/dial.hpp): begun without waiting, bounded here.
-    const auto where = addr + ":" + std::to_string(*port);
-    auto d = detail::begin_dial(*address, *port, limit);
+    const auto where = addr + ":" + std::to_string(port);
+    auto d = detail::begin_dial(*address, port, limit);
     if (d.fd < 0) {
       unreachable.emplace_back(name, fmt::format("its slurmd at {} refused a connection: {}", where, d.why));
     } else if (d.connected) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/parse.hpp"
+
 namespace jobkit::detail {
 namespace {
 
@@ -200,6 +202,44 @@ bool no_progress(const std::vector<std::int64_t>& newest, int limit) {
   if (limit <= 0 || newest.size() < static_cast<std::size_t>(limit) + 1) return false;
   const auto last = newest.back();
   return std::all_of(newest.end() - limit - 1, newest.end(), [&](std::int64_t n) { return n == last; });
+}
+
+std::string scontrol_field(std::string_view line, std::string_view name) {
+  if (name.empty()) return {};
+  for (auto at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
+    const auto from = at + name.size();
+    if ((at > 0 && line[at - 1] != ' ') || from >= line.size() || line[from] != '=') continue;
+    const auto value = line.substr(from + 1);
+    return std::string(value.substr(0, std::min(value.find_first_of(" \n"), value.size())));
+  }
+  return {};
+}
+
+std::vector<slurmd_address> slurmd_addresses(std::string_view shown) {
+  constexpr std::size_t field_limit = 255;
+  std::vector<slurmd_address> found;
+  std::size_t lines = 0;
+  while (!shown.empty() && lines++ < evidence_node_limit) {
+    const auto end = std::min(shown.find('\n'), shown.size());
+    const auto line = shown.substr(0, std::min(end, evidence_line_limit));
+    shown.remove_prefix(std::min(end + 1, shown.size()));
+    auto name = scontrol_field(line, "NodeName"), address = scontrol_field(line, "NodeAddr");
+    const auto port_text = scontrol_field(line, "Port");
+    std::string_view rest = port_text;
+    const auto port = take_decimal(rest);
+    if (name.empty() || address.empty() || name.size() > field_limit || address.size() > field_limit || !port ||
+        !rest.empty() || *port < 1 || *port > 65535) {
+      continue;
+    }
+    found.push_back({std::move(name), std::move(address), *port});
+  }
+  return found;
+}
+
+std::optional<std::string> preempt_time_of(std::string_view shown) {
+  auto value = scontrol_field(shown, "PreemptTime");
+  if (value.empty() || value == "None" || value == "Unknown" || value.size() > 64) return std::nullopt;
+  return value;
 }
 
 }  // namespace jobkit::detail

@@ -88,6 +88,26 @@ std::vector<bad_node> parse_bad_nodes(std::string_view text);
 std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation, const std::set<std::string>& bad,
                                       std::size_t wanted);
 
+/// The value of `name` in one line of Slurm's "KEY=VALUE KEY=VALUE" output (`scontrol show ...
+/// -o`), up to the next blank or newline; empty when absent. A key matches only whole (at the
+/// line's start or after a blank, followed by '=').
+std::string scontrol_field(std::string_view line, std::string_view name);
+
+/// A node's slurmd as `scontrol show node -o` names it.
+struct slurmd_address {
+  std::string node;     ///< NodeName
+  std::string address;  ///< NodeAddr (a host name or a numeric address)
+  int port = 0;         ///< Port, 1-65535
+};
+/// Every line of `scontrol show node -o`'s output with a NodeName, a NodeAddr and a Port of 1 to
+/// 65535, in order; other lines are left out. Bounded: at most evidence_node_limit lines of at most
+/// evidence_line_limit bytes are read, fields of at most 255 bytes kept.
+std::vector<slurmd_address> slurmd_addresses(std::string_view shown);
+
+/// `scontrol show job -o`'s PreemptTime ("2026-12-02T06:08:00"): nullopt when absent, None,
+/// Unknown, or longer than 64 bytes.
+std::optional<std::string> preempt_time_of(std::string_view shown);
+
 /// Whether the restarts make no progress: `newest` holds, per failed step of this job in order,
 /// the newest whole checkpoint when it ended (-1: none). True when the last `limit` failures all
 /// ended with the same newest checkpoint as the failure before them.

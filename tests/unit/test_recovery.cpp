@@ -200,3 +200,26 @@ TEST_CASE("the ledger: a restart's phases, the run's badput and effective traini
   CHECK(run.find(R"("effective_training_time_ratio":0.8000)") != std::string::npos);
   CHECK(ledger_summary(l).find("finished after 1 restart(s) in 100.0 s") != std::string::npos);
 }
+
+TEST_CASE("scontrol's KEY=VALUE output: whole keys only, slurmd addresses, the pre-emption time") {
+  using namespace jobkit::detail;
+  const std::string line = "NodeName=c2 Arch=x86_64 NodeAddr=198.18.0.2 NodeHostName=c2 Port=6819 XPort=1";
+  CHECK(scontrol_field(line, "NodeName") == "c2");
+  CHECK(scontrol_field(line, "Port") == "6819");  // not XPort's
+  CHECK(scontrol_field(line, "Addr").empty());    // only a whole key
+  CHECK(scontrol_field(line, "Missing").empty());
+  CHECK(scontrol_field("", "Port").empty());
+  const auto found = slurmd_addresses(line + "\nNodeName=c3 NodeAddr=c3 Port=99999\nNodeName=c4 NodeAddr=x Port=0\n" +
+                                      "NodeName=c5 Port=7000\nNodeName=c6 NodeAddr=10.0.0.6 Port=6820 \n");
+  REQUIRE(found.size() == 2);
+  CHECK(found[0].node == "c2");
+  CHECK(found[0].address == "198.18.0.2");
+  CHECK(found[0].port == 6819);
+  CHECK(found[1].node == "c6");
+  CHECK(found[1].port == 6820);
+  CHECK(preempt_time_of("JobId=17 PreemptTime=2026-12-02T06:08:00 SuspendTime=None") == "2026-12-02T06:08:00");
+  CHECK_FALSE(preempt_time_of("JobId=17 PreemptTime=None SuspendTime=None"));
+  CHECK_FALSE(preempt_time_of("JobId=17 PreemptTime=Unknown"));
+  CHECK_FALSE(preempt_time_of("JobId=17 SuspendTime=None"));
+  CHECK_FALSE(preempt_time_of("JobId=17 PreemptTime=" + std::string(65, '1')));
+}
