@@ -479,9 +479,11 @@ class supervisor {
     argv.insert(argv.end(), args_.command.begin() + 1, args_.command.end());
     // A step on fewer nodes than the allocation: the job's total of tasks (SLURM_NTASKS) would
     // ask srun for too many; its tasks per node (srun's option, else SLURM_NTASKS_PER_NODE) hold.
+    // srun's environment only: this command's own view of the job stays the allocation's.
+    std::vector<std::pair<std::string, std::optional<std::string>>> srun_environment;
     if (nodes.size() < allocation_.size() && !args_.tasks_given) {
-      ::unsetenv("SLURM_NTASKS");
-      ::unsetenv("SLURM_NPROCS");
+      srun_environment.emplace_back("SLURM_NTASKS", std::nullopt);
+      srun_environment.emplace_back("SLURM_NPROCS", std::nullopt);
     }
     // A step that is not on the allocation's first nodes in their order: Slurm's mpi/pmix
     // (22.05 to 26.05) takes a node's place in the step for its place in the job when it routes
@@ -492,13 +494,9 @@ class supervisor {
     const bool first_nodes =
         std::equal(nodes.begin(), nodes.end(), allocation_.begin(),
                    allocation_.begin() + static_cast<std::ptrdiff_t>(std::min(nodes.size(), allocation_.size())));
-    std::optional<std::string> job_list, node_list;
     if (!first_nodes) {
-      const auto& env = detail::process_environment();
-      job_list = env.get("SLURM_JOB_NODELIST");
-      node_list = env.get("SLURM_NODELIST");
-      ::setenv("SLURM_JOB_NODELIST", comma_list(nodes).c_str(), 1);
-      ::setenv("SLURM_NODELIST", comma_list(nodes).c_str(), 1);
+      srun_environment.emplace_back("SLURM_JOB_NODELIST", comma_list(nodes));
+      srun_environment.emplace_back("SLURM_NODELIST", comma_list(nodes));
     }
     ::setenv("JOBKIT_RECOVERY_DIR", state_.dir().c_str(), 1);
     ::setenv("JOBKIT_RECOVERY_ATTEMPT", std::to_string(attempt).c_str(), 1);
@@ -506,16 +504,8 @@ class supervisor {
     step_result result;
     result.started = unix_now();
     event_reader events(state_.dir() / "events.jsonl");
-    detail::child_process child(argv, {.capture_output = true});
-    if (!first_nodes) {  // this command's own view of the job stays the allocation's
-      for (const auto& [name, value] : {std::pair{"SLURM_JOB_NODELIST", job_list}, {"SLURM_NODELIST", node_list}}) {
-        if (value) {
-          ::setenv(name, value->c_str(), 1);
-        } else {
-          ::unsetenv(name);
-        }
-      }
-    }
+    const auto environment = detail::environment_with(srun_environment);
+    detail::child_process child(argv, {.environment = &environment, .capture_output = true});
     if (!child.started()) throw usage_error{"run: cannot run '" + argv.front() + "': " + child.start_error()};
     say(fmt::format("job {} step attempt {} on {}", job_, attempt, comma_list(nodes)));
     start_deputy(nodes);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -368,6 +369,21 @@ std::optional<forwarded_signal> signal_forwarder::take() noexcept {
   forwarded_signal record;
   if (::read(forward_pipe[0], &record, sizeof record) != static_cast<ssize_t>(sizeof record)) return std::nullopt;
   return record;
+}
+
+std::vector<std::string> environment_with(
+    const std::vector<std::pair<std::string, std::optional<std::string>>>& changes) {
+  std::vector<std::string> entries;
+  for (char** variable = environ; *variable; ++variable) {
+    const std::string_view entry = *variable;
+    const auto name = entry.substr(0, entry.find('='));
+    const bool changed = std::any_of(changes.begin(), changes.end(), [&](const auto& c) { return c.first == name; });
+    if (!changed) entries.emplace_back(entry);
+  }
+  for (const auto& [name, value] : changes) {
+    if (value) entries.push_back(name + "=" + *value);
+  }
+  return entries;
 }
 
 }  // namespace jobkit::detail

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace jobkit::detail {
@@ -28,6 +29,12 @@ struct child_options {
   /// runs inside training processes: `jobkit where`'s watch).
   bool die_with_parent = false;
 };
+
+/// This process's environment ("NAME=value" entries, for child_options::environment) with each
+/// of `changes` applied: NAME set to its value, or removed when it has none. This process's own
+/// stays as it is.
+std::vector<std::string> environment_with(
+    const std::vector<std::pair<std::string, std::optional<std::string>>>& changes);
 
 /// A child program. It starts with no signal blocked and SIGPIPE, SIGCHLD and the stop signals
 /// (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT) at their defaults, whatever this

@@ -283,3 +283,30 @@ TEST_CASE("the signal forwarder's handler keeps errno, even when its pipe is ful
   CHECK(kept);
   CHECK_THROWS_AS(jobkit::detail::signal_forwarder(jobkit::detail::stop_signals), jobkit::error);
 }
+
+TEST_CASE("environment_with: a child's environment changed, this process's not") {
+  ::setenv("JOBKIT_TEST_KEPT", "1", 1);
+  ::setenv("JOBKIT_TEST_REMOVED", "2", 1);
+  ::setenv("JOBKIT_TEST_CHANGED", "3", 1);
+  const auto entries = jobkit::detail::environment_with(
+      {{"JOBKIT_TEST_REMOVED", std::nullopt}, {"JOBKIT_TEST_CHANGED", "c1,c3"}, {"JOBKIT_TEST_NEW", "x=y"}});
+  const auto count = [&](const std::string& entry) { return std::count(entries.begin(), entries.end(), entry); };
+  CHECK(count("JOBKIT_TEST_KEPT=1") == 1);
+  CHECK(count("JOBKIT_TEST_CHANGED=c1,c3") == 1);
+  CHECK(count("JOBKIT_TEST_CHANGED=3") == 0);
+  CHECK(count("JOBKIT_TEST_NEW=x=y") == 1);
+  CHECK(std::none_of(entries.begin(), entries.end(),
+                     [](const std::string& e) { return e.starts_with("JOBKIT_TEST_REMOVED="); }));
+  // A child sees it so.
+
+  {
+    jobkit::detail::child_process child(
+        {"/bin/sh", "-c", "test \"$JOBKIT_TEST_CHANGED\" = c1,c3 && test -z \"${JOBKIT_TEST_REMOVED+set}\""},
+        {.environment = &entries});
+    REQUIRE(child.started());
+    CHECK(child.wait() == 0);
+  }
+  CHECK(std::string(std::getenv("JOBKIT_TEST_CHANGED")) == "3");
+  CHECK(std::string(std::getenv("JOBKIT_TEST_REMOVED")) == "2");
+  for (const char* name : {"JOBKIT_TEST_KEPT", "JOBKIT_TEST_REMOVED", "JOBKIT_TEST_CHANGED"}) ::unsetenv(name);
+}
