@@ -528,7 +528,7 @@ std::optional<std::int64_t> checkpoints::latest(std::source_location site) {
     std::vector<std::size_t> next(size, 0);
     std::vector<char> done(size, 0);
     std::vector<int> lacking;
-    for (int round = 0;; ++round) {
+    for (;;) {
       for (std::size_t r = 0; r < size; ++r) {
         if (!done[r] && next[r] >= sources[r].size()) lacking.push_back(static_cast<int>(r));
       }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <nmmintrin.h>
 #endif
 
@@ -31,9 +32,14 @@ constexpr auto tables = make_tables();
 #if defined(__x86_64__)
 // SSE 4.2's crc32 instruction computes this very CRC (the Castagnoli polynomial, reflected), 8
 // bytes at a time. One stream: the instruction's latency bounds it (3 cycles per 8 bytes), about
-// ten times the table code.
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std::byte> data,
-                                                             std::uint32_t crc) noexcept {
+// ten times the table code. Clang 20 has the instruction as a feature of its own ("crc32", which
+// "sse4.2" does not imply there); GCC knows no such feature.
+#if defined(__clang__)
+#define JOBKIT_CRC32_TARGET __attribute__((target("sse4.2,crc32")))
+#else
+#define JOBKIT_CRC32_TARGET __attribute__((target("sse4.2")))
+#endif
+JOBKIT_CRC32_TARGET std::uint32_t crc32c_sse42(std::span<const std::byte> data, std::uint32_t crc) noexcept {
   std::uint64_t state = ~crc;
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::size_t n = data.size();
@@ -47,8 +53,13 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std
   return ~low;
 }
 
+// CPUID leaf 1, ECX bit 20, by cpuid.h's inline code: __builtin_cpu_supports answers from the
+// compiler's runtime library (__cpu_model), which the portable wheel's build does not link as g++'s.
 bool has_sse42() noexcept {
-  static const bool has = __builtin_cpu_supports("sse4.2");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_SSE4_2) != 0;
+  }();
   return has;
 }
 #endif

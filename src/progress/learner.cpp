@@ -85,6 +85,13 @@ progress_settings progress_settings_from(const environment& env) {
     if (!n || *n <= 0 || *n > 1) refuse("JOBKIT_STRAGGLER_THRESHOLD", *value, "must be a number above 0 and at most 1");
     s.straggler_threshold = *n;
   }
+  if (const auto value = env.get("JOBKIT_STRAGGLER_RESOLUTION")) {
+    const auto n = number_of(*value);
+    if (!n || *n < 0 || *n > 3600) {
+      refuse("JOBKIT_STRAGGLER_RESOLUTION", *value, "must be a number of seconds from 0 to 3600 (e.g. 0.001)");
+    }
+    s.straggler_resolution = *n;
+  }
   return s;
 }
 
@@ -212,10 +219,10 @@ std::optional<double> bound_learner::median_compute() const {
   return median_of(std::vector<double>(compute_.begin(), compute_.end()));
 }
 
-std::vector<double> straggler_scores(const std::vector<std::optional<double>>& medians) {
+std::vector<double> straggler_scores(const std::vector<std::optional<double>>& medians, double resolution) {
   std::vector<double> known;
   for (const auto& m : medians) {
-    if (m) known.push_back(*m);
+    if (m) known.push_back(std::max(*m, resolution));
   }
   std::vector<double> scores(medians.size(), 1.0);
   if (known.empty()) return scores;
@@ -223,7 +230,7 @@ std::vector<double> straggler_scores(const std::vector<std::optional<double>>& m
   for (std::size_t i = 0; i < medians.size(); ++i) {
     if (!medians[i]) continue;
     // A rank that computes nothing measurable is as fast as any: 1 when the reference is 0 too.
-    const double own = *medians[i];
+    const double own = std::max(*medians[i], resolution);
     scores[i] = own <= 0 ? (reference <= 0 ? 1.0 : 1e9) : reference / own;
   }
   return scores;

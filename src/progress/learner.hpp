@@ -17,14 +17,15 @@ namespace jobkit::detail {
 
 /// The knobs (docs/environment.md, "Recovery"). Seconds as doubles.
 struct progress_settings {
-  bool enabled = false;               ///< JOBKIT_PROGRESS: 1 on, 0 off; unset: on in a Slurm step
-  std::optional<double> set_bound;    ///< JOBKIT_PROGRESS_BOUND: a set step bound, no learning
-  double factor = 5.0;                ///< JOBKIT_PROGRESS_FACTOR: bound = factor x longest interval
-  double floor = 60.0;                ///< JOBKIT_PROGRESS_FLOOR: the learned step bound's least value
-  double first_step = 600.0;          ///< JOBKIT_PROGRESS_FIRST_STEP: start-up allowance after the first mark
-  double checkpoint_floor = 300.0;    ///< JOBKIT_PROGRESS_CHECKPOINT_FLOOR: the checkpoint bound's least value
-  int straggler_every = 20;           ///< JOBKIT_STRAGGLER_EVERY: stop agreements between two exchanges; 0 off
-  double straggler_threshold = 0.75;  ///< JOBKIT_STRAGGLER_THRESHOLD: a score below it names a straggler
+  bool enabled = false;                 ///< JOBKIT_PROGRESS: 1 on, 0 off; unset: on in a Slurm step
+  std::optional<double> set_bound;      ///< JOBKIT_PROGRESS_BOUND: a set step bound, no learning
+  double factor = 5.0;                  ///< JOBKIT_PROGRESS_FACTOR: bound = factor x longest interval
+  double floor = 60.0;                  ///< JOBKIT_PROGRESS_FLOOR: the learned step bound's least value
+  double first_step = 600.0;            ///< JOBKIT_PROGRESS_FIRST_STEP: start-up allowance after the first mark
+  double checkpoint_floor = 300.0;      ///< JOBKIT_PROGRESS_CHECKPOINT_FLOOR: the checkpoint bound's least value
+  int straggler_every = 20;             ///< JOBKIT_STRAGGLER_EVERY: stop agreements between two exchanges; 0 off
+  double straggler_threshold = 0.75;    ///< JOBKIT_STRAGGLER_THRESHOLD: a score below it names a straggler
+  double straggler_resolution = 0.001;  ///< JOBKIT_STRAGGLER_RESOLUTION: a median compute time below it counts as it
 };
 
 /// The settings from `env`.
@@ -108,8 +109,10 @@ class bound_learner {
 };
 
 /// The straggler scores (NVRx's form): median over ranks of the per-rank medians / each rank's
-/// median; 1 for a rank without a median (none measured), < 1 for a slower rank.
-std::vector<double> straggler_scores(const std::vector<std::optional<double>>& medians);
+/// median; 1 for a rank without a median (none measured), < 1 for a slower rank. A median (and the
+/// reference) below `resolution` seconds counts as `resolution`: compute times per step that short
+/// are a rank's scheduling noise, and ranks that all compute less than it all score 1.
+std::vector<double> straggler_scores(const std::vector<std::optional<double>>& medians, double resolution);
 
 /// progress-bound.json's text, and its reading (nullopt when it is not one: a restarted step then
 /// learns from zero).

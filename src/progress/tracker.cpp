@@ -361,15 +361,17 @@ void progress_take_shares(const std::vector<progress_share>& shares, int rank, l
     merged.longest_checkpoint = std::max(merged.longest_checkpoint, checkpoint);
   }
   double threshold = 0;
+  double resolution = 0;
   std::int64_t steps = 0;
   {
     const tracker_held h;
     if (state_ != tracking::on) return;
     tracker_->learner.merge(merged);
     threshold = tracker_->settings.straggler_threshold;
+    resolution = tracker_->settings.straggler_resolution;
     steps = tracker_->learner.steps();
   }
-  const auto scores = straggler_scores(medians);
+  const auto scores = straggler_scores(medians, resolution);
   if (rank >= 0 && static_cast<std::size_t>(rank) < scores.size()) {
     where::record_score(scores[static_cast<std::size_t>(rank)], threshold, agreement);
   }

@@ -74,7 +74,8 @@ TEST_CASE("progress settings: on in a Slurm step, the defaults, and each malform
                                                           {"JOBKIT_PROGRESS_FIRST_STEP", "30"},
                                                           {"JOBKIT_PROGRESS_CHECKPOINT_FLOOR", "40"},
                                                           {"JOBKIT_STRAGGLER_EVERY", "0"},
-                                                          {"JOBKIT_STRAGGLER_THRESHOLD", "0.5"}});
+                                                          {"JOBKIT_STRAGGLER_THRESHOLD", "0.5"},
+                                                          {"JOBKIT_STRAGGLER_RESOLUTION", "0.02"}});
   CHECK(set.enabled);
   CHECK(set.set_bound == 120);
   CHECK(set.factor == 3.5);
@@ -83,6 +84,10 @@ TEST_CASE("progress settings: on in a Slurm step, the defaults, and each malform
   CHECK(set.checkpoint_floor == 40);
   CHECK(set.straggler_every == 0);
   CHECK(set.straggler_threshold == 0.5);
+  CHECK(set.straggler_resolution == 0.02);
+  CHECK(progress_settings_from(map_environment{{"JOBKIT_PROGRESS", "1"}}).straggler_resolution == 0.001);
+  CHECK(progress_settings_from(map_environment{{"JOBKIT_PROGRESS", "1"}, {"JOBKIT_STRAGGLER_RESOLUTION", "0"}})
+            .straggler_resolution == 0);
 
   CHECK(refusal_of({{"JOBKIT_PROGRESS", "yes"}}) == "JOBKIT_PROGRESS='yes': must be 0 (off) or 1 (on)");
   CHECK(refusal_of({{"JOBKIT_PROGRESS", "1"}, {"JOBKIT_PROGRESS_BOUND", "ten"}}) ==
@@ -102,6 +107,12 @@ TEST_CASE("progress settings: on in a Slurm step, the defaults, and each malform
             .starts_with("JOBKIT_STRAGGLER_EVERY='2.5'"));
   CHECK(refusal_of({{"JOBKIT_PROGRESS", "1"}, {"JOBKIT_STRAGGLER_THRESHOLD", "1.5"}}) ==
         "JOBKIT_STRAGGLER_THRESHOLD='1.5': must be a number above 0 and at most 1");
+  for (const char* bad : {"-0.001", "1ms", "inf", "nan", "4000", ""}) {
+    INFO(bad);
+    CHECK(refusal_of({{"JOBKIT_PROGRESS", "1"}, {"JOBKIT_STRAGGLER_RESOLUTION", bad}}) ==
+          std::string("JOBKIT_STRAGGLER_RESOLUTION='") + bad +
+              "': must be a number of seconds from 0 to 3600 (e.g. 0.001)");
+  }
 }
 
 TEST_CASE("the learned bound: first-step allowance, then max(floor, factor x the longest interval)") {
@@ -240,15 +251,26 @@ TEST_CASE("straggler scores: the median of the ranks' medians over each rank's m
   REQUIRE(l.median_compute());
   CHECK(near(*l.median_compute(), 0.75));
 
-  const auto scores = straggler_scores({0.2, 0.21, 0.4, std::nullopt, 0.19, 0.2});
+  const auto scores = straggler_scores({0.2, 0.21, 0.4, std::nullopt, 0.19, 0.2}, 0.001);
   REQUIRE(scores.size() == 6);
   CHECK(near(scores[0], 1.0));
   CHECK(near(scores[1], 0.2 / 0.21));
   CHECK(near(scores[2], 0.5));
   CHECK(scores[3] == 1.0);
   CHECK(near(scores[4], 0.2 / 0.19));
-  CHECK(straggler_scores({}).empty());
-  CHECK(straggler_scores({0.0, 0.0}) == std::vector<double>{1.0, 1.0});
+  CHECK(straggler_scores({}, 0.001).empty());
+  CHECK(straggler_scores({0.0, 0.0}, 0) == std::vector<double>{1.0, 1.0});
+  CHECK(straggler_scores({0.0, 0.0}, 0.001) == std::vector<double>{1.0, 1.0});
+  // Compute times under the resolution are noise: a loop of microsecond stop agreements in which
+  // one rank's median is 40 % longer scores no straggler; without the resolution it did.
+  const std::vector<std::optional<double>> tight{5e-6, 5e-6, 7e-6, 5e-6};
+  CHECK(straggler_scores(tight, 0.001) == std::vector<double>{1.0, 1.0, 1.0, 1.0});
+  CHECK(near(straggler_scores(tight, 0)[2], 5.0 / 7.0));
+  // Past it, the score is the plain ratio again; a rank partly under it counts as the resolution.
+  const auto mixed = straggler_scores({0.0005, 0.002, 0.004}, 0.001);
+  CHECK(near(mixed[0], 2.0));
+  CHECK(near(mixed[1], 1.0));
+  CHECK(near(mixed[2], 0.5));
 }
 
 TEST_CASE("the process's tracker: one hang event per hang, naming the place; a carried bound read") {
