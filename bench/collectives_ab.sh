@@ -11,7 +11,7 @@
 # LARGE_BYTES and LARGE_ITERS (default 0: none; jobkit_loop's broadcast_into and all_gather_into of
 # that many bytes, that many times: the buffer tree),
 # LOOP_LAYOUTS (default "1x4"), LOOP_WORDS (jobkit_loop's words for both jobkit sides, e.g. "steps":
-# stop_requested and jobkit::progress), GROWTH_TOP (default 1), WITH_MPI (default 0), PIN (none, cyclic or
+# stop_requested, jobkit::progress and train_step), GROWTH_TOP (default 1), WITH_MPI (default 0), PIN (none, cyclic or
 # block: bench/pin.sh binds every task of every side to one CPU), BASE_ENV and NEW_ENV ("NAME=value
 # ..." for that side's steps: one build against itself with a setting changed, e.g.
 # BASE_ENV=JOBKIT_WHERE=0 for the cost of `jobkit where`'s record).

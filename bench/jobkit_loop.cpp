@@ -14,7 +14,9 @@
 //   allocations. Rooted and large ops put an untimed barrier between iterations.
 // With "steps" (the step boundaries of progress tracking, docs/progress.md): stop_requested, a
 // stop_guard's agreement in every call (check_every 1: a collective), and progress,
-// jobkit::progress() (a local mark: its median is the clock's resolution, loop_avg_us its cost).
+// jobkit::progress() (a local mark: its median is the clock's resolution, loop_avg_us its cost),
+// and train_step, a training step's shape: 1 ms of the rank's own work (a spin on the clock), 10
+// all_reduces of one double and a stop agreement (what the bookkeeping costs per step).
 // Every op's loop starts right after a barrier. Every rank times each iteration; iteration i's
 // time is the MAX over ranks; median_us / p99_us are over those maxima, rank0_median_us is rank
 // 0's own median, loop_avg_us the slowest rank's loop time over ITERS, cpu_pct the highest share
@@ -195,6 +197,18 @@ int main(int argc, char** argv) {
       report("stop_requested", 0, timed(iters, warmup, false, [&] { stop = guard.stop_requested() || stop; }), false);
       if (stop) throw std::runtime_error("stop_requested: a stop nobody asked for");
       report("progress", 0, timed(iters, warmup, false, [] { jobkit::progress(); }), false);
+      double sum = 0;
+      report("train_step", 0,
+             timed(iters, warmup, false,
+                   [&] {
+                     const double began = now_us();
+                     while (now_us() - began < 1000) {
+                     }
+                     for (int c = 0; c < 10; ++c) sum = jobkit::all_reduce(1.0, jobkit::reduce_op::sum);
+                     stop = guard.stop_requested() || stop;
+                   }),
+             false);
+      if (sum != n || stop) throw std::runtime_error("train_step: a wrong sum or a stop nobody asked for");
     }
 
     if (large > 0) {
