@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -69,8 +70,18 @@ def _entries(dumpers: List[_Dump]) -> List[Dict[str, Any]]:
 
 
 def _site(entry: Dict[str, Any]) -> str:
-    """The caller's file:line of a recorded collective: its first frame outside torch, from the
-    recorder's dump with stacks (taken only when reporting)."""
+    """The caller's file:line of a recorded collective: its first frame outside torch. From the
+    Python stack of the thread that waits in it (the entry's ``thread_id``), else from the
+    recorder's dump with stacks, taken only when reporting: torch 2.15 takes seconds for it, and a
+    report must come while the collective still waits."""
+    try:
+        frame = sys._current_frames().get(int(entry.get("thread_id") or 0))
+        while frame is not None:
+            if "/torch/" not in frame.f_code.co_filename:
+                return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+            frame = frame.f_back
+    except (TypeError, ValueError):
+        pass
     try:
         import torch._C._distributed_c10d as c10d
 
