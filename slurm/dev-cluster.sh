@@ -34,7 +34,11 @@ Commands:
 
 Each node runs in its own mount and UTS namespace: its own hostname (c1, c2, ...), its own
 empty /tmp and /dev/shm, and its own /etc/hosts in which c1..cN resolve. Every other path is
-shared by all nodes, like a shared file system on a real cluster.
+shared by all nodes, like a shared file system on a real cluster. A node's slurmd runs in the
+foreground under a shell of the node that starts it again, 1 s later, when it crashed (ended by
+SIGILL, SIGABRT, SIGBUS, SIGFPE or SIGSEGV; log/node-init-cN.log says so), as a node's service
+manager would: a crash of one slurmd must not leave the node down for every later test. A
+slurmd ended any other way (stop, SIGKILL, its own exit) stays ended.
 
 Network modes (JOBKIT_CLUSTER_NET):
   netns     Each node is a host of its own on a network: its own network namespace with
@@ -668,7 +672,8 @@ healthy() {
 
 # --- node launch ----------------------------------------------------------------------------
 
-# Runs as root inside a fresh mount + UTS namespace (see start_node); ends by exec'ing slurmd.
+# Runs as root inside a fresh mount + UTS namespace (see start_node); ends by running slurmd in
+# the foreground, again after a crash (the usage text).
 # Must be self-contained: it is shipped to `bash -c` with `declare -f`.
 node_main() { # node dir conf net-mode shared-path...
   local node=$1 dir=$2 conf=$3 mode=$4
@@ -711,7 +716,23 @@ node_main() { # node dir conf net-mode shared-path...
     done
     if ((${#under[@]})); then umount --lazy "$keep$mp"; fi
   done
-  exec slurmd -f "$conf" -N "$node"
+  # No descriptor of whoever started the cluster stays open in the node (a pipe's reader would
+  # wait for this shell); 0-2 go to node-init's log (start_node).
+  local fd
+  for fd in $(ls /proc/$$/fd); do
+    if ((fd > 2)); then eval "exec $fd>&-"; fi
+  done
+  local rc
+  while :; do
+    rc=0
+    slurmd -D -f "$conf" -N "$node" || rc=$?
+    case $rc in
+      132 | 134 | 135 | 136 | 139) ;;
+      *) exit "$rc" ;;
+    esac
+    echo "$(date '+%FT%T') dev-cluster: slurmd of $node ended by signal $((rc - 128)); starting it again"
+    sleep 1
+  done
 }
 
 start_node() { # node net-mode shared-path...
@@ -727,7 +748,7 @@ start_node() { # node net-mode shared-path...
   "${enter[@]}" unshare --mount --uts --propagation private \
     bash -c "set -euo pipefail; $(declare -f node_main); node_main \"\$@\"" \
     node-init "$node" "$dir" "$conf" "$mode" "$@" \
-    </dev/null >>"$dir/log/node-init-$node.log" 2>&1 9>&-
+    </dev/null >>"$dir/log/node-init-$node.log" 2>&1 9>&- &
 }
 
 # A daemon that will never come up says so in its log; no need to wait for the timeout.
@@ -819,8 +840,7 @@ cmd_start() {
   slurmctld -f "$conf" 9>&- </dev/null >>"$dir/log/slurmctld-stdout.log" 2>&1 ||
     { show_logs; do_stop; die "slurmctld failed to start"; }
   for ((i = 1; i <= n; i++)); do
-    start_node "c$i" "$mode" "${shared_arr[@]}" ||
-      { show_logs; do_stop; die "slurmd for c$i failed to start"; }
+    start_node "c$i" "$mode" "${shared_arr[@]}"
   done
 
   # Record each node's namespaces so `stop` finds its leftover step processes.
