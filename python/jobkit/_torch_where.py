@@ -90,10 +90,10 @@ def _site(entry: Dict[str, Any]) -> str:
         for candidate in dump.get("entries", []):
             if candidate.get("record_id") != entry.get("record_id"):
                 continue
-            for frame in candidate.get("frames", []):
-                path = str(frame.get("filename", ""))
+            for recorded in candidate.get("frames", []):
+                path = str(recorded.get("filename", ""))
                 if "/torch/" not in path:
-                    return f"{os.path.basename(path)}:{frame.get('line')}"
+                    return f"{os.path.basename(path)}:{recorded.get('line')}"
     except Exception:
         pass
     return "an unknown site"
