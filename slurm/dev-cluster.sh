@@ -722,6 +722,9 @@ node_main() { # node dir conf net-mode shared-path...
   for fd in $(ls /proc/$$/fd); do
     if ((fd > 2)); then eval "exec $fd>&-"; fi
   done
+  # Where a daemonizing slurmd would chdir (its log file's directory): its slurmstepds inherit it
+  # (cluster_pids tells its orphans by it), and a crash's core file lands there.
+  cd "$dir/log"
   local rc
   while :; do
     rc=0
@@ -744,8 +747,9 @@ start_node() { # node net-mode shared-path...
   # makes the node's mount and UTS namespaces, where node_main mounts a /sys of its own.
   if [[ $mode == netns ]]; then enter=(nsenter "--net=/run/netns/$(node_netns "$node")"); fi
   mkdir -p "$dir/spool/$node"
-  # 9>&- : the daemon must not inherit the lock on the state dir.
-  "${enter[@]}" unshare --mount --uts --propagation private \
+  # 9>&- : the daemon must not inherit the lock on the state dir. setsid: the node is a session
+  # of its own, as a daemon is, out of the caller's process group (which a test's timeout kills).
+  setsid "${enter[@]}" unshare --mount --uts --propagation private \
     bash -c "set -euo pipefail; $(declare -f node_main); node_main \"\$@\"" \
     node-init "$node" "$dir" "$conf" "$mode" "$@" \
     </dev/null >>"$dir/log/node-init-$node.log" 2>&1 9>&- &
