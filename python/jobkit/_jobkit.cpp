@@ -15,6 +15,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "jobkit/runtime.hpp"
 #include "jobkit/workspace.hpp"
 #include "nccl/device_rule.hpp"
+#include "progress/tracker.hpp"
 #include "where/settings.hpp"
 #include "where/watch.hpp"
 
@@ -495,6 +497,19 @@ void define_preemption(py::module_& m) {
   m.def("long_step", [](std::int64_t bound_ms) {
     start_runtime();
     jobkit::long_step(std::chrono::milliseconds{bound_ms});
+  });
+  // torch's collectives as its flight recorder tells them, for progress tracking (_torch_where.py;
+  // src/progress/tracker.hpp).
+  m.def("progress_tracking", [] { return jobkit::detail::progress_tracking(); });
+  m.def("progress_torch_collectives",
+        [](const std::vector<std::tuple<std::string, std::string, std::int64_t>>& in_progress) {
+          std::vector<jobkit::detail::torch_collective> calls;
+          calls.reserve(in_progress.size());
+          for (const auto& [call, site, since_ns] : in_progress) calls.push_back({call, site, since_ns});
+          jobkit::detail::progress_torch_collectives(calls);
+        });
+  m.def("progress_torch_waits", [](const std::vector<std::pair<std::int64_t, std::int64_t>>& waits) {
+    jobkit::detail::progress_torch_waits(waits);
   });
 
   py::class_<jobkit::checkpoints>(m, "Checkpoints")

@@ -8,7 +8,7 @@ from typing import Literal as _Literal
 from typing import Optional as _Optional
 from typing import Union as _Union
 
-from . import _jobkit
+from . import _jobkit, _torch_where
 from ._timeout import Timeout as _Seconds  # seconds or a timedelta (None: JOBKIT_TIMEOUT)
 from ._timeout import duration_ms as _duration_ms
 from ._timeout import timeout_ms as _timeout_ms
@@ -59,7 +59,9 @@ class StopGuard:
     def stop_requested(self) -> bool:
         """Collective (every check_every-th call): True on every rank once any rank received a stop
         signal, or the job has less than time_margin seconds left (asked by rank 0 only)."""
-        return _open(self._guard, "StopGuard").stop_requested()
+        stop = _open(self._guard, "StopGuard").stop_requested()
+        _torch_where.watch_initialized()
+        return stop
 
     @property
     def cause(self) -> StopCause:

@@ -2,7 +2,7 @@
 and the straggler scores, in a program that neither uses the stop agreement (StopGuard,
 stop_requested: each call is a step boundary already) nor makes a jobkit collective per step."""
 
-from . import _jobkit
+from . import _jobkit, _torch_where
 from ._timeout import Duration as _Duration
 from ._timeout import duration_ms as _duration_ms
 
@@ -13,6 +13,7 @@ def progress() -> None:
     without progress tracking (outside a Slurm step, or JOBKIT_PROGRESS=0). Raises
     InvalidEnvironmentError naming a malformed JOBKIT_PROGRESS* or JOBKIT_STRAGGLER_* variable."""
     _jobkit.progress()
+    _torch_where.watch_initialized()
 
 
 def long_step(bound: _Duration) -> None:

@@ -1,14 +1,25 @@
-"""torch's own collectives in the step's report by itself, read from torch's flight recorder.
+"""torch's own collectives in the step's report and in its progress, read from torch's flight recorder.
 
 jobkit reports where every rank is once a jobkit call has waited past its threshold
-(JOBKIT_WHERE_REPORT_AFTER; src/where/watch.hpp). For a step started through
-``jobkit.torch.init_process_group``, rank 0 also watches torch's collectives where torch lets a
-library see them: its flight recorder, read once a second by a daemon thread of rank 0 (a dump of a
-few hundred bytes to a few hundred KiB, taken under the recorder's lock; the collectives are not
-touched). The oldest collective not yet retired that has waited past the threshold of its own
-timeout is reported once, by the same report as jobkit's calls: ``jobkit where`` run on the step,
-its folded lines logged under ``[rank: 0] WARNING: torch gloo:barrier at train.py:31 has waited
-20 s; ...``.
+(JOBKIT_WHERE_REPORT_AFTER; src/where/watch.hpp), and tracks each rank's progress (docs/progress.md).
+For a torch step (a process group made by ``jobkit.torch.init_process_group``, or by torch itself
+under ``jobkit exec``: found at the program's first step boundary, ``watch_initialized``), a daemon
+thread watches torch's collectives where torch lets a library see them: its flight recorder, whose
+JSON dump (a few hundred bytes to a few hundred KiB, taken under the recorder's lock; the
+collectives are not touched) it reads once a second or less often, its polls spaced so that they
+take at most 0.5 % of a core (_SHARE). What it does with them:
+
+- on rank 0, the step's report by itself: the oldest collective not yet retired that has waited past
+  the threshold of its own timeout is reported once, by the same report as jobkit's calls (``jobkit
+  where`` run on the step, its folded lines logged under ``[rank: 0] WARNING: torch gloo:barrier at
+  train.py:31 has waited 20 s; ...``);
+- on every rank that tracks progress: the collective the rank waits in is handed to the tracker,
+  whose hang event then places the rank "in torch gloo:all_reduce at train.py:7 for 40 s (torch's
+  flight recorder)" rather than outside any jobkit call (the oldest begun since the rank's last
+  progress: the tracker picks it); and the waits the recorder timed (NCCL's entries where torch
+  times them, TORCH_NCCL_ENABLE_TIMING=1) come off the compute time of the steps they overlap.
+  gloo's entries have no end (they stay "scheduled" until retired), so a gloo step's compute time
+  still holds its torch waits.
 
 What torch offers (checked on the torches the suite runs): from torch 2.8 every build records gloo's
 and NCCL's collectives (``torch._C._distributed_c10d._dump_fr_trace_json``; 2.15 records by default,
@@ -31,6 +42,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from . import _jobkit
 
 _started = False
+_looked = False  # watch_initialized has found torch.distributed initialised
 
 
 class _Dump:
@@ -69,11 +81,9 @@ def _entries(dumpers: List[_Dump]) -> List[Dict[str, Any]]:
     return entries
 
 
-def _site(entry: Dict[str, Any]) -> str:
-    """The caller's file:line of a recorded collective: its first frame outside torch. From the
-    Python stack of the thread that waits in it (the entry's ``thread_id``), else from the
-    recorder's dump with stacks, taken only when reporting: torch 2.15 takes seconds for it, and a
-    report must come while the collective still waits."""
+def _thread_site(entry: Dict[str, Any]) -> Optional[str]:
+    """The caller's file:line of a recorded collective in progress, from the Python stack of the
+    thread that waits in it (the entry's ``thread_id``): its first frame outside torch."""
     try:
         frame = sys._current_frames().get(int(entry.get("thread_id") or 0))
         while frame is not None:
@@ -82,6 +92,16 @@ def _site(entry: Dict[str, Any]) -> str:
             frame = frame.f_back
     except (TypeError, ValueError):
         pass
+    return None
+
+
+def _site(entry: Dict[str, Any]) -> str:
+    """The caller's file:line of a recorded collective: from its waiting thread's stack, else from
+    the recorder's dump with stacks, taken only when reporting: torch 2.15 takes seconds for it,
+    and a report must come while the collective still waits."""
+    site = _thread_site(entry)
+    if site is not None:
+        return site
     try:
         import torch._C._distributed_c10d as c10d
 
@@ -99,44 +119,134 @@ def _site(entry: Dict[str, Any]) -> str:
     return "an unknown site"
 
 
-def _oldest_in_progress(entries: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def _in_progress(entries: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The recorded collectives not yet retired, oldest first."""
     waiting = [e for e in entries if e.get("retired") is False and e.get("time_created_ns")]
-    return min(waiting, key=lambda e: int(e["time_created_ns"])) if waiting else None
+    return sorted(waiting, key=lambda e: int(e["time_created_ns"]))
 
 
-def _watch(dumpers: List[_Dump], rank: int) -> None:
-    reported: Set[Tuple[Any, Any]] = set()
+def _name(entry: Dict[str, Any]) -> str:
+    return f"torch {entry.get('profiling_name', 'collective')}"
+
+
+def _waits(entries: List[Dict[str, Any]], after_ns: int) -> Tuple[List[Tuple[int, int]], int]:
+    """The waits in collectives the recorder timed (NCCL's where torch times them,
+    TORCH_NCCL_ENABLE_TIMING=1: ``time_discovered_completed_ns`` with ``duration_ms`` or
+    ``time_discovered_started_ns``; gloo's entries have no end) that ended after ``after_ns``,
+    clipped to start after it and merged where they overlap, so that no wait is counted twice; and
+    the newest end."""
+    spans: List[Tuple[int, int]] = []
+    for e in entries:
+        end = int(e.get("time_discovered_completed_ns") or 0)
+        if end <= after_ns:
+            continue
+        # Its start as timed (duration_ms, time_discovered_started_ns: TORCH_NCCL_ENABLE_TIMING), never
+        # its creation: an NCCL collective is queued on the GPU's stream long before it starts.
+        duration = float(e.get("duration_ms") or 0)
+        if 0 < duration < 1e9:
+            begin = end - int(duration * 1e6)
+        else:
+            begin = int(e.get("time_discovered_started_ns") or 0)
+        if begin <= 0:  # an entry with no time of its start is no wait to count
+            continue
+        begin = max(begin, after_ns)
+        if begin < end:
+            spans.append((begin, end))
+    merged: List[Tuple[int, int]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((begin, end))
+    return merged, max([after_ns] + [end for _, end in merged])
+
+
+# The share of a core one rank's watch may take: its polls are spaced by the dump's own CPU time
+# (about 40 ms for torch 2.15's 2,000 entries on a loaded machine: one poll in 8 s), at least 1 s.
+_SHARE = 0.005
+
+
+def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: Dict[str, Any]) -> float:
+    """One look at the recorder; returns the CPU seconds its dump took."""
+    began = time.thread_time()
+    entries = _entries(dumpers)
+    spent = time.thread_time() - began
+    in_progress = _in_progress(entries)
+    if tracks:
+        keys = [(e.get("pg_id"), e.get("record_id")) for e in in_progress[:16]]
+        if keys != state["told"]:
+            state["told"] = keys
+            _jobkit.progress_torch_collectives([(_name(e), _thread_site(e) or "", int(e["time_created_ns"]))
+                                                for e in in_progress[:16]])
+        waits, state["timed_until"] = _waits(entries, state["timed_until"])
+        if waits:
+            _jobkit.progress_torch_waits(waits)
+    entry = in_progress[0] if in_progress else None
+    key = None if entry is None else (entry.get("pg_id"), entry.get("record_id"))
+    if not reports or entry is None or key in state["reported"]:
+        return spent
+    waited = (time.time_ns() - int(entry["time_created_ns"])) / 1e9
+    deadline = float(entry.get("timeout_ms") or 0) / 1000
+    # A deadline the rule of spans refuses (negative, past 1e9 s) has no report, as a missing one:
+    # where_report_after checks it (the one check).
+    try:
+        after = _jobkit.where_report_after(deadline)
+    except _jobkit.InvalidArgumentError:
+        after = 0
+    if after <= 0 or waited < after:
+        return spent
+    state["reported"].add(key)
+    _jobkit.where_report(rank, _name(entry), _site(entry), int(waited))
+    return spent
+
+
+def _watch(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool) -> None:
+    state: Dict[str, Any] = {"reported": set(), "told": [], "timed_until": time.time_ns()}
+    pause = 1.0
+    failed = False
     while True:
-        time.sleep(1)
-        entry = _oldest_in_progress(_entries(dumpers))
-        if entry is None:
-            continue
-        key = (entry.get("pg_id"), entry.get("record_id"))
-        waited = (time.time_ns() - int(entry["time_created_ns"])) / 1e9
-        deadline = float(entry.get("timeout_ms") or 0) / 1000
-        # A deadline the rule of spans refuses (negative, past 1e9 s) has no report, as a missing one:
-        # where_report_after checks it (the one check).
+        time.sleep(pause)
         try:
-            after = _jobkit.where_report_after(deadline)
-        except _jobkit.InvalidArgumentError:
-            after = 0
-        if key in reported or after <= 0 or waited < after:
-            continue
-        reported.add(key)
-        name = f"torch {entry.get('profiling_name', 'collective')}"
-        _jobkit.where_report(rank, name, _site(entry), int(waited))
+            pause = max(1.0, _poll(dumpers, rank, reports, tracks, state) / _SHARE)
+        except Exception as e:  # an entry this code does not know: the next poll tries again
+            if not failed:
+                failed = True
+                print(f"jobkit: the watch of torch's flight recorder skipped a poll: {e!r}", file=sys.stderr)
 
 
 def watch(backend: str, rank: int) -> None:
-    """Starts rank 0's watch of torch's collectives, once per process; nothing elsewhere, where the
-    step does not report by itself (the library's one rule, src/where/settings.hpp: outside a Slurm
-    step, with JOBKIT_WHERE=0 or JOBKIT_WHERE_REPORT_AFTER=0), or where torch records nothing a
-    library can read."""
+    """Starts this process's watch of torch's collectives, once: on rank 0 for the step's report
+    by itself (the library's one rule, src/where/settings.hpp: in a Slurm step, unless JOBKIT_WHERE=0
+    or JOBKIT_WHERE_REPORT_AFTER=0), and on every rank that tracks progress (docs/progress.md), whose
+    hang event then names the torch collective the rank waits in and whose compute time leaves out
+    the waits the recorder timed. Nothing where torch records nothing a library can read."""
     global _started
-    if _started or rank != 0 or not _jobkit.where_reports():
+    # Read on every rank, so that a malformed setting raises on all of them alike.
+    reports = _jobkit.where_reports() and rank == 0
+    tracks = _jobkit.progress_tracking()
+    if _started or not (reports or tracks):
         return
-    dumpers = _dumpers(str(backend))
+    try:
+        dumpers = _dumpers(str(backend))
+    except Exception:  # a torch without c10d's bindings: nothing to watch
+        return
     if not dumpers:
         return
     _started = True
-    threading.Thread(target=_watch, args=(dumpers, rank), name="jobkit-torch-where", daemon=True).start()
+    threading.Thread(target=_watch, args=(dumpers, rank, reports, tracks), name="jobkit-torch-where",
+                     daemon=True).start()
+
+
+def watch_initialized() -> None:
+    """watch() for a torch script whose process group torch initialised itself (``jobkit exec``
+    and env://): called at each of the program's step boundaries (jobkit.progress, StopGuard's
+    stop_requested) until torch.distributed is found initialised, then once. A dict lookup a step
+    where the program has not imported torch.distributed."""
+    global _looked
+    if _looked or _started:
+        return
+    dist: Any = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    _looked = True
+    watch(str(dist.get_backend()), int(dist.get_rank()))

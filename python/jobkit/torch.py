@@ -10,9 +10,10 @@ torch's scale (a C++ server, no GIL). With store="jobkit" it is a JobkitStore in
 jobkit/_store.py), whose every connection is authenticated, for a few hundred ranks. It coexists
 with `jobkit exec`: the variables that sets (RANK, MASTER_ADDR, ...) are not read. After init,
 RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK hold jobkit's identity,
-for the frameworks' own getters. Rank 0 watches torch's own collectives through torch's flight
-recorder where torch has one a library can read, and logs where every rank is once one has waited
-past JOBKIT_WHERE_REPORT_AFTER (jobkit/_torch_where.py).
+for the frameworks' own getters. Where torch has a flight recorder a library can read, jobkit
+watches torch's own collectives through it (jobkit/_torch_where.py): rank 0 logs where every rank is
+once one has waited past JOBKIT_WHERE_REPORT_AFTER, and every rank's hang event names the torch
+collective it waits in (docs/progress.md).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 #include <system_error>
+#include <thread>
 #include <tuple>
 
 #include "checkpoints/crc32c.hpp"
@@ -220,9 +221,29 @@ void prepare_memory(const detail::memory_tier& tier, const identity& id, std::st
   }
   const auto removed = detail::sweep_memory(
       tier.directory, id.job_id.empty() ? "nojob" : id.job_id, ::getuid(), std::chrono::system_clock::now(),
-      [](const std::string& job) {
-        const auto answer = detail::run_bounded({"squeue", "-h", "-j", job, "-o", "%T"}, std::chrono::seconds(5));
-        return detail::job_ended_from_squeue(answer.status, answer.out, answer.err);
+      [silent = false](const std::string& job) mutable -> std::optional<bool> {
+        // A controller busy for a moment (a loaded machine: squeue past 5 s, "Socket timed out") is
+        // asked once more a second later: a tier left behind holds the node's memory. One that did
+        // not answer twice (or no squeue) is not asked about the sweep's other directories.
+        if (silent) return std::nullopt;
+        std::optional<bool> ended;
+        detail::command_result answer;
+        for (int attempt = 0; attempt < 2 && !ended && (attempt == 0 || answer.status != 127); ++attempt) {
+          if (attempt > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+          answer = detail::run_bounded({"squeue", "-h", "-j", job, "-o", "%T"}, std::chrono::seconds(5));
+          ended = detail::job_ended_from_squeue(answer.status, answer.out, answer.err);
+        }
+        if (!ended) {
+          silent = true;
+          detail::library_log(log_level::info,
+                              "checkpoints: Slurm cannot tell whether job {} has ended (squeue -j {}: {}): the "
+                              "memory tiers of other jobs go by their recorded end (5 min past it) in this sweep",
+                              job, job,
+                              answer.status == 124
+                                  ? std::string("no answer in 5 s")
+                                  : fmt::format("exit status {}, {}", answer.status, detail::first_line(answer.err)));
+        }
+        return ended;
       });
   for (const auto& path : removed) {
     detail::library_log(log_level::info, "checkpoints: removed '{}', the memory tier of a job that has ended",

@@ -117,6 +117,7 @@ bool bound_learner::mark(mark_source source, double now, double collective_secon
     source_marks_ = 0;
     learned_.longest_step = std::max(carried_.longest_step, 0.0);
     compute_.clear();
+    open_wait_ = 0;
   }
   source_ = source;
   if (restoring_) {
@@ -129,14 +130,15 @@ bool bound_learner::mark(mark_source source, double now, double collective_secon
     const double interval = std::max(0.0, now - last_mark_ - checkpoint_in_interval_);
     if (long_step_ <= 0) {
       learned_.longest_step = std::max(learned_.longest_step, interval);
-      const double compute = std::max(0.0, interval - collective_seconds);
-      compute_.push_back(compute);
+      const double compute = std::max(0.0, interval - collective_seconds - open_wait_);
+      compute_.push_back({last_mark_, now, compute});
       const auto window = static_cast<std::size_t>(std::max(settings_.straggler_every, 1));
       while (compute_.size() > window) compute_.pop_front();
     }
   }
   ++source_marks_;
   ++steps_;
+  open_wait_ = 0;
   last_mark_ = now;
   activity_ = now;
   checkpoint_in_interval_ = 0;
@@ -214,9 +216,21 @@ void bound_learner::merge(const learned_progress& other) {
   learned_.longest_checkpoint = std::max(learned_.longest_checkpoint, other.longest_checkpoint);
 }
 
+void bound_learner::subtract_wait(double begin, double end) {
+  if (!source_ || !(end > begin)) return;
+  for (auto& step : compute_) {
+    const double overlap = std::min(end, step.end) - std::max(begin, step.begin);
+    if (overlap > 0) step.compute = std::max(0.0, step.compute - overlap);
+  }
+  if (end > last_mark_) open_wait_ += end - std::max(begin, last_mark_);
+}
+
 std::optional<double> bound_learner::median_compute() const {
   if (compute_.empty()) return std::nullopt;
-  return median_of(std::vector<double>(compute_.begin(), compute_.end()));
+  std::vector<double> values;
+  values.reserve(compute_.size());
+  for (const auto& step : compute_) values.push_back(step.compute);
+  return median_of(std::move(values));
 }
 
 std::vector<double> straggler_scores(const std::vector<std::optional<double>>& medians, double resolution) {

@@ -84,6 +84,11 @@ class bound_learner {
   const learned_progress& learned() const noexcept { return learned_; }
   /// Merges what the other ranks learned (the maximum of each).
   void merge(const learned_progress& other);
+  /// A wait in a collective the library does not run itself (torch's, as its flight recorder
+  /// times them: python/jobkit/_torch_where.py), from `begin` to `end` on the caller's clock,
+  /// reported after the fact: it is taken off the compute time of every recent step it overlaps
+  /// (the window of median_compute) and of the step in progress. The caller reports disjoint waits.
+  void subtract_wait(double begin, double end);
   /// The median compute time per step (interval minus collective waits) over the last
   /// straggler_every intervals; nullopt before any.
   std::optional<double> median_compute() const;
@@ -105,7 +110,14 @@ class bound_learner {
   bool saving_ = false;
   bool restoring_ = false;
   double checkpoint_began_ = 0;
-  std::deque<double> compute_;
+  /// A counted step of the window: its interval on the caller's clock and its compute time.
+  struct step_span {
+    double begin = 0;
+    double end = 0;
+    double compute = 0;
+  };
+  std::deque<step_span> compute_;
+  double open_wait_ = 0;  ///< subtract_wait's part in the step in progress
 };
 
 /// The straggler scores (NVRx's form): median over ranks of the per-rank medians / each rank's

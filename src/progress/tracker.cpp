@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -79,6 +80,7 @@ struct tracker {
   double reported_activity = -1;
   bool watching = false;
   std::vector<double> last_scores;
+  std::vector<torch_collective> torch;  ///< progress_torch_collectives'
 };
 
 /// The state: under `tracker_lock`, which a fork takes (atfork): a child tracks nothing.
@@ -131,7 +133,7 @@ tracker* tracker_of_process() {
           // A malformed JOBKIT_RECOVERY_ATTEMPT: no event is written (events.hpp); hangs are logged.
         }
         const auto carried = carried_from(recovery).value_or(learned_progress{});
-        tracker_ = new tracker{settings, bound_learner(settings, carried), recovery, carried, -1, false, {}};
+        tracker_ = new tracker{settings, bound_learner(settings, carried), recovery, carried, -1, false, {}, {}};
         state_ = tracking::on;
         active_.store(true);
       }
@@ -155,16 +157,36 @@ std::string where_text(const std::optional<where::record_view>& record, std::int
   return "outside any jobkit call";
 }
 
-void report_hang(const tracker& t, const progress_view& v) {
+std::int64_t system_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void report_hang(const tracker& t, const progress_view& v, const std::vector<torch_collective>& in_torch_calls) {
   const auto [rank, host] = who();
   const auto record = where::read_own_record();
-  const auto now_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const auto place = where_text(record, now_ns);
-  const bool in_call = record && record->in_call;
+  const auto now_ns = system_ns();
+  const bool in_jobkit = record && record->in_call;
+  // torch's collectives as last read (up to a poll late): one that began before the last progress
+  // is not what the rank waits in now.
+  const double since_activity = steady_seconds() - v.activity;
+  const torch_collective* torch = nullptr;
+  for (const auto& c : in_torch_calls) {
+    if (!in_jobkit && static_cast<double>(now_ns - c.since_ns) / 1e9 <= since_activity + 0.1) {
+      torch = &c;
+      break;
+    }
+  }
+  const bool in_torch = torch != nullptr;
+  const auto place = in_torch ? fmt::format("in {} at {} for {:.0f} s (torch's flight recorder)", torch->call,
+                                            torch->site.empty() ? "an unknown site" : torch->site,
+                                            static_cast<double>(now_ns - torch->since_ns) / 1e9)
+                              : where_text(record, now_ns);
+  const bool in_call = in_jobkit || in_torch;
   std::string fields = fmt::format(R"("idle_seconds":{:.1f},"bound_seconds":{:.1f},"phase":{},"steps":{},"in_call":{})",
                                    v.idle, v.bound, json_string(to_string(v.phase)), v.steps, in_call);
-  if (in_call) fields += fmt::format(R"(,"call":{},"site":{})", json_string(record->call), json_string(record->site));
+  if (in_jobkit) fields += fmt::format(R"(,"call":{},"site":{})", json_string(record->call), json_string(record->site));
+  if (in_torch) fields += fmt::format(R"(,"call":{},"site":{})", json_string(torch->call), json_string(torch->site));
   fields += fmt::format(R"(,"where":{})", json_string(place));
   const bool recorded = t.recovery && record_event("hang", rank, host, fields);
   library_log(log_level::warning,
@@ -224,6 +246,7 @@ void watch_loop(tracker* t) noexcept {
     }
     try {
       std::optional<progress_view> hang;
+      std::vector<torch_collective> torch;
       std::optional<std::string> bound_file;
       {
         const tracker_held h;
@@ -232,6 +255,7 @@ void watch_loop(tracker* t) noexcept {
         if (v.hung() && v.activity != t->reported_activity) {
           t->reported_activity = v.activity;
           hang = v;
+          torch = t->torch;
         }
         const auto& learned = t->learner.learned();
         if (t->recovery && changed_materially(t->written, learned)) {
@@ -240,7 +264,7 @@ void watch_loop(tracker* t) noexcept {
               bound_file_text(learned, t->learner.step_bound(), t->learner.checkpoint_bound(), t->learner.steps());
         }
       }
-      if (hang) report_hang(*t, *hang);
+      if (hang) report_hang(*t, *hang, torch);
       if (bound_file && who().first == 0) write_bound_file(*t->recovery, *bound_file);
     } catch (...) {
       // Out of memory for a line: the next second tries again.
@@ -334,6 +358,38 @@ collective_wait::collective_wait() noexcept {
 
 collective_wait::~collective_wait() {
   if (began_ns_ >= 0) collective_ns_.fetch_add(steady_ns() - began_ns_, std::memory_order_relaxed);
+}
+
+void progress_torch_collectives(const std::vector<torch_collective>& in_progress) noexcept {
+  if (!active_.load(std::memory_order_relaxed)) return;
+  try {
+    std::vector<torch_collective> kept(
+        in_progress.begin(),
+        in_progress.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(in_progress.size(), 16)));
+    const tracker_held h;
+    if (state_ == tracking::on) tracker_->torch = std::move(kept);
+  } catch (...) {  // out of memory for the strings: the place stays unknown
+  }
+}
+
+void progress_torch_waits(const std::vector<std::pair<std::int64_t, std::int64_t>>& waits) noexcept {
+  // The system clock's waits on the learner's (steady) clock, by their offset now.
+  const double offset = steady_seconds() - static_cast<double>(system_ns()) / 1e9;
+  change_tracker([&](tracker& t) {
+    for (const auto& [begin, end] : waits) {
+      t.learner.subtract_wait(static_cast<double>(begin) / 1e9 + offset, static_cast<double>(end) / 1e9 + offset);
+    }
+  });
+}
+
+bool progress_tracking() noexcept {
+  if (off_.load(std::memory_order_relaxed)) return false;
+  try {
+    const tracker_held h;
+    return tracker_of_process() != nullptr;
+  } catch (...) {
+    return false;
+  }
 }
 
 bool progress_exchange_due(long agreement) noexcept {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "progress/learner.hpp"
@@ -43,6 +44,26 @@ class collective_wait {
  private:
   std::int64_t began_ns_ = -1;
 };
+
+/// A torch collective in progress, as torch's flight recorder tells it (python/jobkit/_torch_where.py
+/// reads it on every rank that tracks progress): its name ("torch gloo:all_reduce"), its caller's
+/// file:line ("" unknown) and when it began (system clock, ns).
+struct torch_collective {
+  std::string call;
+  std::string site;
+  std::int64_t since_ns = 0;
+};
+/// The torch collectives this rank has in progress now (oldest first; the first 16 kept; none: an
+/// empty list). A hang event where the rank is in no jobkit call names the oldest of them that
+/// began after the rank's last progress (older ones are pending since before it: an irecv, another
+/// group's work). Never throws.
+void progress_torch_collectives(const std::vector<torch_collective>& in_progress) noexcept;
+/// Waits in torch's collectives that ended, [begin, end] on the system clock (ns), disjoint: taken
+/// off the compute times of the steps they overlap (bound_learner::subtract_wait). Never throws.
+void progress_torch_waits(const std::vector<std::pair<std::int64_t, std::int64_t>>& waits) noexcept;
+/// Whether this process tracks progress (the settings read, as a first mark reads them); false
+/// where they are refused (the marks say why).
+bool progress_tracking() noexcept;
 
 /// What a rank tells the others at a straggler exchange: its median compute seconds per step (-1:
 /// none yet), its longest step interval and checkpoint phase, its host.

@@ -167,8 +167,14 @@ case $mode in
     done
     scancel --full -s KILL "$killed" || fail "scancel --full -s KILL $killed failed"  # every process of it, at once
     deadline=$((SECONDS + 60))
-    while state=$(squeue -h -j "$killed" -o %T 2>/dev/null) &&
-      [[ $state == @(PENDING|CONFIGURING|RUNNING|COMPLETING|SUSPENDED) ]]; do
+    # Until squeue names a final state or no longer knows the job (a failed squeue is asked again).
+    while :; do
+      if state=$(squeue -h -j "$killed" -o %T 2>"$work/squeue.err"); then
+        [[ $state == @(PENDING|CONFIGURING|RUNNING|COMPLETING|SUSPENDED) ]] || break
+      elif grep -q "Invalid job id" "$work/squeue.err"; then
+        state=
+        break
+      fi
       ((SECONDS < deadline)) || fail "job $killed still $state 60 s after scancel -s KILL"
       sleep 0.5
     done

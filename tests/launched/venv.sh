@@ -146,6 +146,48 @@ grep -qE "^  \[rank: 0-2\] not in jobkit: .*train_step torch_hang.py:$(line_of B
   fail "the report does not show the ranks in torch's barrier"
 echo "--- torch's barrier reported by the step itself: ok"
 
+# Progress tracking in a torch step (docs/progress.md): 20 steps of torch's all_reduce and
+# jobkit.progress(), then rank 3 stops itself (SIGSTOP). Every other rank waits in torch's
+# all_reduce past its learned bound (a floor of 2 s), and its `hang` event names that collective and
+# its line, read from torch's flight recorder by the rank's own watch; then the step is ended. Once
+# initialised by jobkit.torch, once by torch's env:// under `jobkit exec`.
+cp "$here/torch_progress.py" "$work/check/" || fail "cannot copy torch_progress.py"
+# torch_progress INIT LAUNCH...: the step, and its hang events checked.
+torch_progress() {
+  local init=$1 recovery=$work/recovery-$1
+  shift
+  mkdir -p "$recovery" || fail "cannot make $recovery"
+  "${clean[@]}" JOBKIT_RECOVERY_DIR="$recovery" JOBKIT_RECOVERY_ATTEMPT=0 JOBKIT_PROGRESS_FLOOR=2 \
+    JOBKIT_PROGRESS_FACTOR=3 JOBKIT_PROGRESS_FIRST_STEP=5 timeout 120 srun --mpi=pmix --chdir="$work/check" \
+    --job-name=jobkit-venv-progress -N3 -n4 "$@" "$py" torch_progress.py "$init" 20 3 >"$work/torch-progress-$init.out" 2>&1 &
+  local srun_pid=$!
+  for _ in $(seq 600); do
+    (($(cat "$recovery/events.jsonl" 2>/dev/null | grep -c '"event":"hang"') >= 3)) && break
+    kill -0 "$srun_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  # The events as they stand, before scancel: its SIGCONT wakes rank 3, whose watch would record a
+  # hang of its own.
+  cp "$recovery/events.jsonl" "$recovery/checked.jsonl" 2>/dev/null
+  scancel --name=jobkit-venv-progress 2>/dev/null
+  wait "$srun_pid" 2>/dev/null
+  cat "$work/torch-progress-$init.out" "$recovery/checked.jsonl" 2>/dev/null | tail -20
+  "$py" - "$recovery/checked.jsonl" "torch_progress.py:$(grep -n '# ALL_REDUCE_LINE$' "$here/torch_progress.py" | cut -d: -f1)" <<'PY' ||
+import json, re, sys
+hangs = [e for e in map(json.loads, filter(str.strip, open(sys.argv[1]))) if e["event"] == "hang"]
+ranks = sorted(e["rank"] for e in hangs)
+assert ranks == [0, 1, 2], f"hang events from ranks {ranks}, not 0, 1 and 2"
+for e in hangs:
+    assert e["in_call"] and re.fullmatch(r"torch gloo:all_?reduce", e["call"]), f"rank {e['rank']}: {e}"
+    assert e["site"] == sys.argv[2], f"rank {e['rank']}: site {e['site']}, not {sys.argv[2]}"
+    assert "(torch's flight recorder)" in e["where"], f"rank {e['rank']}: {e['where']}"
+PY
+    fail "$init: the hang events do not name torch's all_reduce at its line"
+  echo "--- a torch step's hang named in torch's all_reduce ($init): ok"
+}
+torch_progress jobkit
+torch_progress env "$cli" exec --timeout 120 --
+
 # The DDP template from this venv alone (the wheel's module and command, PyPI's torch): its GPU line
 # removed, 3 nodes x 2 tasks, signalled once step 10 is committed: it stops, requeues itself from
 # inside the step, resumes and finishes.

@@ -35,10 +35,11 @@ case $mode in
   steps)
     # Two steps of one job at the same time, with the same ranks on the same nodes.
     run_step timeout 120 salloc -N3 -n6 bash -c "
+      rm -f '$root'.half-*
       srun --overlap --mpi=pmix -N3 -n6 '$binary' steps '$root' 40 >'$root.a' 2>&1 & a=\$!
       srun --overlap --mpi=pmix -N3 -n6 '$binary' steps '$root' 40 >'$root.b' 2>&1 & b=\$!
       wait \$a; sa=\$?; wait \$b; sb=\$?
-      cat '$root.a' '$root.b'; rm -f '$root.a' '$root.b'
+      cat '$root.a' '$root.b'; rm -f '$root.a' '$root.b' '$root'.half-*
       echo \"statuses \$sa \$sb\"; exit \$((sa + sb))" ;;
   kill) run_step "${step[@]}" -N1 -n4 -w c2 "$binary" kill ;;
   blocked) run_step "${step[@]}" -N1 -n3 -w c3 "$binary" blocked ;;

@@ -7,7 +7,8 @@
 //   race ROOT N         the last rank overwrites its state N times while rank 0 reads it: every
 //                       read must be a complete state
 //   steps ROOT ROUNDS   rounds of workspace exchanges and node gathers; two steps of one job run
-//                       this at the same time and must each see only their own step's data
+//                       this at the same time and must each see only their own step's data (each
+//                       goes on past ROUNDS until the other is halfway: ROOT.half-STEP)
 //   kill                the last rank (on the first rank's node) dies by SIGKILL while it writes
 //                       its shared memory segment
 //   blocked             the last rank's segment name is taken by a directory: the gather fails
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -154,8 +156,24 @@ int steps(const fs::path& root, int rounds) {
   jobkit::workspace ws(root);
   const auto epoch_ms = [] { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); };
   const auto start = epoch_ms();
+  // The two steps start seconds apart on a loaded machine (srun's start): each goes on past ROUNDS
+  // until the other has done half of its own (a marker of its rank 0 next to ROOT) or 60 s have
+  // passed, so that they run at the same time for at least half of the later one's rounds.
+  const auto prefix = root.filename().string() + ".half-";
+  const auto other_halfway = [&] {
+    for (const auto& entry : fs::directory_iterator(root.parent_path())) {
+      const auto name = entry.path().filename().string();
+      if (name.starts_with(prefix) && name != prefix + id.step_id) return true;
+    }
+    return false;
+  };
   long foreign = 0, checked = 0;
-  for (int round = 0; round < rounds; ++round) {
+  for (int round = 0;; ++round) {
+    if (round == rounds / 2 && id.rank == 0) std::ofstream(root.parent_path() / (prefix + id.step_id)).put('1');
+    if (round >= rounds) {
+      const int more = jobkit::broadcast(id.rank == 0 && !other_halfway() && epoch_ms() - start < 60'000 ? 1 : 0);
+      if (more == 0) break;
+    }
     const auto label = job_step() + " round " + std::to_string(round);
     const auto mine = expected_state(id.rank, label, size_of(id.rank));
     ws.write(mine.config, mine.payload);

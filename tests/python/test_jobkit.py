@@ -551,6 +551,40 @@ def test_the_report_of_torch_collectives_keeps_the_rule_of_spans():
             after(seconds)
 
 
+def test_the_waits_torch_timed_are_clipped_merged_and_counted_once():
+    """_torch_where._waits (the waits that come off a rank's compute time, docs/progress.md) takes
+    the entries the recorder timed (an end, NCCL's time_discovered_completed_ns, and a start:
+    duration_ms before the end, else time_discovered_started_ns; never the creation, which is when
+    NCCL queued it), clips each to after the last poll, merges overlaps, and leaves out gloo's
+    entries (no end), untimed ones and those ended before the last poll."""
+    from jobkit import _torch_where as tw
+
+    ms = 1_000_000
+    entries = [
+        {"time_created_ns": 100 * ms, "time_discovered_completed_ns": 150 * ms, "duration_ms": 30.0},  # 120-150
+        {"time_created_ns": 140 * ms, "time_discovered_started_ns": 145 * ms,
+         "time_discovered_completed_ns": 170 * ms},  # 145-170: overlaps the first
+        {"time_created_ns": 190 * ms, "time_discovered_started_ns": 200 * ms,
+         "time_discovered_completed_ns": 210 * ms, "duration_ms": float("nan")},  # 200-210
+        {"time_created_ns": 20 * ms, "time_discovered_started_ns": 30 * ms,
+         "time_discovered_completed_ns": 90 * ms},  # ended before the last poll
+        {"time_created_ns": 95 * ms, "time_discovered_completed_ns": 115 * ms, "duration_ms": 5},  # clipped
+        {"time_created_ns": 220 * ms, "time_discovered_completed_ns": 260 * ms},  # not timed: only queued
+        {"time_created_ns": 300 * ms, "time_discovered_completed_ns": 0, "retired": False},  # gloo's
+    ]
+    waits, newest = tw._waits(entries, 110 * ms)
+    assert waits == [(110 * ms, 115 * ms), (120 * ms, 170 * ms), (200 * ms, 210 * ms)]
+    assert newest == 210 * ms
+    # The next poll counts nothing twice.
+    assert tw._waits(entries, newest) == ([], newest)
+    # The collectives in progress, oldest first: the tracker names the oldest begun since the last progress.
+    pending = tw._in_progress(entries + [{"time_created_ns": 250 * ms, "retired": False,
+                                          "profiling_name": "gloo:all_reduce"}])
+    assert [e["time_created_ns"] for e in pending] == [250 * ms, 300 * ms]
+    assert tw._name(pending[0]) == "torch gloo:all_reduce"
+    assert tw._in_progress([{"time_created_ns": 5, "retired": True}]) == []
+
+
 def test_one_timeout_rule_for_a_jobkit_store():
     """A JobkitStore's timeout keeps the rule of every timeout= (more than 0 seconds, finite, at
     most 1e9): when made, at wait(keys, timeout), and for the timeout torch's set_timeout() sets;

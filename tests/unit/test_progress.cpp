@@ -273,6 +273,27 @@ TEST_CASE("straggler scores: the median of the ranks' medians over each rank's m
   CHECK(near(mixed[2], 0.5));
 }
 
+TEST_CASE("waits the library does not run itself (torch's) come off the compute of the steps they overlap") {
+  bound_learner l(quick());
+  l.subtract_wait(0, 1);  // before the first mark: nothing to take it from
+  l.mark(mark_source::stop_agreement, 10, 0);
+  l.mark(mark_source::stop_agreement, 11, 0);  // [10, 11]: 1 s of compute
+  l.mark(mark_source::stop_agreement, 12, 0);  // [11, 12]
+  // Reported a poll late: a wait over the boundary at 11 (0.2 s in each step) and one of 0.5 s
+  // in the step in progress, [12, now].
+  l.subtract_wait(10.8, 11.2);
+  l.subtract_wait(12.1, 12.6);
+  l.subtract_wait(12.6, 12.6);                   // empty: nothing
+  l.mark(mark_source::stop_agreement, 13, 0.1);  // [12, 13]: 1 - 0.1 (jobkit's) - 0.5 (torch's)
+  l.mark(mark_source::stop_agreement, 14, 0);    // [13, 14]: 1
+  REQUIRE(l.median_compute());
+  // 0.8, 0.8, 0.4, 1.0: the median of four is the mean of the middle two.
+  CHECK(near(*l.median_compute(), 0.8));
+  // A wait longer than a step takes it to 0, never below; the window only.
+  l.subtract_wait(12.5, 14);
+  CHECK(near(*l.median_compute(), 0.4));  // 0.8, 0.8, 0.0, 0.0 -> (0 + 0.8) / 2
+}
+
 TEST_CASE("the process's tracker: one hang event per hang, naming the place; a carried bound read") {
   namespace fs = std::filesystem;
   const auto dir = fs::temp_directory_path() / ("jobkit-progress-test-" + std::to_string(::getpid()));
@@ -336,6 +357,37 @@ TEST_CASE("the process's tracker: one hang event per hang, naming the place; a c
   CHECK(learned->longest_step > 0.015);
   CHECK(learned->longest_step < 1);
   CHECK(progress_last_scores().empty());
+
+  // torch's collectives, as jobkit.torch's watch hands them over: the hang names the oldest that
+  // began after the last progress (one pending from before it, a poll late, is not the rank's place).
+  const auto system_now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const auto stale_ns = system_now_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  jobkit::long_step(std::chrono::milliseconds(1));  // the hung interval ending now is not learned
+  jobkit::progress();
+  progress_torch_collectives({{"torch gloo:all_reduce", "train.py:7", stale_ns}});
+  for (int i = 0; i < 50 && count(text, "\"event\":\"hang\"") < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    text = events();
+  }
+  REQUIRE(count(text, "\"event\":\"hang\"") == 3);
+  CHECK(count(text, "\"where\":\"outside any jobkit call\"") == 3);
+  jobkit::long_step(std::chrono::milliseconds(1));
+  jobkit::progress();
+  progress_torch_collectives(
+      {{"torch gloo:recv", "pipeline.py:3", stale_ns}, {"torch gloo:all_reduce", "train.py:7", system_now_ns()}});
+  for (int i = 0; i < 50 && count(text, "\"event\":\"hang\"") < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    text = events();
+  }
+  REQUIRE(count(text, "\"event\":\"hang\"") == 4);
+  CHECK(text.find(R"("in_call":true,"call":"torch gloo:all_reduce","site":"train.py:7","where":"in torch )"
+                  R"(gloo:all_reduce at train.py:7 for )") != std::string::npos);
+  CHECK(text.find(R"x( s (torch's flight recorder)")x") != std::string::npos);
+  progress_torch_collectives({});
 
   // An exchange's shares: every rank keeps its own score in its `jobkit where` record (made at
   // its first recorded call, in a Slurm step); rank 0 also keeps all and records the event.
