@@ -46,10 +46,12 @@ _looked = False  # watch_initialized has found torch.distributed initialised
 
 
 class _Dump:
-    """One of the recorder's JSON dumps, with the arguments this torch takes."""
+    """One of the recorder's JSON dumps, with the arguments this torch takes. A fallback is read
+    only where no other dump of the list answered (the same entries again otherwise)."""
 
-    def __init__(self, function: Any, **arguments: Any) -> None:
+    def __init__(self, function: Any, fallback: bool = False, **arguments: Any) -> None:
         self.function = function
+        self.fallback = fallback
         self.arguments = arguments
 
     def __call__(self) -> bytes:
@@ -57,25 +59,31 @@ class _Dump:
 
 
 def _dumpers(backend: str) -> List[_Dump]:
-    """The recorder's JSON dumps this torch has, for the backends named in ``backend``."""
+    """The recorder's JSON dumps this torch has, for the backends named in ``backend``: one per
+    backend where its dump takes ``backend=`` (torch 2.15), else the one without it (its default
+    recorder) and, with NCCL, 2.5-2.7's NCCL dump."""
     import torch._C._distributed_c10d as c10d
 
     found: List[_Dump] = []
     fr_json: Any = getattr(c10d, "_dump_fr_trace_json", None)
     if fr_json is not None:
         found += [_Dump(fr_json, backend=name) for name in ("gloo", "nccl") if name in backend]
-        found.append(_Dump(fr_json))
+        found.append(_Dump(fr_json, fallback=True))
     nccl_json: Any = getattr(c10d, "_dump_nccl_trace_json", None)
     if nccl_json is not None and "nccl" in backend:
-        found.append(_Dump(nccl_json))
+        found.append(_Dump(nccl_json, fallback=True))
     return found
 
 
 def _entries(dumpers: List[_Dump]) -> List[Dict[str, Any]]:
     entries: List[Dict[str, Any]] = []
+    answered = False
     for dump in dumpers:
+        if dump.fallback and answered:
+            continue
         try:
             entries.extend(json.loads(dump()).get("entries", []))
+            answered = True
         except Exception:  # an argument this torch does not take, a recorder that is off
             continue
     return entries
@@ -161,16 +169,15 @@ def _waits(entries: List[Dict[str, Any]], after_ns: int) -> Tuple[List[Tuple[int
     return merged, max([after_ns] + [end for _, end in merged])
 
 
-# The share of a core one rank's watch may take: its polls are spaced by the dump's own CPU time
-# (about 40 ms for torch 2.15's 2,000 entries on a loaded machine: one poll in 8 s), at least 1 s.
+# The share of a core one rank's watch may take: its polls are spaced by a poll's own CPU time
+# (about 30 ms for torch 2.15's 2,000 entries: one poll in 6 s; bench/torch_recorder_watch.py), at
+# least 1 s.
 _SHARE = 0.005
 
 
-def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: Dict[str, Any]) -> float:
-    """One look at the recorder; returns the CPU seconds its dump took."""
-    began = time.thread_time()
+def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: Dict[str, Any]) -> None:
+    """One look at the recorder."""
     entries = _entries(dumpers)
-    spent = time.thread_time() - began
     in_progress = _in_progress(entries)
     if tracks:
         keys = [(e.get("pg_id"), e.get("record_id")) for e in in_progress[:16]]
@@ -184,7 +191,7 @@ def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: D
     entry = in_progress[0] if in_progress else None
     key = None if entry is None else (entry.get("pg_id"), entry.get("record_id"))
     if not reports or entry is None or key in state["reported"]:
-        return spent
+        return
     waited = (time.time_ns() - int(entry["time_created_ns"])) / 1e9
     deadline = float(entry.get("timeout_ms") or 0) / 1000
     # A deadline the rule of spans refuses (negative, past 1e9 s) has no report, as a missing one:
@@ -194,10 +201,9 @@ def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: D
     except _jobkit.InvalidArgumentError:
         after = 0
     if after <= 0 or waited < after:
-        return spent
+        return
     state["reported"].add(key)
     _jobkit.where_report(rank, _name(entry), _site(entry), int(waited))
-    return spent
 
 
 def _watch(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool) -> None:
@@ -206,8 +212,10 @@ def _watch(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool) -> None
     failed = False
     while True:
         time.sleep(pause)
+        began = time.thread_time()
         try:
-            pause = max(1.0, _poll(dumpers, rank, reports, tracks, state) / _SHARE)
+            _poll(dumpers, rank, reports, tracks, state)
+            pause = max(1.0, (time.thread_time() - began) / _SHARE)
         except Exception as e:  # an entry this code does not know: the next poll tries again
             if not failed:
                 failed = True

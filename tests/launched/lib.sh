@@ -39,6 +39,16 @@ need_cluster() {
   # to 150 s for the queue to empty.
   deadline=$((SECONDS + 150))
   while [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
+  # A node an earlier test's fault left drained (Slurm's "Kill task failed": a slurmstepd that did
+  # not see a rank end within UnkillableStepTimeout) would fail every later test that needs it: no
+  # test drains one on purpose, so it is resumed, saying which and why.
+  local drained
+  drained=$(timeout 10 sinfo -h -N -t drain -o '%N: %E' 2>/dev/null | sort -u)
+  if [[ -n $drained ]]; then
+    echo "NOTE: node(s) drained by an earlier test, resumed: $(paste -sd ';' <<<"$drained")"
+    timeout 10 scontrol update nodename="$(cut -d: -f1 <<<"$drained" | paste -sd, -)" state=resume ||
+      echo "NOTE: scontrol could not resume them"
+  fi
   # netns: every node is a host of its own on a network; loopback: all on 127.0.0.1.
   echo "network: $("$repo/slurm/dev-cluster.sh" net-mode 2>/dev/null || echo unknown)"
 }

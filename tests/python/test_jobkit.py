@@ -5,6 +5,7 @@ import dataclasses
 import datetime
 import inspect
 import io
+import json
 import logging
 import os
 import re
@@ -583,6 +584,29 @@ def test_the_waits_torch_timed_are_clipped_merged_and_counted_once():
     assert [e["time_created_ns"] for e in pending] == [250 * ms, 300 * ms]
     assert tw._name(pending[0]) == "torch gloo:all_reduce"
     assert tw._in_progress([{"time_created_ns": 5, "retired": True}]) == []
+
+
+def test_the_recorder_is_read_once_per_poll():
+    """_torch_where._entries reads each backend's dump, and a fallback dump (the one without
+    backend=, which gives the same entries again in torch 2.15) only where none of them answered."""
+    from jobkit import _torch_where as tw
+
+    calls = []
+
+    def dump(name, entries=None):
+        def function(**arguments):
+            calls.append(name)
+            if entries is None:
+                raise TypeError("an argument this torch does not take")
+            return json.dumps({"entries": entries}).encode()
+        return function
+
+    gloo = [{"record_id": 1}]
+    answered = [tw._Dump(dump("gloo", gloo), backend="gloo"), tw._Dump(dump("default", gloo), fallback=True)]
+    assert tw._entries(answered) == gloo and calls == ["gloo"]
+    calls.clear()
+    refused = [tw._Dump(dump("gloo"), backend="gloo"), tw._Dump(dump("default", gloo), fallback=True)]
+    assert tw._entries(refused) == gloo and calls == ["gloo", "default"]
 
 
 def test_one_timeout_rule_for_a_jobkit_store():
