@@ -31,6 +31,7 @@ retired: ``retired`` is what tells a collective in progress.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
@@ -206,12 +207,11 @@ def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: D
     _jobkit.where_report(rank, _name(entry), _site(entry), int(waited))
 
 
-def _watch(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool) -> None:
+def _watch(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, stop: threading.Event) -> None:
     state: Dict[str, Any] = {"reported": set(), "told": [], "timed_until": time.time_ns()}
     pause = 1.0
     failed = False
-    while True:
-        time.sleep(pause)
+    while not stop.wait(pause):
         began = time.thread_time()
         try:
             _poll(dumpers, rank, reports, tracks, state)
@@ -241,8 +241,24 @@ def watch(backend: str, rank: int) -> None:
     if not dumpers:
         return
     _started = True
-    threading.Thread(target=_watch, args=(dumpers, rank, reports, tracks), name="jobkit-torch-where",
-                     daemon=True).start()
+    _start(dumpers, rank, reports, tracks)
+
+
+def _start(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool) -> threading.Thread:
+    """The watch's thread, ended at the interpreter's exit (atexit, before its finalisation): a
+    daemon thread still running then is ended where it next takes the GIL, which from inside
+    torch's or jobkit's C++ (a dump, a report) ends the process (std::terminate)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=_watch, args=(dumpers, rank, reports, tracks, stop),
+                              name="jobkit-torch-where", daemon=True)
+
+    def end() -> None:
+        stop.set()
+        thread.join(timeout=10)
+
+    atexit.register(end)
+    thread.start()
+    return thread
 
 
 def watch_initialized() -> None:

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -607,6 +608,30 @@ def test_the_recorder_is_read_once_per_poll():
     calls.clear()
     refused = [tw._Dump(dump("gloo"), backend="gloo"), tw._Dump(dump("default", gloo), fallback=True)]
     assert tw._entries(refused) == gloo and calls == ["gloo", "default"]
+
+
+def test_the_recorder_watch_ends_before_the_interpreter_does(tmp_path):
+    """The watch's thread is joined at exit (atexit), not left running into the interpreter's
+    finalisation, where a daemon thread that takes the GIL from inside C++ ends the process with
+    std::terminate: the exit's handlers end it, promptly."""
+    script = tmp_path / "watched.py"
+    script.write_text(
+        "import json, time\n"
+        "from jobkit import _torch_where as tw\n"
+        "polls = []\n"
+        "def dump(**arguments):\n"
+        "    polls.append(1)\n"
+        "    return json.dumps({'entries': []}).encode()\n"
+        "thread = tw._start([tw._Dump(dump)], 0, False, False)\n"
+        "while not polls: time.sleep(0.05)\n"
+        "import atexit\n"
+        "atexit._run_exitfuncs()  # what the interpreter's exit runs first\n"
+        "print('ended' if not thread.is_alive() else 'still running', flush=True)\n")
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0 and done.stdout == "ended\n", done
+    assert time.monotonic() - began < 30  # the watch's 1 s pause ended at once, not waited out
 
 
 def test_one_timeout_rule_for_a_jobkit_store():
