@@ -38,7 +38,7 @@ import pickle
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _jobkit
 
@@ -181,11 +181,12 @@ def _poll(dumpers: List[_Dump], rank: int, reports: bool, tracks: bool, state: D
     entries = _entries(dumpers)
     in_progress = _in_progress(entries)
     if tracks:
-        keys = [(e.get("pg_id"), e.get("record_id")) for e in in_progress[:16]]
+        told = in_progress[:16]  # what the tracker keeps (progress_torch_collectives)
+        keys = [(e.get("pg_id"), e.get("record_id")) for e in told]
         if keys != state["told"]:
             state["told"] = keys
             _jobkit.progress_torch_collectives([(_name(e), _thread_site(e) or "", int(e["time_created_ns"]))
-                                                for e in in_progress[:16]])
+                                                for e in told])
         waits, state["timed_until"] = _waits(entries, state["timed_until"])
         if waits:
             _jobkit.progress_torch_waits(waits)
