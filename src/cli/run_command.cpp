@@ -80,6 +80,9 @@ constexpr std::string_view run_usage =
     "requeued; 93 when restarts made no progress; else the last step's status\n";
 
 constexpr int no_progress_status = 93;
+// How long a hung step goes on after its first hang event: a watcher looks once a second, so the
+// reports of the other ranks of the same hang come within it.
+constexpr auto hang_gathering = std::chrono::seconds(2);
 
 struct run_args {
   fs::path checkpoints;
@@ -541,7 +544,9 @@ class supervisor {
     command_run run{child, forwarding_, std::nullopt, false};
 
     std::optional<clock::time_point> lost_seen;
-    std::optional<clock::time_point> ended_at;  // when this command ended the step
+    std::optional<clock::time_point> ended_at;   // when this command ended the step
+    std::optional<clock::time_point> hang_seen;  // when the step's first hang event was read
+    bool hang_reported = false;                  // `jobkit where`'s report of it made
     bool srun_killed = false;
     const auto evidence_size = [&] {
       return result.evidence.lost.size() + result.evidence.dead.size() + result.evidence.failed_tasks.size();
@@ -591,6 +596,7 @@ class supervisor {
           }
           if (result.hang.empty()) {
             result.hang = e.line;
+            hang_seen = clock::now();
             if (result.failed == 0) result.failed = unix_now();
           }
         }
@@ -608,9 +614,16 @@ class supervisor {
         return;
       }
       if (!result.hang.empty()) {
-        report_hang(result, attempt);
-        end_this_step(result, child);
-        ended_at = clock::now();
+        if (!hang_reported) report_hang(result, attempt);
+        hang_reported = true;
+        // The step is ended hang_gathering after its first hang event, not at once: the other
+        // ranks' reports of the same hang (each watcher looks once a second) are read meanwhile,
+        // and where the ranks that hang in their own code are (one node, or several: the
+        // program's) decides the blame.
+        if (clock::now() - *hang_seen >= hang_gathering) {
+          end_this_step(result, child);
+          ended_at = clock::now();
+        }
       } else if (lost_seen && clock::now() - *lost_seen > std::chrono::seconds(1)) {
         // The survivors have said it; srun would wait for the lost node's tasks until Slurm
         // declares the node down.

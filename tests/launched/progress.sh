@@ -9,11 +9,16 @@
 #           meanwhile `jobkit where` shows every rank's straggler score by node, rank 4 (c3)
 #           marked as the straggler, the others within 10 % of 1
 #   all     every rank stuck in its own code: every rank reports, outside any jobkit call
+#   restart one batch job under `jobkit run` (progress_step.py restart): its first step hangs with
+#           rank 2 stuck in a Python function, its second with every rank stuck in its own code;
+#           each hang is found, `jobkit where`'s report saved (the rank, its node, its Python
+#           place), the step ended and restarted inside the allocation from the newest
+#           checkpoint, no node blamed; the third step finishes with the exact result
 #   bad     JOBKIT_PROGRESS_FACTOR=fast: the step fails naming the variable and its value
 # usage: progress.sh MODE JOBKIT PYTHON PYTHONPATH WORK_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-declare_modes faults all bad
+declare_modes faults all restart bad
 mode=$1
 jobkit=$(realpath "$2")
 python=$3
@@ -44,6 +49,64 @@ if [[ $mode == bad ]]; then
   ((status == 3)) || fail "the step's exit status is $status, not 3 (refused)"
   (($(count "JOBKIT_PROGRESS_FACTOR='fast': must be a number from 1 to 1000") == 1)) ||
     fail "the malformed factor was not named"
+  echo "PASS"
+  exit 0
+fi
+
+if [[ $mode == restart ]]; then
+  # jobkit run sets the recovery directory and attempt of each step (beside the checkpoints).
+  unset JOBKIT_RECOVERY_DIR JOBKIT_RECOVERY_ATTEMPT
+  export JOBKIT_PROGRESS_FIRST_STEP=2 JOBKIT_CLI=$jobkit
+  trap 'rm -rf "$recovery"; scancel --name=jobkit-progress-restart 2>/dev/null' EXIT
+  job=$(sbatch --parsable --job-name=jobkit-progress-restart --chdir="$work" --output="$work/job.out" -N3 \
+    --ntasks-per-node=2 --time=5 --no-kill --wrap "'$jobkit' run --checkpoints '$work/ck' --max-restarts 4 -- \
+      srun --mpi=pmix '$python' '$here/progress_step.py' restart '$work/ck' '$work/result'") || fail "sbatch failed"
+  state=
+  for _ in $(seq 240); do
+    state=$(scontrol show job -o "$job" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
+    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+    sleep 0.5
+  done
+  out=$(unfold <"$work/job.out")
+  echo "$out"
+  [[ $state == COMPLETED ]] || fail "the job's state is '$state', not COMPLETED"
+  run_dir=$work/ck/.jobkit-run-$job
+  expected=$((21 * 210)) # the sum over 20 steps of every rank's (rank + 1) x step
+  [[ $(cat "$work/result" 2>/dev/null) == "$expected" ]] ||
+    fail "result '$(cat "$work/result" 2>/dev/null)', expected $expected (an uninterrupted run)"
+  grep -q 'jobkit run: job [0-9]* step attempt 0: rank [0-9]* on c[123] made no progress past its bound' <<<"$out" ||
+    fail "jobkit run did not say the first hang"
+  grep -q 'jobkit run: restart 1: attempt 0: hang on c2 (no node blamed), resuming from checkpoint 10' <<<"$out" ||
+    fail "the first hang was not placed on c2 and restarted from checkpoint 10"
+  grep -q 'jobkit run: restart 2: attempt 1: hang (no node blamed), resuming from checkpoint 15' <<<"$out" ||
+    fail "the second hang was not restarted from checkpoint 15"
+  grep -q 'jobkit run: job [0-9]* step attempt 2 on c1,c2,c3$' <<<"$out" || fail "the third step did not run on c1,c2,c3"
+  (($(grep -c 'jobkit run: restart [0-9]*:' <<<"$out") == 2)) || fail "not two restarts"
+  for attempt in 0 1; do
+    echo "--- the saved report of attempt $attempt"
+    cat "$run_dir/where-$attempt.txt" || fail "no where report saved for attempt $attempt"
+  done
+  echo "--- the ledger"
+  cat "$work/ck/jobkit-ledger-$job.jsonl"
+  (($(grep -c '"cause":"hang"' "$work/ck/jobkit-ledger-$job.jsonl") == 2)) || fail "the ledger has not two hang restarts"
+  "$python" - "$run_dir/where-0.txt" "$run_dir/where-1.txt" <<'PY' || fail "the saved reports do not show the stuck ranks"
+import re, sys
+# A folded line per place: "[rank: 0-1,3-5] in all_reduce at progress_step.py:NN for 3 s, waiting
+# for rank 2 (c2)", "[rank: 2] not in jobkit: load_shard progress_step.py:NN <- <module> ...".
+for path, stuck in ((sys.argv[1], {2}), (sys.argv[2], set(range(6)))):
+    text = open(path).read()
+    ranks = set()
+    for m in re.finditer(r"^\[rank: ([0-9,-]+)\] (.*)$", text, re.M):
+        if "not in jobkit: load_shard progress_step.py:" not in m.group(2):
+            continue
+        for part in m.group(1).split(","):
+            a, _, b = part.partition("-")
+            ranks.update(range(int(a), int(b or a) + 1))
+    assert ranks == stuck, f"{path}: ranks {sorted(ranks)} shown in load_shard, not {sorted(stuck)}"
+    if stuck == {2}:
+        assert "waiting for rank 2 (c2)" in text, f"{path}: the others do not wait for rank 2 (c2)"
+    print(f"{path}: ranks {sorted(ranks)} in load_shard, as expected")
+PY
   echo "PASS"
   exit 0
 fi

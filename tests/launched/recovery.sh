@@ -98,7 +98,7 @@ submit() {
     NO_PROGRESS="${no_progress:-3}" HEALTH_CHECK="${health_check:-}" JOBKIT_LOG_RANKS=all \
     JOBKIT_LOST_NODE_TIMEOUT=2 sbatch --parsable --chdir="$work" --output="$work/job-%j.out" --nodes="$nodes" \
     --ntasks-per-node=$per_node --time=10 "${options[@]}" "$repo/slurm/train-requeue.sbatch" --steps "$steps" \
-    --step-ms 100 --result "$work/result" "$@"
+    --step-ms 250 --result "$work/result" "$@"
 }
 field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 wait_ended() {
@@ -118,6 +118,18 @@ wait_for() {
   until grep -q -- "$1" "$2" 2>/dev/null; do
     ((SECONDS < deadline)) || { cat "$2"; fail "'$1' never appeared in $2"; }
     sleep 0.2
+  done
+}
+# first_checkpoint: waits until the job's first step has committed its first checkpoint (step 10),
+# so that the fault that follows comes mid-step with a checkpoint to resume from, and 30 steps of
+# 250 ms are left for it to land in (a fixed sleep after the step's first line let a loaded
+# machine's fault come after the 40 steps of 100 ms had ended: 2026-12-08, recovery-batch-host).
+first_checkpoint() {
+  wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
+  local deadline=$((SECONDS + 60))
+  until [[ -d $work/ckpt/step-000000000010 ]]; do
+    ((SECONDS < deadline)) || { cat "$work/job-$job.out"; fail "the first checkpoint (step 10) was never committed"; }
+    sleep 0.1
   done
 }
 exact() {
@@ -224,8 +236,7 @@ measure() {
 case $mode in
   kill)
     job=$(submit 2 0 -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     kill -KILL "$(cat "$work/result.pid.3")" || fail "cannot kill rank 3"
     fault_ms=$(date +%s%3N)
     finished_in_the_job "$job"
@@ -235,8 +246,7 @@ case $mode in
     measure ;;
   lost-spare)
     job=$(submit 3 1 -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     lose c2
     finished_in_the_job "$job"
     grep -q 'jobkit run: restart 1: attempt 0: lost node on c2 (c2 blamed: lost' <<<"$out" ||
@@ -249,8 +259,7 @@ case $mode in
     measure ;;
   lost-requeue)
     job=$(submit 2 0 -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     lose c2
     # The first attempt requeues the job; the second starts once the first has ended.
     requeued_once_without c2 60
@@ -292,8 +301,7 @@ case $mode in
     [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued" ;;
   batch-host)
     job=$(submit 2 0 --requeue -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     lose_whole c1
     # The deputy requeues the job; the requeue completes once Slurm declared c1 down, after
     # SlurmdTimeout (30 s here); the job starts again cred_expire (5 s) later, on c2,c3.
@@ -314,8 +322,7 @@ case $mode in
     # the restart's.
     health_check="if ls -d $work/ckpt/step-* >/dev/null 2>&1 && mkdir $work/slept 2>/dev/null; then touch $work/in-check; sleep 8; fi"
     job=$(submit 2 0 --partition=low --requeue -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     kill -KILL "$(cat "$work/result.pid.3")" || fail "cannot kill rank 3"
     deadline=$((SECONDS + 30))
     until [[ -e $work/in-check ]]; do
@@ -347,8 +354,7 @@ case $mode in
     events() { grep "\"event\":\"checkpoint_loaded\",\"attempt\":$1," "$work/ckpt/.jobkit-run-$job/events.jsonl"; }
     # two lost: c2 (ranks 2-3) and c3 (ranks 4-5), neighbours in the memory tier's order.
     job=$(submit 5 2 -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     lose c2 2 3
     lose c3 4 5
     finished_in_the_job "$job"
@@ -367,8 +373,7 @@ case $mode in
     # dead spare: c3 lost, and the spare c4 cut off too (Slurm sees neither).
     rm -rf "$work/ckpt" "$work"/result*
     job=$(submit 5 2 -- --every 10) || fail "sbatch failed"
-    wait_for 'attempt 0: no checkpoint' "$work/job-$job.out"
-    sleep 2
+    first_checkpoint
     lose c3 4 5
     stopped_slurmd=$(cat "$cluster_dir/run/slurmd-c4.pid") && kill -STOP "$stopped_slurmd" || fail "cannot stop c4's slurmd"
     # The root's whole steps moved away: the restore must come from memory.
