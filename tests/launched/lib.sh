@@ -124,6 +124,21 @@ last_rank_died_and_was_named() {
   no_segments_left
 }
 
+# job_field JOB NAME: a field of `scontrol show job` ("" once Slurm forgot the job).
+job_field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+
+# wait_job_ended JOB [SECONDS]: until the batch job ended for good (not requeued), at most SECONDS
+# (150 by default); its last state is in $job_state.
+wait_job_ended() {
+  local deadline=$((SECONDS + ${2:-150}))
+  job_state=
+  while ((SECONDS < deadline)); do
+    job_state=$(job_field "$1" JobState)
+    case $job_state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) return 0 ;; esac
+    sleep 1
+  done
+}
+
 # unfold: standard input with each line of `jobkit fold` ("[rank: 0-2,5] text") written once per
 # rank ("[rank: 0] text", ...), every other line as it is: counts per rank hold whether the
 # output was folded (the sbatch templates fold their steps) or not.

@@ -37,18 +37,12 @@ submit() {
     --result "$work/result" "$@"
 }
 
-# field JOB NAME: a field of `scontrol show job` ("" once Slurm forgot the job).
-field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-
 # wait_done JOB [SECONDS]: until the job ended for good (not requeued); fails past the deadline.
 wait_done() {
-  local job=$1 deadline=$((SECONDS + ${2:-150})) state
-  while ((SECONDS < deadline)); do
-    state=$(field "$job" JobState)
-    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
-    sleep 1
-  done
-  echo "job $job: $state after $(field "$job" Restarts) restarts"
+  local job=$1 state
+  wait_job_ended "$job" "${2:-150}"
+  state=$job_state
+  echo "job $job: $state after $(job_field "$job" Restarts) restarts"
   [[ $state == COMPLETED ]] || {
     cat "$work"/job-*.out
     scancel "$job" 2>/dev/null
@@ -122,10 +116,10 @@ stopped_without_requeue() {
   sleep 1.5
   scancel --signal=USR1 "$job"
   local deadline=$((SECONDS + 90))
-  until [[ $(field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
+  until [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] || ((SECONDS > deadline)); do sleep 1; done
   out=$(unfold <"$work/job-$job.out")
   echo "$out"
-  [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job ended $(field "$job" JobState), not COMPLETED"
+  [[ $(job_field "$job" JobState) == COMPLETED ]] || fail "the job ended $(job_field "$job" JobState), not COMPLETED"
   grep -q "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued" <<<"$out" ||
     fail "the batch script did not read the step's record"
   ! grep -q 'failed with status' <<<"$out" || fail "the stop was counted as a crash"
@@ -157,7 +151,7 @@ case $mode in
     # A job of partition high needs every CPU of c2, held by the low job: Slurm pre-empts it.
     signalled --partition=low --requeue -- \
       "sbatch --parsable --partition=high --nodes=1 --ntasks=8 --nodelist=c2 --output=/dev/null --wrap='sleep 2'"
-    [[ $(field "$job" Restarts) -ge 1 ]] || fail "the job was not requeued"
+    [[ $(job_field "$job" Restarts) -ge 1 ]] || fail "the job was not requeued"
     grep -q 'SIGTERM on rank' <<<"$out" || fail "the stop was not SIGTERM's" ;;
   scancel-usr1)
     signalled -- 'scancel --signal=USR1 "$job"'
@@ -193,7 +187,7 @@ case $mode in
     check_result "$job"
     grep -q 'crashing on purpose at the save of step 20' <<<"$out" || fail "rank 3 did not crash"
     grep -q 'attempt 1: resuming from step 10 ' <<<"$out" || fail "the second attempt did not resume from step 10"
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued: Restarts=$(field "$job" Restarts)"
+    [[ $(job_field "$job" Restarts) == 0 ]] || fail "the job was requeued: Restarts=$(job_field "$job" Restarts)"
     grep -q 'jobkit run: restart 1: attempt 0: crash (status [0-9]*) on c2 (no node blamed), resuming from checkpoint 10' <<<"$out" ||
       fail "jobkit run did not say the restart"
     # Every survivor names rank 3 and the call site, unless srun ended it first: under
@@ -221,7 +215,7 @@ case $mode in
     grep -q 'jobkit run: restart 1: attempt 1: crash' <<<"$out" ||
       fail "the first crash was not restarted after a pre-emption"
     grep -q 'attempt 2: finished' <<<"$out" || fail "attempt 2 did not finish"
-    [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once (the stop)" ;;
+    [[ $(job_field "$job" Restarts) == 1 ]] || fail "the job was not requeued once (the stop)" ;;
   one-rank)
     # SIGUSR1 to rank 4's process alone: every rank stops at the same step.
     signalled -- 'kill -USR1 "$(cat "$work/result.pid.4")"'
@@ -254,7 +248,7 @@ case $mode in
     # commits, the requeue is refused, said once by the step and once by the batch script from the
     # step's record, and the job completes (exit status 0), not counted as a crash.
     stopped_without_requeue
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued"
+    [[ $(job_field "$job" Restarts) == 0 ]] || fail "the job was requeued"
     (($(count 'WARNING: stopped (SIGUSR1 on rank [0-9]*) at a committed checkpoint: job [0-9]* not requeued: requeue of job [0-9]*: Slurm refused') == 1)) ||
       fail "the step did not say once why the job was not requeued"
     (($(count "attempt 0: stopped at a committed checkpoint: SIGUSR1 on rank [0-9]*; not requeued: requeue of job $job: Slurm refused") == 1)) ||
@@ -273,7 +267,7 @@ case $mode in
       rm -rf "$work/ckpt" "$work/result" "$work"/job-*.out
       if (
         signalled -- 'scancel --signal=USR1 "$job"' --slow-exit-rank 3 --slow-exit-s 10
-        [[ $(field "$job" Restarts) -ge 1 ]] || fail "run $run: the job was not requeued"
+        [[ $(job_field "$job" Restarts) -ge 1 ]] || fail "run $run: the job was not requeued"
         ! grep -q 'failed with status' <<<"$out" || fail "run $run: the stop was counted as a crash"
         [[ ! -e $work/ckpt/.jobkit-run-$job/restarts ]] ||
           fail "run $run: a crash was counted: $(cat "$work/ckpt/.jobkit-run-$job/restarts")"
@@ -310,10 +304,10 @@ case $mode in
     job=$(sbatch --parsable --no-requeue --chdir="$work" --output="$work/job-%j.out" --wrap="$jobkit requeue") ||
       fail "sbatch failed"
     deadline=$((SECONDS + 60))
-    until [[ $(field "$job" JobState) =~ COMPLETED|FAILED ]] || ((SECONDS > deadline)); do sleep 1; done
+    until [[ $(job_field "$job" JobState) =~ COMPLETED|FAILED ]] || ((SECONDS > deadline)); do sleep 1; done
     out=$(unfold <"$work/job-$job.out")
     echo "$out"
-    state=$(field "$job" JobState)
+    state=$(job_field "$job" JobState)
     [[ $state != COMPLETED ]] || fail "jobkit requeue succeeded in a --no-requeue job"
     [[ $state == FAILED ]] || fail "the job did not run (state $state)"
     grep -q "requeue of job $job: Slurm refused" <<<"$out" || fail "the refusal was not explained" ;;

@@ -61,15 +61,10 @@ if [[ $mode == restart ]]; then
   job=$(sbatch --parsable --job-name=jobkit-progress-restart --chdir="$work" --output="$work/job.out" -N3 \
     --ntasks-per-node=2 --time=5 --no-kill --wrap "'$jobkit' run --checkpoints '$work/ck' --max-restarts 4 -- \
       srun --mpi=pmix '$python' '$here/progress_step.py' restart '$work/ck' '$work/result'") || fail "sbatch failed"
-  state=
-  for _ in $(seq 240); do
-    state=$(scontrol show job -o "$job" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
-    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
-    sleep 0.5
-  done
+  wait_job_ended "$job" 120
   out=$(unfold <"$work/job.out")
   echo "$out"
-  [[ $state == COMPLETED ]] || fail "the job's state is '$state', not COMPLETED"
+  [[ $job_state == COMPLETED ]] || fail "the job's state is '$job_state', not COMPLETED"
   run_dir=$work/ck/.jobkit-run-$job
   expected=$((21 * 210)) # the sum over 20 steps of every rank's (rank + 1) x step
   [[ $(cat "$work/result" 2>/dev/null) == "$expected" ]] ||

@@ -148,12 +148,8 @@ $out" ;;
     trap 'scancel "$job" 2>/dev/null' EXIT
     for _ in $(seq 600); do [[ -d $work/ckpt/step-000000000010 ]] && break; sleep 0.1; done
     scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job failed"
-    deadline=$((SECONDS + 200))
-    while ((SECONDS < deadline)); do  # until it ended for good, not requeued
-      state=$(scontrol show job -o "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-      case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
-      sleep 1
-    done
+    wait_job_ended "$job" 200
+    state=$job_state
     out=$(unfold <"$work/job.out")
     echo "$out"
     [[ $state == COMPLETED ]] || fail "job $job ended ${state:-unknown}"

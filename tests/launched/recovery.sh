@@ -100,17 +100,12 @@ submit() {
     --ntasks-per-node=$per_node --time=10 "${options[@]}" "$repo/slurm/train-requeue.sbatch" --steps "$steps" \
     --step-ms 250 --result "$work/result" "$@"
 }
-field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 wait_ended() {
-  local job=$1 deadline=$((SECONDS + ${2:-150})) state
-  while ((SECONDS < deadline)); do
-    state=$(field "$job" JobState)
-    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
-    sleep 1
-  done
+  local job=$1
+  wait_job_ended "$job" "${2:-150}"
   out=$(unfold <"$work/job-$job.out")
   echo "$out"
-  echo "job $job: $state after $(field "$job" Restarts) requeues"
+  echo "job $job: $job_state after $(job_field "$job" Restarts) requeues"
 }
 # wait_for PATTERN FILE [SECONDS]: until a line of FILE matches (60 s at most by default).
 wait_for() {
@@ -208,9 +203,9 @@ ledger() { cat "$work/ckpt/jobkit-ledger-$job.jsonl" 2>/dev/null; }
 # finished_in_the_job JOB: waits for its end; it completed, with the exact result, never requeued.
 finished_in_the_job() {
   wait_ended "$1"
-  [[ $(field "$1" JobState) == COMPLETED ]] || fail "the job did not complete"
+  [[ $(job_field "$1" JobState) == COMPLETED ]] || fail "the job did not complete"
   exact
-  [[ $(field "$1" Restarts) == 0 ]] || fail "the job was requeued"
+  [[ $(job_field "$1" Restarts) == 0 ]] || fail "the job was requeued"
 }
 
 # requeued_once_without NODE SECONDS: the job's next start resumes within SECONDS of the fault,
@@ -219,10 +214,10 @@ requeued_once_without() {
   wait_for 'attempt 1: resuming from step' "$work/job-$job.out" "$2"
   echo "measured: the next start resumed $((($(date +%s%3N) - fault_ms) / 1000)) s after the fault"
   wait_ended "$job"
-  [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+  [[ $(job_field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
   exact
-  [[ $(field "$job" Restarts) == 1 ]] || fail "the job was not requeued once"
-  [[ $(field "$job" ExcNodeList) == "$1" ]] || fail "the job's excluded nodes are '$(field "$job" ExcNodeList)', not $1"
+  [[ $(job_field "$job" Restarts) == 1 ]] || fail "the job was not requeued once"
+  [[ $(job_field "$job" ExcNodeList) == "$1" ]] || fail "the job's excluded nodes are '$(job_field "$job" ExcNodeList)', not $1"
 }
 
 # measure: the fault's time against the ledger's failure and the restart's line.
@@ -298,7 +293,7 @@ case $mode in
     grep -q 'attempt [0-9]*: jobkit run ended with status 93' <<<"$out" || fail "jobkit run did not end with 93"
     grep -q 'no progress: the newest checkpoint (10) did not advance in 1 restart(s) in a row' <<<"$out" ||
       fail "jobkit run did not say why it stopped"
-    [[ $(field "$job" Restarts) == 0 ]] || fail "the job was requeued" ;;
+    [[ $(job_field "$job" Restarts) == 0 ]] || fail "the job was requeued" ;;
   batch-host)
     job=$(submit 2 0 --requeue -- --every 10) || fail "sbatch failed"
     first_checkpoint
@@ -330,14 +325,14 @@ case $mode in
       sleep 0.2
     done
     # A job of partition high needs every CPU of the job's last node: Slurm pre-empts the job.
-    node=$(scontrol show hostnames "$(field "$job" NodeList)" | tail -1)
+    node=$(scontrol show hostnames "$(job_field "$job" NodeList)" | tail -1)
     sbatch --parsable --partition=high --nodes=1 --ntasks=8 --nodelist="$node" --output=/dev/null --wrap='sleep 2' >/dev/null ||
       fail "the pre-empting job was not submitted"
     wait_for 'attempt 1: resuming from step' "$work/job-$job.out" 90
     wait_ended "$job"
-    [[ $(field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
+    [[ $(job_field "$job" JobState) == COMPLETED ]] || fail "the job did not complete"
     exact
-    [[ $(field "$job" Restarts) -ge 1 ]] || fail "the job was not requeued by the pre-emption"
+    [[ $(job_field "$job" Restarts) -ge 1 ]] || fail "the job was not requeued by the pre-emption"
     grep -q 'jobkit run: job [0-9]*: Slurm is pre-empting the job (PreemptTime [0-9T:-]*): no new step; requeueing it' <<<"$out" ||
       fail "jobkit run did not stop for the pre-emption in its restart"
     grep -q 'jobkit run: job [0-9]* attempt 0: pre-empted between steps: requeued' <<<"$out" ||

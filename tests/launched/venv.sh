@@ -205,12 +205,8 @@ job=$(env -u JOBKIT_CLI JOBKIT="$cli" PYTHON="$py" SCRIPT="$repo/examples/train_
 trap 'scancel "$job" 2>/dev/null' EXIT
 for _ in $(seq 900); do [[ -d $work/ckpt/step-000000000010 ]] && break; sleep 0.1; done
 scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job failed"
-deadline=$((SECONDS + 300))
-while ((SECONDS < deadline)); do
-  state=$(scontrol show job -o "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-  case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
-  sleep 1
-done
+wait_job_ended "$job" 300
+state=$job_state
 out=$(unfold <"$work/ddp-template.out")
 echo "$out" | tail -20
 [[ $state == COMPLETED ]] || fail "the DDP template's job ended ${state:-unknown}"
